@@ -1,0 +1,22 @@
+//! # retrace-decoder
+//!
+//! The format layer of retrace: everything that turns trace bytes into meaning.
+//! It is shared by the stub's replay, the LLDB plugin and the `retrace` CLI.
+//!
+//! Layers, each usable alone (as libipt's packet → query → instruction decoders are):
+//!
+//! * [`packet`] — the Intel PT packet codec: a zero-copy decoder over `&[u8]`
+//!   yielding `(offset, Packet)` items with errors as values, PSB synchronisation,
+//!   and a byte-exact encoder used by the software recorder.
+//!
+//! ## What this crate must never depend on
+//!
+//! No operating-system facilities: no ptrace, no `perf_event_open`, no `libc`,
+//! no file I/O in the decoding paths (callers hand in byte slices). It must build
+//! and run on any host that has `core` + `alloc`-style collections, so that traces
+//! recorded on Linux can be decoded anywhere.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod packet;

@@ -1,0 +1,94 @@
+//! Command-line parsing and dispatch.
+
+mod encode;
+mod ptdump;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Record, dump and explore program execution traces (Intel PT).
+///
+/// Logging: set RUST_LOG (e.g. RUST_LOG=debug) to see what retrace does.
+#[derive(Debug, Parser)]
+#[command(name = "retrace", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the Intel PT packets of a raw trace file, one per line.
+    ///
+    /// Columns: byte offset, packet, payload, and for IP packets the
+    /// reconstructed IP (like libipt's `ptdump --lastip`). A corrupt or
+    /// truncated packet is reported with its offset, and listing resumes at
+    /// the next PSB.
+    ///
+    /// Example: retrace ptdump thread-1234.ipt | less
+    Ptdump {
+        /// The raw Intel PT stream (e.g. a bundle's per-thread `iptTrace` file).
+        file: PathBuf,
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Decode from offset 0 instead of synchronising at the first PSB.
+        #[arg(long)]
+        no_sync: bool,
+    },
+    /// Encode a packet script (text, one packet per line) into a raw trace.
+    ///
+    /// The script uses the syntax of ptdump's packet and payload columns, e.g.
+    /// `psb`, `tsc 3b9aca00`, `mode.exec cs.l`, `psbend`, `tip.pge 401000`,
+    /// `tnt.8 !!.`, `raw 02 04` (literal bytes). Numbers are hex; `#` starts a
+    /// comment. See docs/packet-scripts.md.
+    ///
+    /// Example: retrace encode examples/hello.pts -o hello.pt
+    Encode {
+        /// The packet script.
+        script: PathBuf,
+        /// Where to write the trace.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+}
+
+/// An error that ends the command.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Writing to standard output failed.
+    #[error("writing output: {0}")]
+    Output(#[from] std::io::Error),
+    /// Anything else, already phrased for the user.
+    #[error("{0}")]
+    Message(String),
+}
+
+impl CliError {
+    /// True when the reader of our output went away (e.g. `| head`).
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+
+    fn file(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> CliError + '_ {
+        move |source| CliError::File { path: path.to_path_buf(), source }
+    }
+}
+
+/// Runs one command.
+pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Ptdump { file, json, no_sync } => ptdump::run(&file, json, no_sync),
+        Command::Encode { script, output } => encode::run(&script, &output),
+    }
+}

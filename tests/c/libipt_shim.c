@@ -1,0 +1,199 @@
+/* A thin C shim over Debian's libipt (2.0.5) packet decoder, for retrace's
+ * differential tests and benchmarks. It flattens `struct pt_packet` into a
+ * name and three numbers so the Rust side needs no bindgen. */
+#include <intel-pt.h>
+#include <stdint.h>
+#include <stddef.h>
+
+struct shim_packet {
+	const char *name;
+	uint64_t a, b, c;
+	int size;
+};
+
+struct pt_packet_decoder *shim_new(const uint8_t *buf, size_t len)
+{
+	struct pt_config config;
+
+	pt_config_init(&config);
+	config.begin = (uint8_t *) buf;
+	config.end = (uint8_t *) buf + len;
+	return pt_pkt_alloc_decoder(&config);
+}
+
+void shim_free(struct pt_packet_decoder *decoder)
+{
+	pt_pkt_free_decoder(decoder);
+}
+
+int shim_sync_forward(struct pt_packet_decoder *decoder)
+{
+	return pt_pkt_sync_forward(decoder);
+}
+
+int shim_sync_backward(struct pt_packet_decoder *decoder)
+{
+	return pt_pkt_sync_backward(decoder);
+}
+
+int shim_sync_set(struct pt_packet_decoder *decoder, uint64_t offset)
+{
+	return pt_pkt_sync_set(decoder, offset);
+}
+
+int shim_offset(struct pt_packet_decoder *decoder, uint64_t *offset)
+{
+	return pt_pkt_get_offset(decoder, offset);
+}
+
+int shim_error_code(int status)
+{
+	return (int) pt_errcode(status);
+}
+
+const char *shim_error_name(int status)
+{
+	switch (pt_errcode(status)) {
+	case pte_eos: return "eos";
+	case pte_bad_opc: return "bad_opc";
+	case pte_bad_packet: return "bad_packet";
+	case pte_nosync: return "nosync";
+	default: return pt_errstr(pt_errcode(status));
+	}
+}
+
+static void flatten(const struct pt_packet *p, struct shim_packet *out)
+{
+	out->a = out->b = out->c = 0;
+	out->size = p->size;
+	switch (p->type) {
+	case ppt_pad: out->name = "pad"; break;
+	case ppt_psb: out->name = "psb"; break;
+	case ppt_psbend: out->name = "psbend"; break;
+	case ppt_ovf: out->name = "ovf"; break;
+	case ppt_stop: out->name = "stop"; break;
+	case ppt_tnt_8:
+	case ppt_tnt_64:
+		out->name = p->type == ppt_tnt_8 ? "tnt.8" : "tnt.64";
+		out->a = p->payload.tnt.payload;
+		out->b = p->payload.tnt.bit_size;
+		break;
+	case ppt_tip:
+	case ppt_tip_pge:
+	case ppt_tip_pgd:
+	case ppt_fup:
+		out->name = p->type == ppt_tip ? "tip" : p->type == ppt_tip_pge ? "tip.pge" :
+			    p->type == ppt_tip_pgd ? "tip.pgd" : "fup";
+		out->a = p->payload.ip.ipc;
+		out->b = p->payload.ip.ip;
+		break;
+	case ppt_pip:
+		out->name = "pip";
+		out->a = p->payload.pip.cr3;
+		out->b = p->payload.pip.nr;
+		break;
+	case ppt_mode:
+		if (p->payload.mode.leaf == pt_mol_exec) {
+			out->name = "mode.exec";
+			out->a = p->payload.mode.bits.exec.csl |
+				 p->payload.mode.bits.exec.csd << 1;
+		} else {
+			out->name = "mode.tsx";
+			out->a = p->payload.mode.bits.tsx.intx |
+				 p->payload.mode.bits.tsx.abrt << 1;
+		}
+		break;
+	case ppt_tsc: out->name = "tsc"; out->a = p->payload.tsc.tsc; break;
+	case ppt_cbr: out->name = "cbr"; out->a = p->payload.cbr.ratio; break;
+	case ppt_tma:
+		out->name = "tma";
+		out->a = p->payload.tma.ctc;
+		out->b = p->payload.tma.fc;
+		break;
+	case ppt_mtc: out->name = "mtc"; out->a = p->payload.mtc.ctc; break;
+	case ppt_cyc: out->name = "cyc"; out->a = p->payload.cyc.value; break;
+	case ppt_vmcs: out->name = "vmcs"; out->a = p->payload.vmcs.base; break;
+	case ppt_mnt: out->name = "mnt"; out->a = p->payload.mnt.payload; break;
+	case ppt_exstop: out->name = "exstop"; out->a = p->payload.exstop.ip; break;
+	case ppt_mwait:
+		out->name = "mwait";
+		out->a = p->payload.mwait.hints;
+		out->b = p->payload.mwait.ext;
+		break;
+	case ppt_pwre:
+		out->name = "pwre";
+		out->a = p->payload.pwre.state;
+		out->b = p->payload.pwre.sub_state;
+		out->c = p->payload.pwre.hw;
+		break;
+	case ppt_pwrx:
+		out->name = "pwrx";
+		out->a = p->payload.pwrx.last;
+		out->b = p->payload.pwrx.deepest;
+		out->c = p->payload.pwrx.interrupt |
+			 p->payload.pwrx.store << 2 |
+			 p->payload.pwrx.autonomous << 3;
+		break;
+	case ppt_ptw:
+		out->name = "ptw";
+		out->a = p->payload.ptw.payload;
+		out->b = p->payload.ptw.plc;
+		out->c = p->payload.ptw.ip;
+		break;
+	default:
+		out->name = "unknown";
+		break;
+	}
+}
+
+/* Decodes the next packet; returns its size or a negative libipt error. */
+int shim_next(struct pt_packet_decoder *decoder, struct shim_packet *out)
+{
+	struct pt_packet packet;
+	int status;
+
+	status = pt_pkt_next(decoder, &packet, sizeof(packet));
+	if (status < 0)
+		return status;
+
+	flatten(&packet, out);
+	return status;
+}
+
+/* The benchmark loop: decode the whole buffer, resynchronising after errors
+ * as ptdump does. Returns the packet count; *errors gets the error count. */
+uint64_t shim_count_packets(const uint8_t *buf, size_t len, uint64_t *errors)
+{
+	struct pt_packet_decoder *decoder;
+	struct pt_packet packet;
+	uint64_t count = 0;
+
+	*errors = 0;
+	decoder = shim_new(buf, len);
+	if (!decoder)
+		return 0;
+
+	if (pt_pkt_sync_forward(decoder) < 0)
+		goto out;
+
+	for (;;) {
+		int status = pt_pkt_next(decoder, &packet, sizeof(packet));
+
+		if (status >= 0) {
+			count += 1;
+			continue;
+		}
+		if (pt_errcode(status) == pte_eos) {
+			uint64_t offset;
+
+			if (pt_pkt_get_offset(decoder, &offset) < 0 || offset >= len)
+				break;
+		}
+		*errors += 1;
+		if (pt_pkt_sync_forward(decoder) < 0)
+			break;
+	}
+out:
+	pt_pkt_free_decoder(decoder);
+	return count;
+}

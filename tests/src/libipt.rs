@@ -1,0 +1,120 @@
+//! Safe wrapper over the C shim around libipt's packet decoder.
+
+use std::ffi::{c_char, c_int, CStr};
+
+#[repr(C)]
+struct ShimPacket {
+    name: *const c_char,
+    a: u64,
+    b: u64,
+    c: u64,
+    size: c_int,
+}
+
+#[repr(C)]
+struct RawDecoder {
+    _private: [u8; 0],
+}
+
+extern "C" {
+    fn shim_new(buf: *const u8, len: usize) -> *mut RawDecoder;
+    fn shim_free(decoder: *mut RawDecoder);
+    fn shim_sync_forward(decoder: *mut RawDecoder) -> c_int;
+    fn shim_sync_backward(decoder: *mut RawDecoder) -> c_int;
+    fn shim_sync_set(decoder: *mut RawDecoder, offset: u64) -> c_int;
+    fn shim_offset(decoder: *mut RawDecoder, offset: *mut u64) -> c_int;
+    fn shim_error_name(status: c_int) -> *const c_char;
+    fn shim_next(decoder: *mut RawDecoder, out: *mut ShimPacket) -> c_int;
+    fn shim_count_packets(buf: *const u8, len: usize, errors: *mut u64) -> u64;
+}
+
+/// A packet as libipt decoded it, flattened: name (ptdump's) and up to three
+/// payload fields (see `c/libipt_shim.c` for which field is which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlatPacket {
+    /// ptdump's packet name.
+    pub name: &'static str,
+    /// Payload fields.
+    pub fields: [u64; 3],
+    /// Size in bytes.
+    pub size: usize,
+}
+
+/// libipt's packet decoder over a borrowed buffer.
+pub struct LibiptPacketDecoder<'a> {
+    raw: *mut RawDecoder,
+    _data: &'a [u8],
+}
+
+fn error_name(status: c_int) -> &'static str {
+    // SAFETY: the shim returns static strings.
+    unsafe { CStr::from_ptr(shim_error_name(status)) }.to_str().unwrap_or("?")
+}
+
+impl<'a> LibiptPacketDecoder<'a> {
+    /// A decoder over `data` (not yet synchronised).
+    pub fn new(data: &'a [u8]) -> Self {
+        // SAFETY: the decoder keeps pointers into `data`, which outlives it.
+        let raw = unsafe { shim_new(data.as_ptr(), data.len()) };
+        assert!(!raw.is_null(), "pt_pkt_alloc_decoder failed");
+        LibiptPacketDecoder { raw, _data: data }
+    }
+
+    fn status(status: c_int) -> Result<(), &'static str> {
+        if status < 0 {
+            Err(error_name(status))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `pt_pkt_sync_forward`; returns the new offset.
+    pub fn sync_forward(&mut self) -> Result<u64, &'static str> {
+        Self::status(unsafe { shim_sync_forward(self.raw) })?;
+        self.offset()
+    }
+
+    /// `pt_pkt_sync_backward`; returns the new offset.
+    pub fn sync_backward(&mut self) -> Result<u64, &'static str> {
+        Self::status(unsafe { shim_sync_backward(self.raw) })?;
+        self.offset()
+    }
+
+    /// `pt_pkt_sync_set`.
+    pub fn sync_set(&mut self, offset: u64) -> Result<(), &'static str> {
+        Self::status(unsafe { shim_sync_set(self.raw, offset) })
+    }
+
+    /// `pt_pkt_get_offset`.
+    pub fn offset(&mut self) -> Result<u64, &'static str> {
+        let mut offset = 0;
+        Self::status(unsafe { shim_offset(self.raw, &mut offset) })?;
+        Ok(offset)
+    }
+
+    /// `pt_pkt_next`: the next packet, or libipt's error name
+    /// (`eos`, `bad_opc`, `bad_packet`, …).
+    pub fn next_packet(&mut self) -> Result<FlatPacket, &'static str> {
+        let mut out = ShimPacket { name: std::ptr::null(), a: 0, b: 0, c: 0, size: 0 };
+        let status = unsafe { shim_next(self.raw, &mut out) };
+        Self::status(status)?;
+        // SAFETY: names are static strings in the shim.
+        let name = unsafe { CStr::from_ptr(out.name) }.to_str().unwrap_or("?");
+        Ok(FlatPacket { name, fields: [out.a, out.b, out.c], size: out.size as usize })
+    }
+}
+
+impl Drop for LibiptPacketDecoder<'_> {
+    fn drop(&mut self) {
+        unsafe { shim_free(self.raw) }
+    }
+}
+
+/// libipt's packet loop over a whole buffer (sync forward, `pt_pkt_next`
+/// until the end, resynchronising after errors), all in C. Returns
+/// `(packets, errors)`.
+pub fn count_packets(data: &[u8]) -> (u64, u64) {
+    let mut errors = 0;
+    let packets = unsafe { shim_count_packets(data.as_ptr(), data.len(), &mut errors) };
+    (packets, errors)
+}
