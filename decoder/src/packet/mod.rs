@@ -185,27 +185,37 @@ impl BlockItemSize {
 /// Field names follow the SDM; every value is decoded from the packet alone
 /// except [`Ip::ip`], which needs the last-IP state the decoder tracks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(tag = "packet", content = "payload", rename_all = "snake_case")]
+#[serde(tag = "packet", content = "payload")]
 pub enum Packet {
     /// `00`: padding.
+    #[serde(rename = "pad")]
     Pad,
     /// `02 82` × 8: packet stream boundary; opens PSB+ and resets the last IP.
+    #[serde(rename = "psb")]
     Psb,
     /// `02 23`: end of PSB+.
+    #[serde(rename = "psbend")]
     Psbend,
     /// Short TNT (one even byte): up to 6 conditional-branch outcomes.
+    #[serde(rename = "tnt.8")]
     TntShort(Tnt),
     /// Long TNT (`02 A3` + 6 bytes): up to 47 outcomes.
+    #[serde(rename = "tnt.64")]
     TntLong(Tnt),
     /// Target IP of an indirect branch, far transfer or uncompressed return.
+    #[serde(rename = "tip")]
     Tip(Ip),
     /// Packet generation enabled at this IP.
+    #[serde(rename = "tip.pge")]
     TipPge(Ip),
     /// Packet generation disabled; the IP may be suppressed.
+    #[serde(rename = "tip.pgd")]
     TipPgd(Ip),
     /// Flow update: source IP of an asynchronous event, or the current IP in PSB+.
+    #[serde(rename = "fup")]
     Fup(Ip),
     /// Paging information (`02 43`): CR3 and VMX non-root flag.
+    #[serde(rename = "pip")]
     Pip {
         /// CR3 value (bits 51:5; low bits zero).
         cr3: u64,
@@ -213,6 +223,7 @@ pub enum Packet {
         nr: bool,
     },
     /// MODE.Exec: execution mode after the next far transfer.
+    #[serde(rename = "mode.exec")]
     ModeExec {
         /// CS.L (64-bit code).
         csl: bool,
@@ -222,6 +233,7 @@ pub enum Packet {
         iflag: bool,
     },
     /// MODE.TSX: transactional state.
+    #[serde(rename = "mode.tsx")]
     ModeTsx {
         /// Inside a transaction.
         intx: bool,
@@ -229,10 +241,13 @@ pub enum Packet {
         abort: bool,
     },
     /// Time-stamp counter bits 55:0.
+    #[serde(rename = "tsc")]
     Tsc(u64),
     /// Mini time counter: CTC bits N+7:N.
+    #[serde(rename = "mtc")]
     Mtc(u8),
     /// TSC/MTC alignment.
+    #[serde(rename = "tma")]
     Tma {
         /// CTC bits 15:0 at the time of the last TSC.
         ctc: u16,
@@ -240,18 +255,25 @@ pub enum Packet {
         fc: u16,
     },
     /// Cycle count since the last CYC-eligible packet.
+    #[serde(rename = "cyc")]
     Cyc(u64),
     /// Core:bus ratio.
+    #[serde(rename = "cbr")]
     Cbr(u8),
     /// VMCS pointer (physical address, bits 51:12).
+    #[serde(rename = "vmcs")]
     Vmcs(u64),
     /// Internal buffer overflow: packets were lost.
+    #[serde(rename = "ovf")]
     Ovf,
     /// ToPA STOP region reached; tracing stopped.
+    #[serde(rename = "stop")]
     Stop,
     /// Maintenance packet (`02 C3 88` + 8 bytes); carries nothing a decoder uses.
+    #[serde(rename = "mnt")]
     Mnt(u64),
     /// PTWRITE payload.
+    #[serde(rename = "ptw")]
     Ptw {
         /// The value written (4 or 8 bytes).
         payload: u64,
@@ -261,11 +283,13 @@ pub enum Packet {
         ip: bool,
     },
     /// Execution stopped (power event).
+    #[serde(rename = "exstop")]
     Exstop {
         /// A FUP with the IP follows.
         ip: bool,
     },
     /// MWAIT hints and extensions.
+    #[serde(rename = "mwait")]
     Mwait {
         /// EAX of the MWAIT.
         hints: u32,
@@ -273,6 +297,7 @@ pub enum Packet {
         ext: u32,
     },
     /// Power entry: resolved thread C-state.
+    #[serde(rename = "pwre")]
     Pwre {
         /// Resolved thread C-state (4 bits).
         state: u8,
@@ -282,6 +307,7 @@ pub enum Packet {
         hw: bool,
     },
     /// Power exit.
+    #[serde(rename = "pwrx")]
     Pwrx {
         /// Last core C-state.
         last: u8,
@@ -292,6 +318,7 @@ pub enum Packet {
         wake: u8,
     },
     /// Block begin (PEBS via PT): the following BIP packets belong to a block.
+    #[serde(rename = "bbp")]
     Bbp {
         /// Payload size of the block's BIP packets.
         size: BlockItemSize,
@@ -299,6 +326,7 @@ pub enum Packet {
         kind: u8,
     },
     /// Block item (only inside a BBP … BEP block).
+    #[serde(rename = "bip")]
     Bip {
         /// Item id (5 bits).
         id: u8,
@@ -308,11 +336,13 @@ pub enum Packet {
         size: u8,
     },
     /// Block end.
+    #[serde(rename = "bep")]
     Bep {
         /// A FUP with the IP follows.
         ip: bool,
     },
     /// Control-flow event (Event Trace).
+    #[serde(rename = "cfe")]
     Cfe {
         /// Binds to the following FUP.
         ip: bool,
@@ -322,6 +352,7 @@ pub enum Packet {
         vector: u8,
     },
     /// Event data (Event Trace); precedes its CFE.
+    #[serde(rename = "evd")]
     Evd {
         /// Data type (6 bits).
         kind: u8,
@@ -329,6 +360,7 @@ pub enum Packet {
         payload: u64,
     },
     /// Trigger.
+    #[serde(rename = "trig")]
     Trig {
         /// Trigger-request bit vector.
         trbv: u8,

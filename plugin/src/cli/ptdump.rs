@@ -60,7 +60,7 @@ pub fn run(path: &Path, json: bool, no_sync: bool) -> Result<ExitCode, CliError>
     out.flush()?;
     tracing::info!(packets, errors, bytes = data.len(), "ptdump done");
     if errors > 0 {
-        eprintln!("{}: {packets} packets, {errors} decode errors", path.display());
+        eprintln!("{}: {packets} packets, {errors} decode error(s)", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }
