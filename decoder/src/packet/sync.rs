@@ -57,7 +57,7 @@ pub fn find_psb_forward(data: &[u8], from: usize) -> Option<usize> {
     }
 }
 
-/// The last PSB found scanning backwards from `before`, or `None`.
+/// The last PSB that starts before `before` (found scanning backwards), or `None`.
 pub fn find_psb_backward(data: &[u8], before: usize) -> Option<usize> {
     let mut pos = before.min(data.len()) / WORD * WORD;
     loop {
@@ -67,7 +67,10 @@ pub fn find_psb_backward(data: &[u8], before: usize) -> Option<usize> {
         if value != PATTERN_EVEN && value != PATTERN_ODD {
             continue;
         }
-        if let Some(start) = resolve_run(data, next) {
+        // Unlike libipt, never return a PSB at or after `before`: inside a
+        // pattern run longer than 16 bytes, libipt can hand back the PSB it
+        // started from, and a caller walking backwards would never progress.
+        if let Some(start) = resolve_run(data, next).filter(|&start| start < before) {
             return Some(start);
         }
     }
@@ -119,6 +122,19 @@ mod tests {
         }
         data.extend_from_slice(&[0x02, 0x23]);
         assert_eq!(find_psb_forward(&data, 0), Some(3));
+    }
+
+    #[test]
+    fn backward_always_makes_progress() {
+        // 02 82 x 14: the run resolves to the PSB at 12; scanning backwards
+        // from 12 must not return 12 again.
+        let mut data = Vec::new();
+        for _ in 0..14 {
+            data.extend_from_slice(&[0x02, 0x82]);
+        }
+        data.extend_from_slice(&[0x02, 0x23]);
+        assert_eq!(find_psb_backward(&data, data.len()), Some(12));
+        assert_eq!(find_psb_backward(&data, 12), None);
     }
 
     #[test]

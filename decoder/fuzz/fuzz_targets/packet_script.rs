@@ -1,0 +1,13 @@
+//! Fuzzes the packet-script parser and encoder: no input may panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use retrace_decoder::packet::script;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(items) = script::parse(text) {
+            let _ = script::encode(&items);
+        }
+    }
+});
