@@ -2,15 +2,18 @@
 //!
 //! Capture on Linux: turns a running program into per-thread Intel PT byte
 //! streams plus the sideband (modules, load addresses, threads, timing) needed
-//! to decode them.
+//! to decode them, and writes them as LLDB trace bundles.
 //!
-//! Two backends behind one interface (built by the recorder issue):
-//! * hardware — `perf_event_open` on the kernel's `intel_pt` PMU, one AUX ring
-//!   buffer per thread;
-//! * software — ptrace single-step or branch stops, encoded as genuine Intel PT
-//!   packets with [`retrace_decoder::packet::PacketEncoder`], so every consumer
-//!   decodes one format.
+//! * [`process`] — launching under ptrace, memory and memory-map reading (the
+//!   one owner of process control in retrace);
+//! * [`software`] — the software backend: single-steps every thread and
+//!   encodes the flow as genuine Intel PT ([`pt_writer`]), so every consumer
+//!   (retrace, libipt, LLDB's intel-pt plugin) decodes one format;
+//! * [`bundle_writer`] — `trace.json` + per-thread traces + module copies.
 //!
-//! This crate owns process control (ptrace, launch/attach); the stub reuses it
-//! rather than duplicating it. It must never parse trace formats itself: that
-//! is the decoder's job.
+//! It must never parse trace formats itself: that is the decoder's job.
+
+pub mod bundle_writer;
+pub mod process;
+pub mod pt_writer;
+pub mod software;

@@ -19,4 +19,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bundle;
 pub mod packet;
+pub mod x86;

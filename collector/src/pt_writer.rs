@@ -1,0 +1,306 @@
+//! Turning an observed instruction flow into the Intel PT packets hardware
+//! would have emitted for user-only tracing (`intel_pt//u`, return
+//! compression on).
+//!
+//! The writer is fed one executed instruction at a time (its IP, its
+//! classification, and the IP execution continued at) and knows nothing about
+//! ptrace, so it is tested on synthetic flows.
+//!
+//! Rules (SDM "Intel PT" chapter; `docs/ARCHITECTURE.md`):
+//! * start: PSB, TSC, MODE.Exec, PSBEND, then MODE.Exec + TIP.PGE(first IP);
+//! * conditional branches: one TNT bit each (packed 6 per short TNT);
+//! * direct jumps and calls: nothing (calls push the return address, except
+//!   zero-length calls);
+//! * indirect jumps and calls: TIP(target);
+//! * near returns: a taken TNT bit when the target is the top of the
+//!   64-entry return stack (popped), else TIP(target) — the stack model is
+//!   libipt's, so libipt and LLDB decode every compressed return;
+//! * SYSCALL and other far transfers: TIP.PGD with the IP suppressed (user-only
+//!   tracing stops in the kernel); the next user instruction gets
+//!   MODE.Exec + TIP.PGE;
+//! * asynchronous stops (signals, the end of recording): FUP(IP of the
+//!   instruction not executed) + TIP.PGD;
+//! * a PSB+ (TSC, MODE.Exec, FUP of the current IP when tracing is on) every
+//!   `psb_period` bytes, with the return stack emptied, so decoding can start
+//!   at any PSB.
+//!
+//! Pending TNT bits are flushed before every TIP, FUP, TIP.PGD and PSB so
+//! their order relative to the IP packets is unambiguous.
+
+use retrace_decoder::packet::{IpPacketKind, Packet, PacketEncoder, Tnt};
+use retrace_decoder::x86::{FlowKind, InsnInfo};
+
+const RETURN_STACK_DEPTH: usize = 64;
+
+/// A 64-entry return-address stack; when full, the oldest entry is dropped.
+#[derive(Debug, Clone, Default)]
+struct ReturnStack {
+    entries: std::collections::VecDeque<u64>,
+}
+
+impl ReturnStack {
+    fn push(&mut self, address: u64) {
+        if self.entries.len() == RETURN_STACK_DEPTH {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(address);
+    }
+
+    fn top(&self) -> Option<u64> {
+        self.entries.back().copied()
+    }
+
+    fn pop(&mut self) {
+        self.entries.pop_back();
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+/// Builds one thread's Intel PT stream.
+#[derive(Debug, Clone)]
+pub struct ThreadPtWriter {
+    encoder: PacketEncoder,
+    tnt: Tnt,
+    returns: ReturnStack,
+    enabled: bool,
+    started: bool,
+    last_psb: usize,
+    psb_period: usize,
+    instructions: u64,
+}
+
+/// Default distance between PSBs, in bytes.
+pub const DEFAULT_PSB_PERIOD: usize = 4096;
+
+impl ThreadPtWriter {
+    /// A writer emitting a PSB+ about every `psb_period` bytes.
+    pub fn new(psb_period: usize) -> Self {
+        ThreadPtWriter {
+            encoder: PacketEncoder::new(),
+            tnt: Tnt { bits: 0, len: 0 },
+            returns: ReturnStack::default(),
+            enabled: false,
+            started: false,
+            last_psb: 0,
+            psb_period,
+            instructions: 0,
+        }
+    }
+
+    /// Instructions recorded so far.
+    pub fn instructions(&self) -> u64 {
+        self.instructions
+    }
+
+    /// Bytes of trace so far.
+    pub fn len(&self) -> usize {
+        self.encoder.len()
+    }
+
+    /// True before anything was written.
+    pub fn is_empty(&self) -> bool {
+        self.encoder.is_empty()
+    }
+
+    /// True while packet generation is enabled.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    fn emit(&mut self, packet: Packet) {
+        self.encoder.encode(&packet).expect("the writer only builds valid packets");
+    }
+
+    fn flush_tnt(&mut self) {
+        if self.tnt.len > 0 {
+            let tnt = std::mem::replace(&mut self.tnt, Tnt { bits: 0, len: 0 });
+            self.emit(Packet::TntShort(tnt));
+        }
+    }
+
+    fn push_tnt(&mut self, taken: bool) {
+        self.tnt.bits = self.tnt.bits << 1 | taken as u64;
+        self.tnt.len += 1;
+        if self.tnt.len == 6 {
+            self.flush_tnt();
+        }
+    }
+
+    fn psb_plus(&mut self, tsc: u64, current_ip: Option<u64>) {
+        self.flush_tnt();
+        self.last_psb = self.encoder.len();
+        self.emit(Packet::Psb);
+        self.emit(Packet::Tsc(tsc & ((1 << 56) - 1)));
+        self.emit(Packet::ModeExec { csl: true, csd: false, iflag: false });
+        if let Some(ip) = current_ip {
+            self.encoder.encode_ip(IpPacketKind::Fup, Some(ip));
+        }
+        self.emit(Packet::Psbend);
+        self.returns.clear();
+    }
+
+    /// Tracing (re)starts at `ip`, the next instruction to execute.
+    pub fn enable(&mut self, ip: u64, tsc: u64) {
+        if !self.started {
+            self.started = true;
+            self.psb_plus(tsc, None);
+        } else {
+            self.emit(Packet::Tsc(tsc & ((1 << 56) - 1)));
+        }
+        self.emit(Packet::ModeExec { csl: true, csd: false, iflag: false });
+        self.encoder.encode_ip(IpPacketKind::TipPge, Some(ip));
+        self.enabled = true;
+    }
+
+    /// The instruction at `ip` (classified as `insn`) executed and control
+    /// continued at `next_ip` (`None` when the thread ended inside it, e.g.
+    /// `exit`). `tsc` is the time of the observation.
+    pub fn executed(&mut self, ip: u64, insn: &InsnInfo, next_ip: Option<u64>, tsc: u64) {
+        if !self.enabled {
+            self.enable(ip, tsc);
+        }
+        self.instructions += 1;
+        let fallthrough = ip.wrapping_add(insn.len as u64);
+        match insn.kind {
+            FlowKind::Other | FlowKind::Jump { .. } => {}
+            FlowKind::CondBranch { .. } => self.push_tnt(next_ip != Some(fallthrough)),
+            FlowKind::Call { .. } => {
+                if !insn.is_zero_length_call(ip) {
+                    self.returns.push(fallthrough);
+                }
+            }
+            FlowKind::IndirectJump | FlowKind::IndirectCall => {
+                if insn.kind == FlowKind::IndirectCall {
+                    self.returns.push(fallthrough);
+                }
+                self.flush_tnt();
+                self.encoder.encode_ip(IpPacketKind::Tip, next_ip);
+            }
+            FlowKind::Return => {
+                if next_ip.is_some() && self.returns.top() == next_ip {
+                    self.returns.pop();
+                    self.push_tnt(true);
+                } else {
+                    self.flush_tnt();
+                    self.encoder.encode_ip(IpPacketKind::Tip, next_ip);
+                }
+            }
+            FlowKind::Syscall | FlowKind::FarTransfer => {
+                self.flush_tnt();
+                self.encoder.encode_ip(IpPacketKind::TipPgd, None);
+                self.enabled = false;
+            }
+        }
+        if self.encoder.len() - self.last_psb >= self.psb_period {
+            self.psb_plus(tsc, if self.enabled { next_ip } else { None });
+        }
+    }
+
+    /// Tracing stops asynchronously before the instruction at `ip` executes
+    /// (a signal is delivered, the recording ends, the thread is killed).
+    pub fn disable_async(&mut self, ip: u64) {
+        if !self.enabled {
+            return;
+        }
+        self.flush_tnt();
+        self.encoder.encode_ip(IpPacketKind::Fup, Some(ip));
+        self.encoder.encode_ip(IpPacketKind::TipPgd, None);
+        self.enabled = false;
+    }
+
+    /// The finished stream. Call [`disable_async`](Self::disable_async) first
+    /// if the thread is still running.
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        self.flush_tnt();
+        self.encoder.into_bytes()
+    }
+
+    /// The stream so far, as a decoder would see it if recording stopped now
+    /// (pending TNT bits flushed into the copy).
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.clone().into_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use retrace_decoder::packet::PacketDecoder;
+
+    fn insn(len: u8, kind: FlowKind) -> InsnInfo {
+        InsnInfo { len, kind }
+    }
+
+    fn names(bytes: &[u8]) -> Vec<String> {
+        PacketDecoder::new(bytes)
+            .map(|item| {
+                let (_, packet) = item.unwrap();
+                match packet.ip() {
+                    Some(ip) => format!("{} {:x?}", packet.name(), ip.ip),
+                    None => match packet {
+                        Packet::TntShort(t) => format!("tnt {}", t.outcomes().map(|b| if b { '!' } else { '.' }).collect::<String>()),
+                        other => other.name().to_string(),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn call_compressed_return_loop_and_syscall() {
+        let mut w = ThreadPtWriter::new(DEFAULT_PSB_PERIOD);
+        // 0x1000: call 0x2000 ; 0x2000: ret ; 0x1005: jne 0x1000 (not taken) ; 0x1007: syscall ; 0x1009: nop
+        w.executed(0x1000, &insn(5, FlowKind::Call { target: 0x2000 }), Some(0x2000), 1);
+        w.executed(0x2000, &insn(1, FlowKind::Return), Some(0x1005), 2);
+        w.executed(0x1005, &insn(2, FlowKind::CondBranch { target: 0x1000 }), Some(0x1007), 3);
+        w.executed(0x1007, &insn(2, FlowKind::Syscall), Some(0x1009), 4);
+        w.executed(0x1009, &insn(1, FlowKind::Other), Some(0x100a), 5);
+        w.disable_async(0x100a);
+        assert_eq!(w.instructions(), 5);
+        assert_eq!(
+            names(&w.into_bytes()),
+            [
+                "psb", "tsc", "mode.exec", "psbend", "mode.exec", "tip.pge Some(1000)", "tnt !.", "tip.pgd None",
+                "tsc", "mode.exec", "tip.pge Some(1009)", "fup Some(100a)", "tip.pgd None"
+            ]
+        );
+    }
+
+    #[test]
+    fn mismatched_return_is_a_tip_and_zero_length_call_does_not_push() {
+        let mut w = ThreadPtWriter::new(DEFAULT_PSB_PERIOD);
+        w.executed(0x1000, &insn(5, FlowKind::Call { target: 0x1005 }), Some(0x1005), 0); // PIC idiom
+        w.executed(0x1005, &insn(1, FlowKind::Return), Some(0x3000), 0); // longjmp-like
+        w.executed(0x3000, &insn(2, FlowKind::IndirectJump), Some(0x4000), 0);
+        let names = names(&w.into_bytes());
+        assert_eq!(&names[5..], ["tip.pge Some(1000)", "tip Some(3000)", "tip Some(4000)"]);
+    }
+
+    #[test]
+    fn periodic_psb_carries_the_current_ip_and_resets_return_stack() {
+        let mut w = ThreadPtWriter::new(64);
+        let mut ip = 0x1000;
+        for i in 0..200u64 {
+            // alternate conditional branches and indirect jumps
+            if i % 2 == 0 {
+                w.executed(ip, &insn(2, FlowKind::CondBranch { target: ip + 0x10 }), Some(ip + 2), i);
+                ip += 2;
+            } else {
+                w.executed(ip, &insn(2, FlowKind::IndirectJump), Some(ip + 0x100), i);
+                ip += 0x100;
+            }
+        }
+        let bytes = w.into_bytes();
+        let psbs = retrace_decoder::packet::sync::psb_offsets(&bytes).count();
+        assert!(psbs > 5, "{psbs} PSBs");
+        // every PSB+ after the first carries a FUP with an address we jumped to
+        for offset in retrace_decoder::packet::sync::psb_offsets(&bytes).skip(1) {
+            let fup = PacketDecoder::new(&bytes[offset..]).map(|i| i.unwrap().1).find(|p| p.name() == "fup");
+            let ip = fup.unwrap().ip().unwrap().ip.unwrap();
+            assert!(ip >= 0x1000 && ip < 0x1000 + 200 * 0x100, "{ip:x}");
+        }
+    }
+}

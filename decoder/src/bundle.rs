@@ -1,0 +1,146 @@
+//! LLDB's intel-pt trace bundle description (`trace.json`), as LLDB 22 reads
+//! and writes it (`trace load`, `trace save`; schema: `trace schema intel-pt`).
+//!
+//! Only the description lives here (no file I/O): the recorder writes bundles
+//! with it and the dump commands read them.
+
+use serde::{Deserialize, Serialize};
+
+/// The CPU the trace claims to come from; LLDB hands it to libipt, which
+/// enables errata workarounds for it and refuses CPUs it does not know.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuInfo {
+    /// `GenuineIntel` (or `Unknown`, which LLDB's libipt refuses).
+    pub vendor: String,
+    /// CPUID family.
+    pub family: u32,
+    /// CPUID model.
+    pub model: u32,
+    /// CPUID stepping.
+    pub stepping: u32,
+}
+
+impl CpuInfo {
+    /// The CPU declared by software recordings: Intel family 6 model 0x86
+    /// (Snow Ridge). libipt 2.0.5 (LLDB 22's) knows it, and its only erratum
+    /// (APL11) concerns OVF packets, which software recordings never contain.
+    pub fn software_recording() -> Self {
+        CpuInfo { vendor: "GenuineIntel".into(), family: 6, model: 0x86, stepping: 7 }
+    }
+}
+
+/// One traced thread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleThread {
+    /// Thread id.
+    pub tid: u64,
+    /// Raw Intel PT of this thread, relative to the bundle directory.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ipt_trace: Option<String>,
+}
+
+/// A module loaded in the traced process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleModule {
+    /// Path of the module on the traced system.
+    pub system_path: String,
+    /// A copy inside the bundle, relative to the bundle directory.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub file: Option<String>,
+    /// Load address: LLDB accepts a number or a decimal/`0x` string; written as `0x…`.
+    pub load_address: LoadAddress,
+    /// LLDB's module UUID string (from the GNU build id).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub uuid: Option<String>,
+}
+
+/// A 64-bit address that LLDB accepts as a JSON number or string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadAddress(pub u64);
+
+impl Serialize for LoadAddress {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("0x{:x}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for LoadAddress {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        let value = match Raw::deserialize(d)? {
+            Raw::Number(n) => n,
+            Raw::Text(t) => match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16).map_err(serde::de::Error::custom)?,
+                None => t.parse().map_err(serde::de::Error::custom)?,
+            },
+        };
+        Ok(LoadAddress(value))
+    }
+}
+
+/// One traced process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundleProcess {
+    /// Process id.
+    pub pid: u64,
+    /// Target triple, e.g. `x86_64-pc-linux-gnu`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub triple: Option<String>,
+    /// Traced threads.
+    pub threads: Vec<BundleThread>,
+    /// Loaded modules.
+    pub modules: Vec<BundleModule>,
+}
+
+/// perf's TSC → nanoseconds conversion (`time_mult`, `time_shift`, `time_zero`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TscConversion {
+    /// `time_mult`.
+    pub time_mult: u32,
+    /// `time_shift`.
+    pub time_shift: u16,
+    /// `time_zero` (written as a decimal string, as LLDB does).
+    pub time_zero: String,
+}
+
+/// What recorded the trace (an extra key; LLDB ignores it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Recorder {
+    /// `intel-pt` (hardware) or `software`.
+    pub backend: String,
+    /// For software recordings: `step` or `branch`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mode: Option<String>,
+    /// retrace version.
+    pub version: String,
+    /// True when `cpuInfo` is declared, not the recording machine's CPU.
+    pub cpu_info_is_synthetic: bool,
+}
+
+/// The whole `trace.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceBundle {
+    /// Always `intel-pt`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The CPU.
+    pub cpu_info: CpuInfo,
+    /// Traced processes (per-thread mode).
+    pub processes: Vec<BundleProcess>,
+    /// TSC conversion, when known.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tsc_perf_zero_conversion: Option<TscConversion>,
+    /// Provenance (retrace's extra key).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub retrace: Option<Recorder>,
+}

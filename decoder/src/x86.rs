@@ -1,0 +1,147 @@
+//! x86 instruction length and control-flow classification: what a trace
+//! encoder or decoder needs to know about one instruction (libipt's `pt_ild`
+//! classes: call, return, jump, conditional jump, far transfers, …).
+//!
+//! Backed by `iced-x86`'s decoder (no OS dependencies). Display (AT&T syntax
+//! as LLDB prints it) is a separate concern.
+
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Mnemonic, OpKind};
+
+/// Execution mode (from MODE.Exec: CS.L / CS.D).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExecMode {
+    /// 64-bit code.
+    Bits64,
+    /// 32-bit code (compatibility or protected mode).
+    Bits32,
+    /// 16-bit code.
+    Bits16,
+}
+
+impl ExecMode {
+    fn bitness(self) -> u32 {
+        match self {
+            ExecMode::Bits64 => 64,
+            ExecMode::Bits32 => 32,
+            ExecMode::Bits16 => 16,
+        }
+    }
+}
+
+/// How an instruction transfers control, as far as Intel PT cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlowKind {
+    /// Falls through to the next instruction.
+    Other,
+    /// Conditional near branch (Jcc, LOOPcc, JrCXZ): one TNT bit.
+    CondBranch {
+        /// Target when taken.
+        target: u64,
+    },
+    /// Direct near jump: no packet.
+    Jump {
+        /// Target.
+        target: u64,
+    },
+    /// Direct near call: no packet; pushes the return address.
+    Call {
+        /// Target.
+        target: u64,
+    },
+    /// Indirect near jump: TIP.
+    IndirectJump,
+    /// Indirect near call: TIP; pushes the return address.
+    IndirectCall,
+    /// Near return: compressed (TNT bit) or TIP.
+    Return,
+    /// SYSCALL / SYSENTER: leaves user mode.
+    Syscall,
+    /// Other far transfers: far CALL/JMP/RET, INT n, INT3, INTO, IRET, SYSRET, SYSEXIT, …
+    FarTransfer,
+}
+
+/// One decoded instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InsnInfo {
+    /// Length in bytes.
+    pub len: u8,
+    /// Control-flow kind.
+    pub kind: FlowKind,
+}
+
+impl InsnInfo {
+    /// True for a call whose target is the next instruction (the PIC
+    /// `call next; pop reg` idiom): it does not push onto the return-compression
+    /// stack (libipt's rule).
+    pub fn is_zero_length_call(&self, ip: u64) -> bool {
+        matches!(self.kind, FlowKind::Call { target } if target == ip.wrapping_add(self.len as u64))
+    }
+}
+
+/// Decodes the instruction at `ip` from `bytes` (up to 15 bytes starting at
+/// `ip`). `None` when the bytes are not a complete valid instruction.
+pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
+    let mut decoder = Decoder::with_ip(mode.bitness(), bytes, ip, DecoderOptions::NONE);
+    let insn = decoder.decode();
+    if insn.is_invalid() {
+        return None;
+    }
+    let far_operand = (0..insn.op_count()).any(|i| matches!(insn.op_kind(i), OpKind::FarBranch16 | OpKind::FarBranch32))
+        || matches!(insn.mnemonic(), Mnemonic::Retf | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq)
+        || is_far_indirect(insn.code());
+    let kind = match insn.flow_control() {
+        _ if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter) => FlowKind::Syscall,
+        _ if matches!(insn.mnemonic(), Mnemonic::Sysret | Mnemonic::Sysretq | Mnemonic::Sysexit | Mnemonic::Sysexitq) => {
+            FlowKind::FarTransfer
+        }
+        FlowControl::Next | FlowControl::XbeginXabortXend | FlowControl::Exception => FlowKind::Other,
+        _ if far_operand => FlowKind::FarTransfer,
+        FlowControl::ConditionalBranch => FlowKind::CondBranch { target: insn.near_branch_target() },
+        FlowControl::UnconditionalBranch => FlowKind::Jump { target: insn.near_branch_target() },
+        FlowControl::Call => FlowKind::Call { target: insn.near_branch_target() },
+        FlowControl::IndirectBranch => FlowKind::IndirectJump,
+        FlowControl::IndirectCall => FlowKind::IndirectCall,
+        FlowControl::Return => FlowKind::Return,
+        FlowControl::Interrupt => FlowKind::FarTransfer,
+    };
+    Some(InsnInfo { len: insn.len() as u8, kind })
+}
+
+fn is_far_indirect(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Call_m1616 | Code::Call_m1632 | Code::Call_m1664 | Code::Jmp_m1616 | Code::Jmp_m1632 | Code::Jmp_m1664
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(bytes: &[u8]) -> FlowKind {
+        classify(bytes, 0x1000, ExecMode::Bits64).unwrap().kind
+    }
+
+    #[test]
+    fn classifies_branches() {
+        assert_eq!(kind(&[0x74, 0x05]), FlowKind::CondBranch { target: 0x1007 }); // je +5
+        assert_eq!(kind(&[0xe2, 0xfe]), FlowKind::CondBranch { target: 0x1000 }); // loop self
+        assert_eq!(kind(&[0xe3, 0x00]), FlowKind::CondBranch { target: 0x1002 }); // jrcxz
+        assert_eq!(kind(&[0xeb, 0x10]), FlowKind::Jump { target: 0x1012 });
+        assert_eq!(kind(&[0xe8, 0, 0, 0, 0]), FlowKind::Call { target: 0x1005 });
+        assert!(classify(&[0xe8, 0, 0, 0, 0], 0x1000, ExecMode::Bits64).unwrap().is_zero_length_call(0x1000));
+        assert_eq!(kind(&[0xff, 0xe0]), FlowKind::IndirectJump); // jmp *%rax
+        assert_eq!(kind(&[0xff, 0xd0]), FlowKind::IndirectCall); // call *%rax
+        assert_eq!(kind(&[0xc3]), FlowKind::Return);
+        assert_eq!(kind(&[0xc2, 0x08, 0x00]), FlowKind::Return); // ret $8
+        assert_eq!(kind(&[0x0f, 0x05]), FlowKind::Syscall);
+        assert_eq!(kind(&[0xcc]), FlowKind::FarTransfer); // int3
+        assert_eq!(kind(&[0xcd, 0x80]), FlowKind::FarTransfer); // int $0x80
+        assert_eq!(kind(&[0xcb]), FlowKind::FarTransfer); // lret
+        assert_eq!(kind(&[0x48, 0xcf]), FlowKind::FarTransfer); // iretq
+        assert_eq!(kind(&[0xff, 0x18]), FlowKind::FarTransfer); // lcall *(%rax)
+        assert_eq!(kind(&[0x90]), FlowKind::Other);
+        assert_eq!(classify(&[0x48, 0x8b, 0x05, 1, 2, 3, 4], 0, ExecMode::Bits64).unwrap().len, 7);
+        assert_eq!(classify(&[0x48], 0, ExecMode::Bits64), None); // incomplete
+    }
+}
