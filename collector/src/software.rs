@@ -344,8 +344,9 @@ impl Recorder<'_> {
                     if let Ok(now) = rip(tid) {
                         let pending = self.thread(tid).next_ip;
                         if pending.is_some() && pending != Some(now) {
-                            // It left through a system call (exit, exit_group): that instruction ran.
-                            self.executed(tid, None);
+                            // The pending instruction ran (a system call such as exit_group, or
+                            // the last instruction before a SIGKILL landed).
+                            self.executed(tid, Some(now));
                         } else if tid == self.pid {
                             self.exit_ip = Some(now);
                         }

@@ -11,6 +11,7 @@
 pub mod corrupt;
 #[cfg(retrace_libipt)]
 pub mod libipt;
+pub mod lldb;
 #[cfg(retrace_libipt)]
 pub mod lockstep;
 pub mod rng;

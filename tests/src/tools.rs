@@ -20,3 +20,9 @@ pub fn require(what: &str, available: bool) -> bool {
     eprintln!("SKIPPED: {what} is missing (install it, or run the README's test command)");
     false
 }
+
+/// The full path of `program` if it is on `PATH`.
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| candidate.is_file())
+}

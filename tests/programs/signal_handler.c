@@ -1,0 +1,13 @@
+/* A signal handler runs three times (synchronously raised) and returns. */
+#include <signal.h>
+#include <string.h>
+volatile sig_atomic_t caught;
+static void on_usr1(int sig) { caught += sig == SIGUSR1; }
+int main(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, 0);
+  for (int i = 0; i < 3; i++) raise(SIGUSR1);
+  return caught;
+}

@@ -1,0 +1,57 @@
+//! Running LLDB 22 on trace bundles and reading what it prints.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// One thread's items as `thread trace dump instructions -a -f --raw` prints them.
+#[derive(Debug, Default, Clone)]
+pub struct DumpedThread {
+    /// Instruction addresses, in order.
+    pub addresses: Vec<u64>,
+    /// `(error) …` lines.
+    pub errors: Vec<String>,
+}
+
+/// Loads `trace_json` in `lldb-22` and dumps every thread's instructions
+/// (`thread trace dump instructions -a -f --raw <index>`), keyed by tid.
+pub fn dump_raw_instructions(trace_json: &Path, threads: usize) -> Result<BTreeMap<u64, DumpedThread>, String> {
+    let mut command = Command::new("lldb-22");
+    command.arg("-b").arg("-o").arg(format!("trace load {}", trace_json.display()));
+    for index in 1..=threads {
+        command.arg("-o").arg(format!("thread trace dump instructions -a -f --raw {index}"));
+    }
+    let output = command.output().map_err(|e| format!("running lldb-22: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() || stderr.contains("error:") {
+        return Err(format!("lldb-22 failed: {stderr}\n{text}"));
+    }
+    let mut threads = BTreeMap::new();
+    let mut current: Option<u64> = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("thread #") {
+            let tid = rest.split("tid = ").nth(1).and_then(|t| t.trim().parse().ok());
+            current = tid;
+            if let Some(tid) = tid {
+                threads.entry(tid).or_insert_with(DumpedThread::default);
+            }
+            continue;
+        }
+        let Some(tid) = current else { continue };
+        let entry = threads.get_mut(&tid).expect("thread entry");
+        let trimmed = line.trim();
+        if let Some((_, rest)) = trimmed.split_once(": ") {
+            if let Some(hex) = rest.strip_prefix("0x") {
+                if let Ok(address) = u64::from_str_radix(hex.trim(), 16) {
+                    entry.addresses.push(address);
+                    continue;
+                }
+            }
+            if rest.starts_with("(error)") {
+                entry.errors.push(trimmed.to_string());
+            }
+        }
+    }
+    Ok(threads)
+}
