@@ -14,6 +14,7 @@
 //! It must never parse trace formats itself: that is the decoder's job.
 
 pub mod bundle_writer;
+pub mod emulate;
 pub mod process;
 pub mod pt_writer;
 pub mod software;

@@ -144,7 +144,11 @@ pub fn launch(options: &LaunchOptions) -> Result<Tracee, LaunchError> {
                 WaitStatus::Stopped(_, Signal::SIGTRAP) => {}
                 other => return Err(LaunchError::UnexpectedStatus(other)),
             }
+            // Forked children are attached only so the recorder can remove its
+            // breakpoints from their copy of memory and detach them.
             let options = ptrace::Options::PTRACE_O_TRACECLONE
+                | ptrace::Options::PTRACE_O_TRACEFORK
+                | ptrace::Options::PTRACE_O_TRACEVFORK
                 | ptrace::Options::PTRACE_O_TRACEEXIT
                 | ptrace::Options::PTRACE_O_EXITKILL;
             ptrace::setoptions(child, options).map_err(sys("PTRACE_SETOPTIONS"))?;
@@ -171,6 +175,14 @@ pub fn read_memory(pid: Pid, address: u64, buf: &mut [u8]) -> usize {
             read_memory(pid, address, &mut buf[..to_page_end])
         }
     }
+}
+
+/// Writes `bytes` into the tracee's (writable) memory at `address`; returns
+/// how many bytes were written.
+pub fn write_memory(pid: Pid, address: u64, bytes: &[u8]) -> usize {
+    let local = [std::io::IoSlice::new(bytes)];
+    let remote = [RemoteIoVec { base: address as usize, len: bytes.len() }];
+    nix::sys::uio::process_vm_writev(pid, &local, &remote).unwrap_or(0)
 }
 
 /// One line of `/proc/PID/maps`.
@@ -265,6 +277,13 @@ pub fn modules_in(pid: Pid, maps: &[Mapping]) -> Vec<LoadedModule> {
 /// `/proc/PID/exe`.
 pub fn executable_path(pid: Pid) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// The process (thread group) a thread belongs to.
+pub fn thread_group(tid: Pid) -> Option<Pid> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let tgid = status.lines().find_map(|line| line.strip_prefix("Tgid:"))?.trim().parse().ok()?;
+    Some(Pid::from_raw(tgid))
 }
 
 /// True when the process has a handler installed for `signal` (`SigCgt`).

@@ -14,14 +14,23 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
+use crate::emulate::{emulate_branch, Registers};
 use crate::process::{self, LoadedModule, Tracee};
 use crate::pt_writer::{ThreadPtWriter, DEFAULT_PSB_PERIOD};
 
 /// How the software backend observes control flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepMode {
-    /// `PTRACE_SINGLESTEP` after every instruction.
+    /// `PTRACE_SINGLESTEP` after every instruction (~20 µs each here: a #DB
+    /// trap per instruction).
     Step,
+    /// Branch stops: an `int3` on the branch ending each basic block; at the
+    /// stop the tracer emulates the branch from registers and memory and
+    /// resumes at its target (no #DB). System calls, far transfers and
+    /// anything not emulated are single-stepped; code in writable mappings
+    /// (JIT) is single-stepped; once the process has a second thread every
+    /// thread is single-stepped.
+    Branch,
 }
 
 /// Options for [`record`].
@@ -142,14 +151,43 @@ pub enum RecordError {
     },
 }
 
+/// How a thread is being followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Track {
+    /// Single-stepping; `next_ip` is the instruction about to execute.
+    Step,
+    /// Running freely from `start` to the breakpoint ending its block.
+    Block { start: u64 },
+    /// Single-stepping the original instruction under a breakpoint.
+    StepOver { at: u64 },
+}
+
 struct ThreadState {
     order: usize,
     writer: ThreadPtWriter,
     /// The next instruction this thread will execute, once known.
     next_ip: Option<u64>,
+    track: Track,
     log: Option<Vec<u64>>,
     finished: bool,
 }
+
+/// A straight run of instructions ending at a branch (or any instruction
+/// that transfers control), discovered from the tracee's code.
+#[derive(Debug, Clone)]
+struct Block {
+    /// The instructions before the end, in order.
+    body: Vec<(u64, InsnInfo)>,
+    /// Address of the ending instruction, where the breakpoint goes.
+    end: u64,
+    /// The ending instruction.
+    end_insn: InsnInfo,
+    /// Its original bytes.
+    end_bytes: [u8; 16],
+}
+
+const INT3: u8 = 0xcc;
+const MAX_BLOCK: usize = 4096;
 
 fn tsc() -> u64 {
     // SAFETY: RDTSC has no preconditions on x86-64.
@@ -165,9 +203,17 @@ struct Recorder<'a> {
     options: &'a RecordOptions,
     threads: HashMap<Pid, ThreadState>,
     modules: Vec<LoadedModule>,
+    maps: Vec<process::Mapping>,
     total: u64,
     undecodable: u64,
     exit_ip: Option<u64>,
+    /// Branch stops are in use (branch mode while the process has one thread).
+    branch_stops: bool,
+    /// Breakpoint address → original byte.
+    breakpoints: HashMap<u64, u8>,
+    blocks: HashMap<u64, Block>,
+    /// Forked children to clean up and detach.
+    forked: Vec<Pid>,
 }
 
 impl Recorder<'_> {
@@ -179,6 +225,7 @@ impl Recorder<'_> {
             order,
             writer: ThreadPtWriter::new(period),
             next_ip: None,
+            track: Track::Step,
             log: keep.then(Vec::new),
             finished: false,
         })
@@ -192,13 +239,41 @@ impl Recorder<'_> {
                     self.modules.push(module);
                 }
             }
+            if self.maps != maps {
+                // Code may have been unmapped or replaced: rediscover blocks.
+                self.blocks.clear();
+                self.maps = maps;
+            }
         }
     }
 
-    fn decode_at(&mut self, tid: Pid, ip: u64) -> Option<InsnInfo> {
+    /// Reads code at `ip` as it is without our breakpoints.
+    fn read_code(&self, ip: u64, buf: &mut [u8]) -> usize {
+        let n = process::read_memory(self.pid, ip, buf);
+        if !self.breakpoints.is_empty() {
+            for (i, byte) in buf[..n].iter_mut().enumerate() {
+                if let Some(original) = self.breakpoints.get(&(ip + i as u64)) {
+                    *byte = *original;
+                }
+            }
+        }
+        n
+    }
+
+    fn decode_at(&mut self, ip: u64) -> Option<InsnInfo> {
         let mut bytes = [0u8; 16];
-        let n = process::read_memory(tid, ip, &mut bytes);
+        let n = self.read_code(ip, &mut bytes);
         classify(&bytes[..n], ip, ExecMode::Bits64)
+    }
+
+    fn record_executed(&mut self, tid: Pid, ip: u64, insn: &InsnInfo, next: Option<u64>) {
+        let time = tsc();
+        let state = self.thread(tid);
+        state.writer.executed(ip, insn, next, time);
+        if let Some(log) = &mut state.log {
+            log.push(ip);
+        }
+        self.total += 1;
     }
 
     /// The instruction at the thread's `next_ip` executed; control is now at `now`.
@@ -209,21 +284,15 @@ impl Recorder<'_> {
             }
             return;
         };
-        let insn = self.decode_at(tid, ip);
+        let insn = self.decode_at(ip);
         if now == Some(ip) && insn.is_some_and(|insn| insn.kind == FlowKind::Other) {
             // A REP string instruction stops after each iteration; it has not
             // finished (hardware traces it once).
             return;
         }
-        let time = tsc();
-        let state = self.thread(tid);
         match insn {
             Some(insn) => {
-                state.writer.executed(ip, &insn, now, time);
-                if let Some(log) = &mut state.log {
-                    log.push(ip);
-                }
-                self.total += 1;
+                self.record_executed(tid, ip, &insn, now);
                 if insn.kind == FlowKind::Syscall {
                     if let Ok(regs) = ptrace::getregs(tid) {
                         // mmap, mprotect, munmap, mremap: the module list may change.
@@ -236,12 +305,11 @@ impl Recorder<'_> {
             None => {
                 // Unreadable or undecodable: leave a clean tracing gap.
                 tracing::warn!(tid = tid.as_raw(), ip = format_args!("{ip:#x}"), "cannot decode instruction");
-                state.writer.disable_async(ip);
+                self.thread(tid).writer.disable_async(ip);
                 self.undecodable += 1;
             }
         }
-        let state = self.thread(tid);
-        state.next_ip = now;
+        self.thread(tid).next_ip = now;
     }
 
     fn finish_thread(&mut self, tid: Pid) {
@@ -254,10 +322,197 @@ impl Recorder<'_> {
         }
     }
 
-    fn step(&self, tid: Pid, signal: Option<Signal>) -> Result<(), RecordError> {
+    fn ptrace_error(what: &'static str, tid: Pid) -> impl FnOnce(Errno) -> RecordError {
+        move |source| RecordError::Ptrace { what, tid: tid.as_raw(), source }
+    }
+
+    fn step(&mut self, tid: Pid, signal: Option<Signal>) -> Result<(), RecordError> {
+        self.thread(tid).track = Track::Step;
         match ptrace::step(tid, signal) {
             Ok(()) | Err(Errno::ESRCH) => Ok(()),
             Err(source) => Err(RecordError::Ptrace { what: "PTRACE_SINGLESTEP", tid: tid.as_raw(), source }),
+        }
+    }
+
+    fn in_writable_mapping(&self, ip: u64) -> bool {
+        self.maps.iter().any(|m| m.start <= ip && ip < m.end && m.writable)
+    }
+
+    fn discover_block(&mut self, start: u64) -> Option<Block> {
+        let mut body = Vec::new();
+        let mut ip = start;
+        let mut bytes = [0u8; 16];
+        while body.len() < MAX_BLOCK {
+            let n = self.read_code(ip, &mut bytes);
+            let insn = classify(&bytes[..n], ip, ExecMode::Bits64)?;
+            if insn.kind != FlowKind::Other {
+                return Some(Block { body, end: ip, end_insn: insn, end_bytes: bytes });
+            }
+            body.push((ip, insn));
+            ip += insn.len as u64;
+        }
+        None
+    }
+
+    fn insert_breakpoint(&mut self, address: u64) -> Result<(), Errno> {
+        if self.breakpoints.contains_key(&address) {
+            return Ok(());
+        }
+        let word = ptrace::read(self.pid, address as ptrace::AddressType)? as u64;
+        let patched = (word & !0xff) | INT3 as u64;
+        ptrace::write(self.pid, address as ptrace::AddressType, patched as libc::c_long)?;
+        self.breakpoints.insert(address, word as u8);
+        Ok(())
+    }
+
+    fn set_byte(&self, pid: Pid, address: u64, byte: u8) -> Result<(), Errno> {
+        let word = ptrace::read(pid, address as ptrace::AddressType)? as u64;
+        ptrace::write(pid, address as ptrace::AddressType, ((word & !0xff) | byte as u64) as libc::c_long)
+    }
+
+    fn remove_all_breakpoints(&mut self, pid: Pid) {
+        for (&address, &byte) in &self.breakpoints {
+            let _ = self.set_byte(pid, address, byte);
+        }
+    }
+
+    /// Lets the thread continue from its `next_ip`: with branch stops when
+    /// possible, else one single step.
+    fn resume(&mut self, tid: Pid, signal: Option<Signal>) -> Result<(), RecordError> {
+        let Some(ip) = self.thread(tid).next_ip else { return self.step(tid, signal) };
+        if !self.branch_stops || self.in_writable_mapping(ip) {
+            return self.step(tid, signal);
+        }
+        let block = match self.blocks.get(&ip) {
+            Some(block) => block.clone(),
+            None => match self.discover_block(ip) {
+                Some(block) => {
+                    self.blocks.insert(ip, block.clone());
+                    block
+                }
+                None => return self.step(tid, signal),
+            },
+        };
+        if block.body.is_empty() && signal.is_none() {
+            // Already at the branch: handle it without running.
+            let regs = ptrace::getregs(tid).map_err(Self::ptrace_error("PTRACE_GETREGS", tid))?;
+            return self.at_branch(tid, &block, regs);
+        }
+        if self.insert_breakpoint(block.end).is_err() {
+            return self.step(tid, signal);
+        }
+        self.thread(tid).track = Track::Block { start: ip };
+        match ptrace::cont(tid, signal) {
+            Ok(()) | Err(Errno::ESRCH) => Ok(()),
+            Err(source) => Err(RecordError::Ptrace { what: "PTRACE_CONT", tid: tid.as_raw(), source }),
+        }
+    }
+
+    /// The thread stands at `block.end` with `regs`: emulate the branch, or
+    /// single-step the original instruction.
+    fn at_branch(&mut self, tid: Pid, block: &Block, mut regs: libc::user_regs_struct) -> Result<(), RecordError> {
+        let at = block.end;
+        let mut read_u64 = |address: u64| {
+            let mut word = [0u8; 8];
+            (process::read_memory(tid, address, &mut word) == 8).then(|| u64::from_le_bytes(word))
+        };
+        let effect = emulate_branch(&block.end_bytes, at, &Registers::from_user(&regs), &mut read_u64);
+        if let Some(effect) = effect {
+            if let Some(value) = effect.push {
+                let target = effect.rsp.expect("a push moves rsp");
+                if process::write_memory(tid, target, &value.to_le_bytes()) != 8 {
+                    return self.step_over(tid, at, regs);
+                }
+            }
+            regs.rip = effect.next_ip;
+            if let Some(rsp) = effect.rsp {
+                regs.rsp = rsp;
+            }
+            if let Some(rcx) = effect.rcx {
+                regs.rcx = rcx;
+            }
+            ptrace::setregs(tid, regs).map_err(Self::ptrace_error("PTRACE_SETREGS", tid))?;
+            self.record_executed(tid, at, &block.end_insn, Some(effect.next_ip));
+            self.thread(tid).next_ip = Some(effect.next_ip);
+            return self.resume(tid, None);
+        }
+        self.step_over(tid, at, regs)
+    }
+
+    /// Single-steps the original instruction at `at` (a breakpoint address).
+    fn step_over(&mut self, tid: Pid, at: u64, mut regs: libc::user_regs_struct) -> Result<(), RecordError> {
+        if let Some(&byte) = self.breakpoints.get(&at) {
+            self.set_byte(self.pid, at, byte).map_err(Self::ptrace_error("PTRACE_POKEDATA", tid))?;
+        }
+        if regs.rip != at {
+            regs.rip = at;
+            ptrace::setregs(tid, regs).map_err(Self::ptrace_error("PTRACE_SETREGS", tid))?;
+        }
+        let state = self.thread(tid);
+        state.next_ip = Some(at);
+        let result = self.step(tid, None);
+        self.thread(tid).track = Track::StepOver { at };
+        result
+    }
+
+    /// Records the part of `block` before `upto` as executed.
+    fn record_block_prefix(&mut self, tid: Pid, start: u64, upto: u64) {
+        let Some(block) = self.blocks.get(&start).cloned() else { return };
+        for (ip, insn) in &block.body {
+            if *ip == upto {
+                break;
+            }
+            self.record_executed(tid, *ip, insn, Some(*ip + insn.len as u64));
+        }
+        self.thread(tid).next_ip = Some(upto);
+    }
+
+    /// A SIGTRAP stop.
+    fn on_trap(&mut self, tid: Pid) -> Result<(), RecordError> {
+        let Ok(regs) = ptrace::getregs(tid) else { return Ok(()) };
+        match self.thread(tid).track {
+            Track::Step => {
+                self.executed(tid, Some(regs.rip));
+                self.resume(tid, None)
+            }
+            Track::StepOver { at } => {
+                self.executed(tid, Some(regs.rip));
+                if self.branch_stops && self.breakpoints.contains_key(&at) {
+                    let _ = self.set_byte(self.pid, at, INT3);
+                }
+                self.resume(tid, None)
+            }
+            Track::Block { start } => {
+                let at = regs.rip.wrapping_sub(1);
+                let Some(block) = self.blocks.get(&start).cloned().filter(|b| b.end == at) else {
+                    // Not our breakpoint (the program's own int3): continue by single-stepping.
+                    tracing::warn!(tid = tid.as_raw(), rip = format_args!("{:#x}", regs.rip), "unexpected trap");
+                    self.record_block_prefix(tid, start, regs.rip);
+                    return self.step(tid, None);
+                };
+                self.record_block_prefix(tid, start, at);
+                self.at_branch(tid, &block, regs)
+            }
+        }
+    }
+
+    /// The thread stopped somewhere inside its block (a signal or exit):
+    /// account for the instructions it ran.
+    fn catch_up(&mut self, tid: Pid, now: u64) {
+        if let Track::Block { start } = self.thread(tid).track {
+            self.record_block_prefix(tid, start, now);
+            self.thread(tid).track = Track::Step;
+        }
+    }
+
+    /// The process became multi-threaded: single-step everything from now on
+    /// (a breakpoint lifted for a step-over could be missed by another thread).
+    fn leave_branch_mode(&mut self) {
+        if self.branch_stops {
+            tracing::info!("second thread: switching from branch stops to single-stepping");
+            self.remove_all_breakpoints(self.pid);
+            self.breakpoints.clear();
+            self.branch_stops = false;
         }
     }
 
@@ -276,10 +531,10 @@ impl Recorder<'_> {
     }
 
     fn run(&mut self) -> Result<Outcome, RecordError> {
-        let first = rip(self.pid).map_err(|source| RecordError::Ptrace { what: "PTRACE_GETREGS", tid: self.pid.as_raw(), source })?;
+        let first = rip(self.pid).map_err(Self::ptrace_error("PTRACE_GETREGS", self.pid))?;
         self.thread(self.pid).next_ip = Some(first);
         self.refresh_modules();
-        self.step(self.pid, None)?;
+        self.resume(self.pid, None)?;
         let mut main_outcome = None;
         let mut since_progress = 0u64;
         loop {
@@ -304,36 +559,62 @@ impl Recorder<'_> {
                 Err(source) => return Err(RecordError::Ptrace { what: "waitpid", tid: -1, source }),
             };
             match status {
-                WaitStatus::Stopped(tid, Signal::SIGTRAP) => {
-                    match rip(tid) {
-                        Ok(now) => self.executed(tid, Some(now)),
-                        Err(_) => continue,
-                    }
-                    self.step(tid, None)?;
+                WaitStatus::Stopped(pid, _)
+                    if self.forked.contains(&pid)
+                        || (!self.threads.contains_key(&pid) && process::thread_group(pid) != Some(self.pid)) =>
+                {
+                    // A forked child (not recorded): give it its code back and let it go.
+                    self.remove_all_breakpoints(pid);
+                    let _ = ptrace::detach(pid, None);
+                    self.forked.retain(|p| *p != pid);
                 }
-                WaitStatus::Stopped(tid, Signal::SIGSTOP) if !self.threads.contains_key(&tid) || self.thread(tid).next_ip.is_none() => {
+                WaitStatus::Stopped(tid, Signal::SIGTRAP) => self.on_trap(tid)?,
+                WaitStatus::Stopped(tid, Signal::SIGSTOP)
+                    if !self.threads.contains_key(&tid) || self.thread(tid).next_ip.is_none() =>
+                {
                     // A new thread's first stop: it starts at the instruction after clone.
                     if let Ok(now) = rip(tid) {
                         self.thread(tid).next_ip = Some(now);
                     }
-                    self.step(tid, None)?;
+                    self.resume(tid, None)?;
                 }
                 WaitStatus::Stopped(tid, signal) => {
                     // Signal-delivery stop: the instruction at RIP has not executed.
-                    let handled = process::has_handler(self.pid, tid, signal);
-                    if handled {
-                        if let Ok(now) = rip(tid) {
-                            let state = self.thread(tid);
-                            state.writer.disable_async(now);
-                            state.next_ip = None; // resumes in the handler
+                    let Ok(now) = rip(tid) else { continue };
+                    self.catch_up(tid, now);
+                    if let Track::StepOver { at } = self.thread(tid).track {
+                        if self.branch_stops && self.breakpoints.contains_key(&at) {
+                            let _ = self.set_byte(self.pid, at, INT3);
                         }
                     }
+                    let handled = process::has_handler(self.pid, tid, signal);
                     tracing::debug!(tid = tid.as_raw(), %signal, handled, "signal");
-                    self.step(tid, Some(signal))?;
+                    if handled {
+                        let state = self.thread(tid);
+                        state.writer.disable_async(now);
+                        state.next_ip = None; // resumes in the handler: step into it
+                        self.step(tid, Some(signal))?;
+                    } else {
+                        self.thread(tid).next_ip = Some(now);
+                        self.resume(tid, Some(signal))?;
+                    }
                 }
                 WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_CLONE => {
                     if let Ok(new) = ptrace::getevent(tid) {
+                        self.leave_branch_mode();
                         self.thread(Pid::from_raw(new as i32));
+                    }
+                    self.step(tid, None)?;
+                }
+                WaitStatus::PtraceEvent(tid, _, event)
+                    if event == libc::PTRACE_EVENT_FORK || event == libc::PTRACE_EVENT_VFORK =>
+                {
+                    if event == libc::PTRACE_EVENT_VFORK {
+                        // The child borrows our memory: it must run without breakpoints.
+                        self.leave_branch_mode();
+                    }
+                    if let Ok(child) = ptrace::getevent(tid) {
+                        self.forked.push(Pid::from_raw(child as i32));
                     }
                     self.step(tid, None)?;
                 }
@@ -342,6 +623,7 @@ impl Recorder<'_> {
                         self.refresh_modules();
                     }
                     if let Ok(now) = rip(tid) {
+                        self.catch_up(tid, now);
                         let pending = self.thread(tid).next_ip;
                         if pending.is_some() && pending != Some(now) {
                             // The pending instruction ran (a system call such as exit_group, or
@@ -383,9 +665,14 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
         options,
         threads: HashMap::new(),
         modules: Vec::new(),
+        maps: Vec::new(),
         total: 0,
         undecodable: 0,
         exit_ip: None,
+        branch_stops: options.mode == StepMode::Branch,
+        breakpoints: HashMap::new(),
+        blocks: HashMap::new(),
+        forked: Vec::new(),
     };
     let outcome = match recorder.run() {
         Ok(outcome) => outcome,

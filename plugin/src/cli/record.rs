@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use retrace_collector::bundle_writer::{write_bundle, BundleInfo};
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
-use retrace_collector::software::{record, Outcome, RecordOptions};
+use retrace_collector::software::{record, Outcome, RecordOptions, StepMode};
 use retrace_decoder::bundle::CpuInfo;
 
 use super::CliError;
@@ -81,9 +81,6 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         }
         _ => {}
     }
-    if args.mode == Mode::Branch {
-        return Err(CliError::Message("--mode branch is not implemented yet; use --mode step".into()));
-    }
 
     let mut command = args.command.into_iter();
     let program = command.next().expect("clap requires a program");
@@ -99,6 +96,10 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         bar
     });
     let options = RecordOptions {
+        mode: match args.mode {
+            Mode::Step => StepMode::Step,
+            Mode::Branch => StepMode::Branch,
+        },
         max_instructions: args.max_insns,
         keep_instruction_log: args.insn_log,
         stop: install_interrupt_handler(),
@@ -114,7 +115,10 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
 
     let info = BundleInfo {
         backend: "software".into(),
-        mode: Some("step".into()),
+        mode: Some(match args.mode {
+            Mode::Step => "step".into(),
+            Mode::Branch => "branch".into(),
+        }),
         cpu_info: CpuInfo::software_recording(),
         cpu_info_is_synthetic: true,
     };
