@@ -194,8 +194,12 @@ fn tsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+/// Offset of `rip` in `struct user_regs_struct` (the start of `struct user`).
+const USER_RIP_OFFSET: usize = 16 * 8;
+
+/// The thread's RIP (one PTRACE_PEEKUSER: half the cost of PTRACE_GETREGS).
 fn rip(tid: Pid) -> Result<u64, Errno> {
-    ptrace::getregs(tid).map(|regs| regs.rip)
+    ptrace::read_user(tid, USER_RIP_OFFSET as ptrace::AddressType).map(|value| value as u64)
 }
 
 struct Recorder<'a> {
@@ -212,6 +216,8 @@ struct Recorder<'a> {
     /// Breakpoint address → original byte.
     breakpoints: HashMap<u64, u8>,
     blocks: HashMap<u64, Block>,
+    /// Decoded instructions of read-only code, for single-stepping.
+    insn_cache: HashMap<u64, InsnInfo>,
     /// Forked children to clean up and detach.
     forked: Vec<Pid>,
 }
@@ -242,6 +248,7 @@ impl Recorder<'_> {
             if self.maps != maps {
                 // Code may have been unmapped or replaced: rediscover blocks.
                 self.blocks.clear();
+                self.insn_cache.clear();
                 self.maps = maps;
             }
         }
@@ -261,9 +268,17 @@ impl Recorder<'_> {
     }
 
     fn decode_at(&mut self, ip: u64) -> Option<InsnInfo> {
+        if let Some(insn) = self.insn_cache.get(&ip) {
+            return Some(*insn);
+        }
         let mut bytes = [0u8; 16];
         let n = self.read_code(ip, &mut bytes);
-        classify(&bytes[..n], ip, ExecMode::Bits64)
+        let insn = classify(&bytes[..n], ip, ExecMode::Bits64)?;
+        // Code in writable mappings may change under us (JIT): never cache it.
+        if !self.in_writable_mapping(ip) && self.maps.iter().any(|m| m.start <= ip && ip < m.end) {
+            self.insn_cache.insert(ip, insn);
+        }
+        Some(insn)
     }
 
     fn record_executed(&mut self, tid: Pid, ip: u64, insn: &InsnInfo, next: Option<u64>) {
@@ -469,20 +484,21 @@ impl Recorder<'_> {
 
     /// A SIGTRAP stop.
     fn on_trap(&mut self, tid: Pid) -> Result<(), RecordError> {
-        let Ok(regs) = ptrace::getregs(tid) else { return Ok(()) };
-        match self.thread(tid).track {
-            Track::Step => {
-                self.executed(tid, Some(regs.rip));
-                self.resume(tid, None)
-            }
+        let track = self.thread(tid).track;
+        if let Track::Step | Track::StepOver { .. } = track {
+            let Ok(now) = rip(tid) else { return Ok(()) };
+            self.executed(tid, Some(now));
+        }
+        match track {
+            Track::Step => self.resume(tid, None),
             Track::StepOver { at } => {
-                self.executed(tid, Some(regs.rip));
                 if self.branch_stops && self.breakpoints.contains_key(&at) {
                     let _ = self.set_byte(self.pid, at, INT3);
                 }
                 self.resume(tid, None)
             }
             Track::Block { start } => {
+                let Ok(regs) = ptrace::getregs(tid) else { return Ok(()) };
                 let at = regs.rip.wrapping_sub(1);
                 let Some(block) = self.blocks.get(&start).cloned().filter(|b| b.end == at) else {
                     // Not our breakpoint (the program's own int3): continue by single-stepping.
@@ -672,6 +688,7 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
         branch_stops: options.mode == StepMode::Branch,
         breakpoints: HashMap::new(),
         blocks: HashMap::new(),
+        insn_cache: HashMap::new(),
         forked: Vec::new(),
     };
     let outcome = match recorder.run() {
