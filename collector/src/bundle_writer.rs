@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use retrace_decoder::bundle::{BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress, Recorder, TraceBundle};
+use retrace_decoder::bundle::{
+    BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress, Recorder, TraceBundle, TscConversion,
+};
 
 use crate::software::Recording;
 
@@ -112,7 +114,11 @@ pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Res
             threads,
             modules,
         }],
-        tsc_perf_zero_conversion: None,
+        tsc_perf_zero_conversion: recording.tsc_conversion.map(|c| TscConversion {
+            time_mult: c.time_mult,
+            time_shift: c.time_shift,
+            time_zero: c.time_zero.to_string(),
+        }),
         retrace: Some(Recorder {
             backend: info.backend.clone(),
             mode: info.mode.clone(),

@@ -9,12 +9,19 @@
 //! * [`software`] — the software backend: single-steps every thread and
 //!   encodes the flow as genuine Intel PT ([`pt_writer`]), so every consumer
 //!   (retrace, libipt, LLDB's intel-pt plugin) decodes one format;
-//! * [`bundle_writer`] — `trace.json` + per-thread traces + module copies.
+//! * [`bundle_writer`] — `trace.json` + per-thread traces + module copies;
+//! * [`intel_pt`] — the hardware backend's building blocks (`intel_pt` PMU
+//!   discovery from sysfs, `perf_event_attr`, per-thread AUX rings);
+//! * [`hardware`] — recording with the hardware backend;
+//! * [`perf_clock`] — the kernel's TSC → nanoseconds conversion.
 //!
 //! It must never parse trace formats itself: that is the decoder's job.
 
 pub mod bundle_writer;
 pub mod emulate;
+pub mod hardware;
+pub mod intel_pt;
+pub mod perf_clock;
 pub mod process;
 pub mod pt_writer;
 pub mod software;

@@ -122,6 +122,8 @@ pub struct Recording {
     /// Instructions whose bytes could not be read or decoded (recorded as
     /// tracing gaps).
     pub undecodable: u64,
+    /// How the TSC values in the trace convert to perf-clock nanoseconds.
+    pub tsc_conversion: Option<crate::perf_clock::TscConversion>,
 }
 
 impl Recording {
@@ -189,9 +191,39 @@ struct Block {
 const INT3: u8 = 0xcc;
 const MAX_BLOCK: usize = 4096;
 
-fn tsc() -> u64 {
-    // SAFETY: RDTSC has no preconditions on x86-64.
-    unsafe { core::arch::x86_64::_rdtsc() }
+/// The clock behind the trace's TSC packets: the real TSC when the kernel
+/// publishes its conversion to nanoseconds, else CLOCK_MONOTONIC nanoseconds
+/// with an identity conversion (as a stub without a usable TSC may do).
+#[derive(Debug, Clone, Copy)]
+enum TraceClock {
+    Tsc(crate::perf_clock::TscConversion),
+    MonotonicNanos,
+}
+
+impl TraceClock {
+    fn choose() -> Self {
+        match crate::perf_clock::tsc_conversion() {
+            Some(conversion) => TraceClock::Tsc(conversion),
+            None => TraceClock::MonotonicNanos,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        match self {
+            // SAFETY: RDTSC has no preconditions on x86-64.
+            TraceClock::Tsc(_) => unsafe { core::arch::x86_64::_rdtsc() },
+            TraceClock::MonotonicNanos => nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+                .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+                .unwrap_or(0),
+        }
+    }
+
+    fn conversion(&self) -> crate::perf_clock::TscConversion {
+        match self {
+            TraceClock::Tsc(conversion) => *conversion,
+            TraceClock::MonotonicNanos => crate::perf_clock::TscConversion { time_mult: 1, time_shift: 0, time_zero: 0 },
+        }
+    }
 }
 
 /// Offset of `rip` in `struct user_regs_struct` (the start of `struct user`).
@@ -220,6 +252,7 @@ struct Recorder<'a> {
     insn_cache: HashMap<u64, InsnInfo>,
     /// Forked children to clean up and detach.
     forked: Vec<Pid>,
+    clock: TraceClock,
 }
 
 impl Recorder<'_> {
@@ -282,7 +315,7 @@ impl Recorder<'_> {
     }
 
     fn record_executed(&mut self, tid: Pid, ip: u64, insn: &InsnInfo, next: Option<u64>) {
-        let time = tsc();
+        let time = self.clock.now();
         let state = self.thread(tid);
         state.writer.executed(ip, insn, next, time);
         if let Some(log) = &mut state.log {
@@ -690,6 +723,7 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
         blocks: HashMap::new(),
         insn_cache: HashMap::new(),
         forked: Vec::new(),
+        clock: TraceClock::choose(),
     };
     let outcome = match recorder.run() {
         Ok(outcome) => outcome,
@@ -717,5 +751,6 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
         outcome,
         elapsed: start.elapsed(),
         undecodable: recorder.undecodable,
+        tsc_conversion: Some(recorder.clock.conversion()),
     })
 }

@@ -337,3 +337,30 @@ fn intel_pt_backend_is_refused_clearly_without_the_pmu() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("/sys/bus/event_source/devices/intel_pt/type") && stderr.contains("--backend software"));
 }
+
+#[test]
+fn lldb_shows_instruction_times() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("times");
+    let exe = build("loop_fnptr", &dir, &["-O0", "-static"]);
+    let bundle = dir.join("bundle");
+    summary(&retrace_record_mode("branch", &bundle, &exe, &[]));
+    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(bundle.join("trace.json")).unwrap()).unwrap();
+    assert!(trace["tscPerfZeroConversion"]["timeMult"].as_u64().unwrap() > 0);
+    let out = Command::new("lldb-22")
+        .args(["-b", "-o", &format!("trace load {}", bundle.join("trace.json").display())])
+        .args(["-o", "thread trace dump instructions -f -t -c 2000"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let times: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split_once(": [")?.1.split_once(" ns]").map(|(t, _)| t.parse().unwrap()))
+        .collect();
+    assert!(times.len() >= 2000, "{text}");
+    assert!(!text.contains("[unavailable]"), "{text}");
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "times go backwards");
+    assert!(times.last().unwrap() > &times[0], "time never advances");
+}

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use retrace_collector::bundle_writer::{write_bundle, BundleInfo};
+use retrace_collector::hardware::{host_cpu_info, record_hardware};
+use retrace_collector::intel_pt::{IntelPtPmu, PtEventConfig};
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
 use retrace_collector::software::{record, Outcome, RecordOptions, StepMode};
 use retrace_decoder::bundle::CpuInfo;
@@ -38,8 +40,6 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
-const INTEL_PT_TYPE: &str = "/sys/bus/event_source/devices/intel_pt/type";
-
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_interrupt(_: libc::c_int) {
@@ -67,20 +67,16 @@ fn install_interrupt_handler() -> Arc<AtomicBool> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
-    let pt_available = std::path::Path::new(INTEL_PT_TYPE).exists();
-    match args.backend {
-        Backend::IntelPt if !pt_available => {
-            return Err(CliError::Message(format!(
-                "--backend intel-pt: this machine has no Intel PT PMU ({INTEL_PT_TYPE} does not exist); use --backend software"
-            )))
-        }
-        Backend::IntelPt | Backend::Auto if pt_available => {
-            return Err(CliError::Message(
-                "the intel-pt backend is not implemented yet; use --backend software".into(),
-            ))
-        }
-        _ => {}
-    }
+    let sysfs = std::path::Path::new(retrace_collector::intel_pt::SYSFS_DIR);
+    let hardware = match args.backend {
+        Backend::Software => false,
+        Backend::IntelPt => match IntelPtPmu::detect(sysfs) {
+            Ok(_) => true,
+            Err(error) => return Err(CliError::Message(format!("--backend intel-pt: {error}"))),
+        },
+        Backend::Auto => IntelPtPmu::detect(sysfs).is_ok(),
+    };
+    tracing::info!(backend = if hardware { "intel-pt" } else { "software" }, "recording");
 
     let mut command = args.command.into_iter();
     let program = command.next().expect("clap requires a program");
@@ -108,20 +104,28 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         }),
         ..RecordOptions::default()
     };
-    let recording = record(tracee, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")))?;
+    let (recording, info) = if hardware {
+        let recording = record_hardware(tracee, sysfs, &PtEventConfig::default(), &options)
+            .map_err(|e| CliError::Message(format!("recording failed: {e}")))?;
+        let cpu_info = host_cpu_info().ok_or_else(|| CliError::Message("cannot read /proc/cpuinfo".into()))?;
+        let info = BundleInfo { backend: "intel-pt".into(), mode: None, cpu_info, cpu_info_is_synthetic: false };
+        (recording, info)
+    } else {
+        let recording = record(tracee, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")))?;
+        let info = BundleInfo {
+            backend: "software".into(),
+            mode: Some(match args.mode {
+                Mode::Step => "step".into(),
+                Mode::Branch => "branch".into(),
+            }),
+            cpu_info: CpuInfo::software_recording(),
+            cpu_info_is_synthetic: true,
+        };
+        (recording, info)
+    };
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-
-    let info = BundleInfo {
-        backend: "software".into(),
-        mode: Some(match args.mode {
-            Mode::Step => "step".into(),
-            Mode::Branch => "branch".into(),
-        }),
-        cpu_info: CpuInfo::software_recording(),
-        cpu_info_is_synthetic: true,
-    };
     let trace_json = write_bundle(&args.output, &recording, &info).map_err(|e| CliError::Message(e.to_string()))?;
 
     let seconds = recording.elapsed.as_secs_f64();
@@ -147,11 +151,19 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         for thread in &recording.threads {
             println!("  thread {}: {} instructions, {} bytes of trace", thread.tid, thread.instructions, thread.trace.len());
         }
-        println!(
-            "recorded {instructions} instructions in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
-            recording.threads.len(),
-            recording.trace_bytes()
-        );
+        if info.backend == "intel-pt" {
+            println!(
+                "recorded {} bytes of Intel PT in {} thread(s), {seconds:.2} s (instruction counts need a decode)",
+                recording.trace_bytes(),
+                recording.threads.len()
+            );
+        } else {
+            println!(
+                "recorded {instructions} instructions in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
+                recording.threads.len(),
+                recording.trace_bytes()
+            );
+        }
         if recording.undecodable > 0 {
             println!("{} instruction(s) could not be decoded and appear as tracing gaps", recording.undecodable);
         }

@@ -1,0 +1,346 @@
+//! The hardware backend: Intel PT through `perf_event_open` on the kernel's
+//! `intel_pt` PMU, one event and one AUX ring buffer per thread, configured
+//! and read the way lldb-server does (`docs/ARCHITECTURE.md`,
+//! `shared/reference/lldb-remote-trace.md` §11).
+//!
+//! The PMU description comes from sysfs (`type`, `format/*`); the AUX buffer
+//! is mapped read-only, which puts the kernel in overwrite (snapshot) mode:
+//! it always holds the newest data, and a read returns
+//! `aux[head..] ++ aux[..head]`, oldest first.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use perf_event_open_sys as sys;
+
+/// Where the kernel describes the Intel PT PMU.
+pub const SYSFS_DIR: &str = "/sys/bus/event_source/devices/intel_pt";
+
+/// Why the Intel PT backend cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum IntelPtError {
+    /// The PMU is absent (AMD, most VMs, old CPUs).
+    #[error("no Intel PT on this machine: {path} does not exist; use --backend software")]
+    Absent {
+        /// The sysfs file that is missing.
+        path: PathBuf,
+    },
+    /// A sysfs file does not say what the kernel ABI says it should.
+    #[error("{path}: unexpected contents {contents:?}")]
+    BadSysfs {
+        /// The file.
+        path: PathBuf,
+        /// What it held.
+        contents: String,
+    },
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Sys {
+        /// What was attempted.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The AUX buffer size must be a power of two of at least one page.
+    #[error("trace buffer size {0} must be a power of two of at least 4096 bytes")]
+    BadBufferSize(usize),
+}
+
+/// A bit field of `perf_event_attr.config`, from a `format/<name>` file
+/// (`config:10`, `config:24-27`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigField {
+    /// Lowest bit.
+    pub low: u32,
+    /// Highest bit (inclusive).
+    pub high: u32,
+}
+
+impl ConfigField {
+    /// Parses a sysfs format string; only `config` fields are accepted.
+    pub fn parse(text: &str) -> Option<Self> {
+        let bits = text.trim().strip_prefix("config:")?;
+        let (low, high) = match bits.split_once('-') {
+            Some((low, high)) => (low.parse().ok()?, high.parse().ok()?),
+            None => {
+                let bit = bits.parse().ok()?;
+                (bit, bit)
+            }
+        };
+        (low <= high && high < 64).then_some(ConfigField { low, high })
+    }
+
+    /// `config` with `value` placed in this field (bits beyond it dropped).
+    pub fn apply(&self, config: u64, value: u64) -> u64 {
+        let width = self.high - self.low + 1;
+        let mask = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
+        (config & !(mask << self.low)) | (value & mask) << self.low
+    }
+}
+
+/// The Intel PT PMU as sysfs describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntelPtPmu {
+    /// `perf_event_attr.type`.
+    pub perf_type: u32,
+    /// `format/tsc`.
+    pub tsc: Option<ConfigField>,
+    /// `format/psb_period`.
+    pub psb_period: Option<ConfigField>,
+}
+
+fn read_sysfs(path: &Path) -> Result<String, IntelPtError> {
+    std::fs::read_to_string(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => IntelPtError::Absent { path: path.to_path_buf() },
+        _ => IntelPtError::Sys { what: "reading sysfs", source },
+    })
+}
+
+impl IntelPtPmu {
+    /// Reads the PMU description below `dir` (normally [`SYSFS_DIR`]).
+    pub fn detect(dir: &Path) -> Result<Self, IntelPtError> {
+        let type_path = dir.join("type");
+        let text = read_sysfs(&type_path)?;
+        let perf_type = text
+            .trim()
+            .parse()
+            .map_err(|_| IntelPtError::BadSysfs { path: type_path.clone(), contents: text.clone() })?;
+        let field = |name: &str| -> Result<Option<ConfigField>, IntelPtError> {
+            let path = dir.join("format").join(name);
+            match read_sysfs(&path) {
+                Ok(text) => ConfigField::parse(&text)
+                    .map(Some)
+                    .ok_or(IntelPtError::BadSysfs { path, contents: text }),
+                Err(IntelPtError::Absent { .. }) => Ok(None),
+                Err(other) => Err(other),
+            }
+        };
+        Ok(IntelPtPmu { perf_type, tsc: field("tsc")?, psb_period: field("psb_period")? })
+    }
+}
+
+/// How to configure each thread's trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PtEventConfig {
+    /// Emit TSC packets.
+    pub tsc: bool,
+    /// PSB period exponent (`psb_period` format field), if set.
+    pub psb_period: Option<u64>,
+    /// AUX buffer bytes per thread (a power of two ≥ 4096).
+    pub buffer_size: usize,
+}
+
+impl Default for PtEventConfig {
+    fn default() -> Self {
+        PtEventConfig { tsc: true, psb_period: None, buffer_size: 4 << 20 }
+    }
+}
+
+/// The `perf_event_attr` for one thread's user-space Intel PT trace:
+/// branch tracing with return compression (no `pt`/`branch`/`noretcomp`
+/// bits, as lldb-server), kernel and hypervisor excluded, enabled at once.
+pub fn perf_attr(pmu: &IntelPtPmu, config: &PtEventConfig) -> sys::bindings::perf_event_attr {
+    let mut attr = sys::bindings::perf_event_attr {
+        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+        type_: pmu.perf_type,
+        ..Default::default()
+    };
+    let mut bits = 0u64;
+    if let (true, Some(field)) = (config.tsc, pmu.tsc) {
+        bits = field.apply(bits, 1);
+    }
+    if let (Some(period), Some(field)) = (config.psb_period, pmu.psb_period) {
+        bits = field.apply(bits, period);
+    }
+    attr.config = bits;
+    attr.set_exclude_kernel(1);
+    attr.set_exclude_hv(1);
+    attr.set_exclude_idle(1);
+    attr.set_disabled(0);
+    attr
+}
+
+/// The bytes of an overwrite-mode AUX buffer, oldest first: `aux_head` is the
+/// kernel's running write position (it may exceed the buffer size); a buffer
+/// that never wrapped is returned up to the head only.
+pub fn aux_snapshot(aux: &[u8], aux_head: u64) -> Vec<u8> {
+    if aux.is_empty() {
+        return Vec::new();
+    }
+    let size = aux.len() as u64;
+    if aux_head < size {
+        return aux[..aux_head as usize].to_vec();
+    }
+    let head = (aux_head % size) as usize;
+    let mut out = Vec::with_capacity(aux.len());
+    out.extend_from_slice(&aux[head..]);
+    out.extend_from_slice(&aux[..head]);
+    out
+}
+
+/// One thread's Intel PT event with its mapped metadata page and AUX buffer.
+pub struct ThreadPtEvent {
+    fd: OwnedFd,
+    meta: *mut sys::bindings::perf_event_mmap_page,
+    meta_len: usize,
+    aux: *const u8,
+    aux_len: usize,
+}
+
+// SAFETY: the mappings are owned by this value and only read through it.
+unsafe impl Send for ThreadPtEvent {}
+
+fn last_os_error(what: &'static str) -> IntelPtError {
+    IntelPtError::Sys { what, source: std::io::Error::last_os_error() }
+}
+
+impl ThreadPtEvent {
+    /// Opens and maps an Intel PT event for thread `tid` (`pid = tid, cpu = -1`).
+    pub fn open(pmu: &IntelPtPmu, config: &PtEventConfig, tid: i32) -> Result<Self, IntelPtError> {
+        let page = 4096usize;
+        if !config.buffer_size.is_power_of_two() || config.buffer_size < page {
+            return Err(IntelPtError::BadBufferSize(config.buffer_size));
+        }
+        let mut attr = perf_attr(pmu, config);
+        // SAFETY: attr is a valid, fully initialised perf_event_attr.
+        let raw = unsafe { sys::perf_event_open(&mut attr, tid, -1, -1, 0) };
+        if raw < 0 {
+            return Err(last_os_error("perf_event_open(intel_pt)"));
+        }
+        // SAFETY: perf_event_open returned a new descriptor we now own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: mapping the metadata page of a perf event fd, as documented in perf_event_open(2).
+        let meta = unsafe {
+            libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+        };
+        if meta == libc::MAP_FAILED {
+            return Err(last_os_error("mmap(perf metadata page)"));
+        }
+        let meta = meta.cast::<sys::bindings::perf_event_mmap_page>();
+        // SAFETY: meta is a valid mapping of the metadata page; aux_offset/size are written before mapping AUX.
+        let aux = unsafe {
+            (*meta).aux_offset = page as u64;
+            (*meta).aux_size = config.buffer_size as u64;
+            libc::mmap(std::ptr::null_mut(), config.buffer_size, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), page as i64)
+        };
+        if aux == libc::MAP_FAILED {
+            let error = last_os_error("mmap(perf AUX area)");
+            // SAFETY: unmapping what we mapped above.
+            unsafe { libc::munmap(meta.cast(), page) };
+            return Err(error);
+        }
+        Ok(ThreadPtEvent { fd, meta, meta_len: page, aux: aux.cast(), aux_len: config.buffer_size })
+    }
+
+    /// The trace so far, oldest first: disables the event (flushing the CPU's
+    /// buffers), copies the AUX buffer, and enables it again.
+    pub fn snapshot(&self) -> Vec<u8> {
+        // SAFETY: ioctls on our own perf fd; reads of our own mappings.
+        unsafe {
+            sys::ioctls::DISABLE(self.fd.as_raw_fd(), 0);
+            let head = std::ptr::read_volatile(std::ptr::addr_of!((*self.meta).aux_head));
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            let aux = std::slice::from_raw_parts(self.aux, self.aux_len);
+            let bytes = aux_snapshot(aux, head);
+            sys::ioctls::ENABLE(self.fd.as_raw_fd(), 0);
+            bytes
+        }
+    }
+}
+
+impl Drop for ThreadPtEvent {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mappings.
+        unsafe {
+            libc::munmap(self.aux as *mut libc::c_void, self.aux_len);
+            libc::munmap(self.meta.cast(), self.meta_len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_fields_parse_and_apply() {
+        assert_eq!(ConfigField::parse("config:10\n"), Some(ConfigField { low: 10, high: 10 }));
+        let psb = ConfigField::parse("config:24-27").unwrap();
+        assert_eq!(psb, ConfigField { low: 24, high: 27 });
+        assert_eq!(psb.apply(0, 3), 3 << 24);
+        assert_eq!(psb.apply(u64::MAX, 0), u64::MAX & !(0xf << 24));
+        assert_eq!(psb.apply(0, 0x1f), 0xf << 24); // value truncated to the field
+        assert_eq!(ConfigField::parse("config1:0"), None);
+        assert_eq!(ConfigField::parse("config:9-3"), None);
+        assert_eq!(ConfigField::parse("config:64"), None);
+    }
+
+    fn fake_sysfs(files: &[(&str, &str)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("retrace-sysfs-{}-{}", std::process::id(), files.len()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (name, contents) in files {
+            let path = dir.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, contents).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn attr_from_sysfs_description() {
+        let dir = fake_sysfs(&[("type", "8\n"), ("format/tsc", "config:10\n"), ("format/psb_period", "config:24-27\n")]);
+        let pmu = IntelPtPmu::detect(&dir).unwrap();
+        assert_eq!(pmu.perf_type, 8);
+        let attr = perf_attr(&pmu, &PtEventConfig { tsc: true, psb_period: Some(2), buffer_size: 4096 });
+        assert_eq!(attr.type_, 8);
+        assert_eq!(attr.config, 1 << 10 | 2 << 24);
+        assert_eq!(attr.size as usize, std::mem::size_of::<sys::bindings::perf_event_attr>());
+        assert_eq!((attr.exclude_kernel(), attr.exclude_hv(), attr.exclude_idle(), attr.disabled()), (1, 1, 1, 0));
+        let plain = perf_attr(&pmu, &PtEventConfig { tsc: false, psb_period: None, buffer_size: 4096 });
+        assert_eq!(plain.config, 0);
+    }
+
+    #[test]
+    fn absent_pmu_names_the_missing_file() {
+        let error = IntelPtPmu::detect(Path::new("/nonexistent/intel_pt")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "no Intel PT on this machine: /nonexistent/intel_pt/type does not exist; use --backend software"
+        );
+        let bad = fake_sysfs(&[("type", "eight"), ("format/tsc", "config:10")]);
+        assert!(matches!(IntelPtPmu::detect(&bad), Err(IntelPtError::BadSysfs { .. })));
+    }
+
+    #[test]
+    fn this_machine_without_intel_pt_is_reported() {
+        if Path::new(SYSFS_DIR).join("type").exists() {
+            return; // a machine with Intel PT: nothing to observe here
+        }
+        assert!(matches!(IntelPtPmu::detect(Path::new(SYSFS_DIR)), Err(IntelPtError::Absent { .. })));
+    }
+
+    #[test]
+    fn aux_ring_reads_oldest_first() {
+        let aux: Vec<u8> = (0..16).collect();
+        // partial fill: only what was written
+        assert_eq!(aux_snapshot(&aux, 5), vec![0, 1, 2, 3, 4]);
+        assert_eq!(aux_snapshot(&aux, 0), Vec::<u8>::new());
+        // exactly full
+        assert_eq!(aux_snapshot(&aux, 16), aux);
+        // wrapped: head beyond size, data from head onwards is oldest
+        let mut expected: Vec<u8> = (6..16).collect();
+        expected.extend(0..6);
+        assert_eq!(aux_snapshot(&aux, 16 + 6), expected);
+        assert_eq!(aux_snapshot(&aux, 16 * 1000 + 6), expected);
+        assert!(aux_snapshot(&[], 7).is_empty());
+    }
+
+    #[test]
+    fn buffer_size_is_checked_before_any_system_call() {
+        let pmu = IntelPtPmu { perf_type: 8, tsc: None, psb_period: None };
+        for size in [0, 1000, 4097, 12288] {
+            let config = PtEventConfig { buffer_size: size, ..PtEventConfig::default() };
+            assert!(matches!(ThreadPtEvent::open(&pmu, &config, 0), Err(IntelPtError::BadBufferSize(_))));
+        }
+    }
+}
