@@ -55,8 +55,7 @@ pub fn record_hardware(
     let pmu = match IntelPtPmu::detect(sysfs) {
         Ok(pmu) => pmu,
         Err(error) => {
-            let _ = kill(tracee.pid, Signal::SIGKILL);
-            let _ = waitpid(tracee.pid, None);
+            process::kill_and_reap(tracee.pid);
             return Err(error);
         }
     };
@@ -73,8 +72,7 @@ pub fn record_hardware(
         Ok(())
     };
     if let Err(error) = open(pid, &mut events, &mut order) {
-        let _ = kill(pid, Signal::SIGKILL);
-        let _ = waitpid(pid, None);
+        process::kill_and_reap(pid);
         return Err(error);
     }
     let _ = ptrace::cont(pid, None);

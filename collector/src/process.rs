@@ -157,6 +157,20 @@ pub fn launch(options: &LaunchOptions) -> Result<Tracee, LaunchError> {
     }
 }
 
+/// Kills a traced process and reaps it (letting it through any ptrace stops
+/// on its way out).
+pub fn kill_and_reap(pid: Pid) {
+    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+    loop {
+        match waitpid(pid, Some(nix::sys::wait::WaitPidFlag::__WALL)) {
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => return,
+            Ok(_) => {
+                let _ = ptrace::cont(pid, None);
+            }
+        }
+    }
+}
+
 /// Reads up to `buf.len()` bytes of the tracee's memory at `address`;
 /// returns how many could be read (a read stops at an unmapped page).
 pub fn read_memory(pid: Pid, address: u64, buf: &mut [u8]) -> usize {
