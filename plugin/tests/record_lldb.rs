@@ -364,3 +364,52 @@ fn lldb_shows_instruction_times() {
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "times go backwards");
     assert!(times.last().unwrap() > &times[0], "time never advances");
 }
+
+#[test]
+fn instruction_limit_and_interrupt_end_with_valid_bundles() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("limits");
+    let exe = build("spin_forever", &dir, &["-O0", "-static"]);
+
+    // --max-insns: stops after exactly that many instructions.
+    let bundle = dir.join("limited");
+    let out = Command::new(env!("CARGO_BIN_EXE_retrace"))
+        .args(["record", "--mode", "branch", "--max-insns", "50000", "--insn-log", "--json", "-o"])
+        .arg(&bundle)
+        .arg("--")
+        .arg(&exe)
+        .arg(dir.join("pid-limited"))
+        .output()
+        .unwrap();
+    let limited = summary(&out);
+    assert_eq!(limited["outcome"], "instruction limit reached; program killed");
+    let n = limited["instructions"].as_u64().unwrap();
+    assert!((50_000..50_000 + 4096).contains(&n), "{n} instructions");
+    assert_lldb_matches_ground_truth(&bundle, &limited);
+
+    // Ctrl-C (SIGINT to the recorder): the recording ends, the bundle is written.
+    let bundle = dir.join("interrupted");
+    let pid_file = dir.join("pid-interrupted");
+    let child = Command::new(env!("CARGO_BIN_EXE_retrace"))
+        .args(["record", "--insn-log", "--json", "-o"])
+        .arg(&bundle)
+        .arg("--")
+        .arg(&exe)
+        .arg(&pid_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !pid_file.exists() {
+        assert!(std::time::Instant::now() < deadline, "the program never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let interrupted = summary(&child.wait_with_output().unwrap());
+    assert_eq!(interrupted["outcome"], "recording interrupted; program killed");
+    assert_lldb_matches_ground_truth(&bundle, &interrupted);
+}
