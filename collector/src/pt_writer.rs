@@ -17,7 +17,7 @@
 //!   libipt's, so libipt and LLDB decode every compressed return;
 //! * SYSCALL and other far transfers: TIP.PGD with the IP suppressed (user-only
 //!   tracing stops in the kernel); the next user instruction gets
-//!   MODE.Exec + TIP.PGE;
+//!   MODE.Exec + TIP.PGE; returns are never compressed across such a gap;
 //! * asynchronous stops (signals, the end of recording): FUP(IP of the
 //!   instruction not executed) + TIP.PGD;
 //! * a PSB+ (TSC, MODE.Exec, FUP of the current IP when tracing is on) every
@@ -191,7 +191,7 @@ impl ThreadPtWriter {
             FlowKind::Syscall | FlowKind::FarTransfer => {
                 self.flush_tnt();
                 self.encoder.encode_ip(IpPacketKind::TipPgd, None);
-                self.enabled = false;
+                self.disabled();
             }
         }
         if self.encoder.len() - self.last_psb >= self.psb_period {
@@ -208,7 +208,15 @@ impl ThreadPtWriter {
         self.flush_tnt();
         self.encoder.encode_ip(IpPacketKind::Fup, Some(ip));
         self.encoder.encode_ip(IpPacketKind::TipPgd, None);
+        self.disabled();
+    }
+
+    /// Packet generation stopped. Returns are not compressed against calls
+    /// made before it (decoders differ on whether their return stack survives
+    /// a disabled stretch: libipt keeps it, others clear it), so start afresh.
+    fn disabled(&mut self) {
         self.enabled = false;
+        self.returns.clear();
     }
 
     /// The finished stream. Call [`disable_async`](Self::disable_async) first

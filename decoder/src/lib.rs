@@ -20,5 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod bundle;
+pub mod flow;
+pub mod image;
 pub mod packet;
 pub mod x86;

@@ -3,6 +3,7 @@
 //! It lives in the plugin crate because it is the LLDB side's helper: the
 //! Python shim in `lldb-scripts/` drives the same decoder through it.
 
+mod bundle;
 mod cli;
 
 use std::process::ExitCode;

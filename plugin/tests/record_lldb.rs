@@ -122,7 +122,35 @@ fn assert_lldb_matches(
         compared += truth.len() as u64;
     }
     assert_eq!(compared, summary["instructions"].as_u64().unwrap());
+    assert_retrace_dump_equals_lldb(bundle, tids.len());
     compared
+}
+
+/// retrace's own decoder must print exactly what LLDB prints for
+/// `thread trace dump instructions -a -f -e --raw`: same item ids, events,
+/// addresses and errors, thread by thread.
+fn assert_retrace_dump_equals_lldb(bundle: &Path, threads: usize) {
+    let trace_json = bundle.join("trace.json");
+    let lldb = retrace_tests::lldb::dump_text(&trace_json, threads, "-a -f -e --raw").unwrap_or_else(|e| panic!("{e}"));
+    let ours = Command::new(env!("CARGO_BIN_EXE_retrace"))
+        .args(["dump", "instructions", "-a", "-f", "-e", "--raw"])
+        .arg(&trace_json)
+        .output()
+        .unwrap();
+    assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+    let ours = String::from_utf8(ours.stdout).unwrap();
+    if ours != lldb {
+        let (a, b): (Vec<_>, Vec<_>) = (ours.lines().collect(), lldb.lines().collect());
+        let i = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+        panic!(
+            "{}: retrace dump differs from LLDB at line {i}: retrace {:?}, LLDB {:?} ({} vs {} lines)",
+            bundle.display(),
+            a.get(i),
+            b.get(i),
+            a.len(),
+            b.len()
+        );
+    }
 }
 
 fn native_exit_code(program: &Path) -> i32 {

@@ -55,3 +55,19 @@ pub fn dump_raw_instructions(trace_json: &Path, threads: usize) -> Result<BTreeM
     }
     Ok(threads)
 }
+
+/// The text LLDB prints for `thread trace dump instructions <options> <index>`
+/// for every thread index `1..=threads`, without LLDB's echo of the commands.
+pub fn dump_text(trace_json: &Path, threads: usize, options: &str) -> Result<String, String> {
+    let mut command = Command::new("lldb-22");
+    command.arg("-b").arg("-o").arg(format!("trace load {}", trace_json.display()));
+    for index in 1..=threads {
+        command.arg("-o").arg(format!("thread trace dump instructions {options} {index}"));
+    }
+    let output = command.output().map_err(|e| format!("running lldb-22: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("lldb-22 failed: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    Ok(text.lines().filter(|line| !line.starts_with("(lldb) ")).map(|line| format!("{line}\n")).collect())
+}

@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch.
 
+mod dump;
 mod encode;
 mod ptdump;
 mod record;
@@ -79,6 +80,9 @@ enum Command {
         #[arg(required = true, last = true, value_name = "PROGRAM ARGS")]
         command: Vec<std::ffi::OsString>,
     },
+    /// Decode a trace bundle and show what it recorded.
+    #[command(subcommand)]
+    Dump(DumpCommand),
     /// Encode a packet script (text, one packet per line) into a raw trace.
     ///
     /// The script uses the syntax of ptdump's packet and payload columns, e.g.
@@ -93,6 +97,45 @@ enum Command {
         /// Where to write the trace.
         #[arg(short, long)]
         output: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DumpCommand {
+    /// Per thread: trace size, items, instructions, events, errors, decode time.
+    Info {
+        /// The bundle's trace.json.
+        trace_json: PathBuf,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The executed instructions of each thread, as LLDB's
+    /// `thread trace dump instructions` prints them (same item ids: events
+    /// and errors are numbered too).
+    ///
+    /// Example: retrace dump instructions -f -c 50 DIR/trace.json
+    Instructions {
+        /// The bundle's trace.json.
+        trace_json: PathBuf,
+        /// Only this thread.
+        #[arg(long)]
+        tid: Option<u64>,
+        /// Oldest first (default: newest first).
+        #[arg(short, long)]
+        forwards: bool,
+        /// Every instruction (no count limit).
+        #[arg(short, long)]
+        all: bool,
+        /// How many instructions per thread.
+        #[arg(short, long, default_value_t = 20)]
+        count: usize,
+        /// Addresses only.
+        #[arg(short, long)]
+        raw: bool,
+        /// Include events (clock ticks, sync points, tracing disabled).
+        #[arg(short, long)]
+        events: bool,
     },
 }
 
@@ -131,6 +174,10 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Ptdump { file, json, no_sync } => ptdump::run(&file, json, no_sync),
         Command::Encode { script, output } => encode::run(&script, &output),
+        Command::Dump(DumpCommand::Info { trace_json, json }) => dump::info(&trace_json, json),
+        Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events }) => {
+            dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid })
+        }
         Command::Record { backend, mode, output, max_insns, aslr, insn_log, json, command } => {
             record::run(record::Args { backend, mode, output, max_insns, aslr, insn_log, json, command })
         }

@@ -1,0 +1,519 @@
+//! Instruction-flow reconstruction: Intel PT packets + the traced code →
+//! the sequence of executed instructions, with events and error items, as
+//! LLDB's intel-pt plugin presents them (items numbered from 0: instructions,
+//! events and errors alike).
+//!
+//! Rules (SDM "Intel PT"; libipt's insn/block decoders): conditional branches
+//! take TNT bits in order; indirect branches and uncompressed returns take TIP
+//! targets; a return meeting a TNT bit is compressed and pops the 64-entry
+//! return stack (pushed by every call except zero-length calls); FUP + TIP.PGD
+//! is an asynchronous disable bound to the FUP's IP; TIP.PGD after a far
+//! transfer (SYSCALL) disables tracing; TIP.PGE resumes it; PSB+ restates the
+//! state (FUP = current IP when tracing is on) and is a synchronisation point.
+//! Every problem becomes an [`Item::Error`] with the byte offset of the packet
+//! involved, and decoding resumes at the next PSB.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::image::Memory;
+use crate::packet::{Packet, PacketDecoder};
+use crate::x86::{classify, ExecMode, FlowKind, InsnInfo};
+
+/// An event in the instruction flow (LLDB's `TraceEvent` kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A new TSC value (`HW clock tick [tsc]`).
+    ClockTick(u64),
+    /// Decoding (re)synchronised at the PSB at this offset.
+    SyncPoint(usize),
+    /// Tracing stopped at a branch (TIP.PGD; LLDB: `hardware disabled tracing`).
+    HardwareDisabled,
+    /// Tracing stopped asynchronously (FUP + TIP.PGD; LLDB: `software disabled tracing`).
+    SoftwareDisabled,
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::ClockTick(tsc) => write!(f, "HW clock tick [{tsc}]"),
+            Event::SyncPoint(offset) => write!(f, "trace synchronization point [offset = 0x0x{offset:x}]"),
+            Event::HardwareDisabled => write!(f, "hardware disabled tracing"),
+            Event::SoftwareDisabled => write!(f, "software disabled tracing"),
+        }
+    }
+}
+
+/// What went wrong in the flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlowError {
+    /// A packet could not be decoded.
+    Packet(crate::packet::PacketErrorKind),
+    /// No code is known at this address.
+    NoMemory(u64),
+    /// The bytes at this address are not a valid instruction.
+    BadInstruction(u64),
+    /// The next packet does not answer what the code needs (e.g. a TIP where
+    /// a conditional branch needs a TNT bit).
+    Mismatch(&'static str),
+    /// A compressed return (TNT bit) was not taken, or had no matching call.
+    BadReturnCompression,
+    /// Internal buffer overflow in the tracing hardware: packets were lost.
+    Overflow,
+    /// Too many instructions without reaching a packet (a loop of direct jumps).
+    NoProgress(u64),
+}
+
+impl std::fmt::Display for FlowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FlowError::Packet(kind) => write!(f, "bad packet: {kind}"),
+            FlowError::NoMemory(ip) => write!(f, "no memory mapped at this address: {ip:#x}"),
+            FlowError::BadInstruction(ip) => write!(f, "invalid instruction at {ip:#x}"),
+            FlowError::Mismatch(what) => write!(f, "trace stream does not match query: {what}"),
+            FlowError::BadReturnCompression => write!(f, "bad return compression"),
+            FlowError::Overflow => write!(f, "overflow packet: trace data was lost"),
+            FlowError::NoProgress(ip) => write!(f, "no packet consumed for too long at {ip:#x}"),
+        }
+    }
+}
+
+/// One item of the decoded flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    /// An executed instruction.
+    Instruction {
+        /// Its address.
+        ip: u64,
+    },
+    /// An event.
+    Event(Event),
+    /// A decode error at a trace offset; decoding resumed at the next PSB.
+    Error {
+        /// Byte offset in the trace of the packet involved.
+        offset: usize,
+        /// What went wrong.
+        error: FlowError,
+    },
+}
+
+const RETURN_STACK_DEPTH: usize = 64;
+const MAX_STRAIGHT_LINE: u64 = 1 << 20;
+
+/// Decodes one thread's Intel PT stream against `memory`.
+pub struct FlowDecoder<'a, M: Memory> {
+    packets: PacketDecoder<'a>,
+    memory: &'a M,
+    cache: HashMap<u64, InsnInfo>,
+    peeked: Option<(usize, Packet)>,
+    tnt: VecDeque<bool>,
+    returns: VecDeque<u64>,
+    tsc: Option<u64>,
+    out: Vec<Item>,
+}
+
+/// Where the decoder stands after handling something.
+enum Next {
+    /// Keep executing at this IP.
+    At(u64),
+    /// Tracing is disabled; wait for TIP.PGE or a PSB.
+    Disabled,
+    /// Stop (end of trace).
+    End,
+}
+
+type Flow<T> = Result<T, (usize, FlowError)>;
+
+impl<'a, M: Memory> FlowDecoder<'a, M> {
+    /// A decoder over `trace` reading code from `memory`.
+    pub fn new(trace: &'a [u8], memory: &'a M) -> Self {
+        FlowDecoder {
+            packets: PacketDecoder::new(trace),
+            memory,
+            cache: HashMap::new(),
+            peeked: None,
+            tnt: VecDeque::new(),
+            returns: VecDeque::new(),
+            tsc: None,
+            out: Vec::new(),
+        }
+    }
+
+    /// Decodes the whole stream into items.
+    pub fn decode_all(mut self) -> Vec<Item> {
+        let mut synced = self.resync();
+        while synced {
+            match self.run() {
+                Ok(()) => break,
+                Err((offset, error)) => {
+                    self.out.push(Item::Error { offset, error });
+                    synced = self.resync();
+                }
+            }
+        }
+        self.out
+    }
+
+    fn resync(&mut self) -> bool {
+        self.tnt.clear();
+        self.returns.clear();
+        match self.peeked.take() {
+            // A PSB already read ahead is the next sync point.
+            Some((offset, Packet::Psb)) => self.packets.sync_set(offset),
+            Some((offset, _)) => {
+                self.packets.sync_set(offset);
+                self.packets.sync_forward().is_some()
+            }
+            None => self.packets.sync_forward().is_some(),
+        }
+    }
+
+    fn insn(&mut self, ip: u64) -> Result<InsnInfo, FlowError> {
+        if let Some(insn) = self.cache.get(&ip) {
+            return Ok(*insn);
+        }
+        let mut bytes = [0u8; 15];
+        let n = self.memory.read(ip, &mut bytes);
+        if n == 0 {
+            return Err(FlowError::NoMemory(ip));
+        }
+        let insn = classify(&bytes[..n], ip, ExecMode::Bits64).ok_or(FlowError::BadInstruction(ip))?;
+        self.cache.insert(ip, insn);
+        Ok(insn)
+    }
+
+    fn tick(&mut self, tsc: u64) {
+        if self.tsc != Some(tsc) {
+            self.tsc = Some(tsc);
+            self.out.push(Item::Event(Event::ClockTick(tsc)));
+        }
+    }
+
+    /// Reads the PSB+ header after a PSB at `offset`; returns the FUP IP
+    /// (tracing on) or `None` (tracing off).
+    fn psb_plus(&mut self, offset: usize) -> Flow<Option<u64>> {
+        let mut ip = None;
+        loop {
+            let (at, packet) = match self.packets.next_packet() {
+                Ok(Some(item)) => item,
+                Ok(None) => return Err((self.packets.offset(), FlowError::Mismatch("trace ends inside PSB+"))),
+                Err(e) => return Err((e.offset, FlowError::Packet(e.kind))),
+            };
+            match packet {
+                Packet::Psbend => break,
+                Packet::Tsc(tsc) => self.tick(tsc),
+                Packet::Fup(fup) => ip = fup.ip,
+                Packet::Ovf => return Err((at, FlowError::Overflow)),
+                _ => {}
+            }
+        }
+        self.out.push(Item::Event(Event::SyncPoint(offset)));
+        self.tnt.clear();
+        self.returns.clear();
+        Ok(ip)
+    }
+
+    /// The FUP IP of the PSB+ that starts at the packet decoder's position
+    /// (the PSB itself already read), without consuming anything.
+    fn psb_fup_lookahead(&self) -> Option<u64> {
+        let mut ahead = self.packets.clone();
+        let mut ip = None;
+        while let Ok(Some((_, packet))) = ahead.next_packet() {
+            match packet {
+                Packet::Psbend => break,
+                Packet::Fup(fup) => ip = fup.ip,
+                _ => {}
+            }
+        }
+        ip
+    }
+
+    /// The next packet that matters for the flow, handling timing and
+    /// status packets (and PSB+) on the way. `None` at the end of the trace.
+    fn fetch(&mut self) -> Flow<Option<(usize, Packet)>> {
+        if let Some(item) = self.peeked.take() {
+            return Ok(Some(item));
+        }
+        loop {
+            let (offset, packet) = match self.packets.next_packet() {
+                Ok(Some(item)) => item,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err((e.offset, FlowError::Packet(e.kind))),
+            };
+            match packet {
+                Packet::Tsc(tsc) => self.tick(tsc),
+                Packet::TntShort(_)
+                | Packet::TntLong(_)
+                | Packet::Tip(_)
+                | Packet::TipPge(_)
+                | Packet::TipPgd(_)
+                | Packet::Fup(_)
+                | Packet::Psb
+                | Packet::Ovf => return Ok(Some((offset, packet))),
+                _ => {} // timing, mode, paging, power and other status packets
+            }
+        }
+    }
+
+    fn peek(&mut self) -> Flow<Option<(usize, Packet)>> {
+        if self.peeked.is_none() {
+            self.peeked = self.fetch()?;
+        }
+        Ok(self.peeked)
+    }
+
+    /// Takes one TNT bit, reading TNT packets as needed. `Ok(None)` when the
+    /// next flow packet is not a TNT (it stays peeked).
+    fn tnt_bit(&mut self) -> Flow<Option<bool>> {
+        if let Some(bit) = self.tnt.pop_front() {
+            return Ok(Some(bit));
+        }
+        match self.peek()? {
+            Some((_, Packet::TntShort(tnt) | Packet::TntLong(tnt))) => {
+                self.peeked = None;
+                self.tnt.extend(tnt.outcomes());
+                Ok(self.tnt.pop_front())
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn push_return(&mut self, address: u64) {
+        if self.returns.len() == RETURN_STACK_DEPTH {
+            self.returns.pop_front();
+        }
+        self.returns.push_back(address);
+    }
+
+    fn offset(&self) -> usize {
+        self.peeked.map(|(offset, _)| offset).unwrap_or_else(|| self.packets.offset())
+    }
+
+    /// The target of an indirect transfer: TIP → `At`, TIP.PGD → disabled.
+    fn indirect(&mut self) -> Flow<Next> {
+        if !self.tnt.is_empty() {
+            return Err((self.offset(), FlowError::Mismatch("TNT bits left at an indirect branch")));
+        }
+        match self.fetch()? {
+            Some((_, Packet::Tip(tip))) => match tip.ip {
+                Some(ip) => Ok(Next::At(ip)),
+                None => Ok(Next::Disabled),
+            },
+            Some((_, Packet::TipPgd(_))) => {
+                self.out.push(Item::Event(Event::HardwareDisabled));
+                Ok(Next::Disabled)
+            }
+            Some((offset, Packet::Psb)) => {
+                self.peeked = Some((offset, Packet::Psb));
+                Err((offset, FlowError::Mismatch("PSB where a TIP was expected")))
+            }
+            Some((offset, Packet::Ovf)) => Err((offset, FlowError::Overflow)),
+            Some((offset, _)) => Err((offset, FlowError::Mismatch("expected a TIP"))),
+            None => Ok(Next::End),
+        }
+    }
+
+    /// Handles a FUP bound to the current IP (the instruction there has not
+    /// executed).
+    fn async_event(&mut self, fup_offset: usize) -> Flow<Next> {
+        match self.fetch()? {
+            Some((_, Packet::TipPgd(_))) => {
+                self.out.push(Item::Event(Event::SoftwareDisabled));
+                Ok(Next::Disabled)
+            }
+            Some((_, Packet::Tip(tip))) => tip.ip.map(Next::At).ok_or((fup_offset, FlowError::Mismatch("async branch without target"))),
+            Some((offset, _)) => Err((offset, FlowError::Mismatch("FUP not followed by TIP or TIP.PGD"))),
+            None => Ok(Next::End),
+        }
+    }
+
+    /// Executes instructions from `ip` until tracing is disabled or the trace ends.
+    fn execute(&mut self, mut ip: u64) -> Flow<Next> {
+        let mut straight = 0u64;
+        loop {
+            // An asynchronous event binds to the IP of the next FUP once every
+            // TNT bit before it is consumed.
+            if self.tnt.is_empty() {
+                match self.peek()? {
+                    Some((offset, Packet::Fup(fup))) if fup.ip == Some(ip) => {
+                        self.peeked = None;
+                        match self.async_event(offset)? {
+                            Next::At(next) => {
+                                ip = next;
+                                continue;
+                            }
+                            other => return Ok(other),
+                        }
+                    }
+                    Some((offset, Packet::Psb)) => {
+                        // A PSB+ while tracing restates the IP it was emitted at: it
+                        // binds when the flow reaches that IP (a status update).
+                        match self.psb_fup_lookahead() {
+                            Some(fup) if fup != ip => {}
+                            restated => {
+                                self.peeked = None;
+                                self.psb_plus(offset)?;
+                                if restated.is_none() {
+                                    return Ok(Next::Disabled);
+                                }
+                            }
+                        }
+                    }
+                    Some((offset, Packet::Ovf)) => return Err((offset, FlowError::Overflow)),
+                    None if straight > MAX_STRAIGHT_LINE => return Ok(Next::End),
+                    _ => {}
+                }
+            }
+            let insn = self.insn(ip).map_err(|e| (self.offset(), e))?;
+            self.out.push(Item::Instruction { ip });
+            let next = ip.wrapping_add(insn.len as u64);
+            straight += 1;
+            if straight > MAX_STRAIGHT_LINE && self.peeked.is_some() {
+                return Err((self.offset(), FlowError::NoProgress(ip)));
+            }
+            ip = match insn.kind {
+                FlowKind::Other => next,
+                FlowKind::Jump { target } => target,
+                FlowKind::Call { target } => {
+                    if !insn.is_zero_length_call(ip) {
+                        self.push_return(next);
+                    }
+                    target
+                }
+                FlowKind::CondBranch { target } => {
+                    straight = 0;
+                    match self.tnt_bit()? {
+                        Some(true) => target,
+                        Some(false) => next,
+                        None if self.peeked.is_none() => return Ok(Next::End),
+                        None => return Err((self.offset(), FlowError::Mismatch("expected a TNT bit"))),
+                    }
+                }
+                FlowKind::Return => {
+                    straight = 0;
+                    match self.tnt_bit()? {
+                        Some(true) => match self.returns.pop_back() {
+                            Some(address) => address,
+                            None => return Err((self.offset(), FlowError::BadReturnCompression)),
+                        },
+                        Some(false) => return Err((self.offset(), FlowError::BadReturnCompression)),
+                        None => match self.indirect()? {
+                            Next::At(target) => target,
+                            other => return Ok(other),
+                        },
+                    }
+                }
+                FlowKind::IndirectJump | FlowKind::IndirectCall => {
+                    straight = 0;
+                    if insn.kind == FlowKind::IndirectCall {
+                        self.push_return(next);
+                    }
+                    match self.indirect()? {
+                        Next::At(target) => target,
+                        other => return Ok(other),
+                    }
+                }
+                FlowKind::Syscall | FlowKind::FarTransfer => {
+                    straight = 0;
+                    match self.indirect()? {
+                        Next::At(target) => target,
+                        other => return Ok(other),
+                    }
+                }
+            };
+        }
+    }
+
+    /// Decodes from the current sync point to the end of the trace.
+    fn run(&mut self) -> Flow<()> {
+        let mut state = Next::Disabled;
+        loop {
+            state = match state {
+                Next::End => return Ok(()),
+                Next::At(ip) => self.execute(ip)?,
+                Next::Disabled => match self.fetch()? {
+                    None => Next::End,
+                    Some((offset, Packet::Psb)) => match self.psb_plus(offset)? {
+                        Some(ip) => Next::At(ip),
+                        None => Next::Disabled,
+                    },
+                    // The return stack survives a disabled stretch (as in libipt).
+                    Some((_, Packet::TipPge(pge))) => match pge.ip {
+                        Some(ip) => Next::At(ip),
+                        None => Next::Disabled,
+                    },
+                    Some((offset, Packet::Ovf)) => return Err((offset, FlowError::Overflow)),
+                    Some((offset, Packet::TntShort(_) | Packet::TntLong(_))) => {
+                        return Err((offset, FlowError::Mismatch("TNT while tracing is disabled")))
+                    }
+                    Some(_) => Next::Disabled, // FUP/TIP/PGD while disabled: nothing to execute
+                },
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::Image;
+    use crate::packet::{IpPacketKind, PacketEncoder, Tnt};
+
+    /// 0x1000: 75 02        jne 0x1004
+    /// 0x1002: 90           nop
+    /// 0x1003: 90           nop
+    /// 0x1004: e8 07 00 00 00  call 0x1010
+    /// 0x1009: ff e0        jmp *%rax
+    /// 0x1010: c3           ret
+    fn image() -> Image {
+        let mut code = vec![0x90u8; 0x20];
+        code[0x00..0x02].copy_from_slice(&[0x75, 0x02]);
+        code[0x04..0x09].copy_from_slice(&[0xe8, 0x07, 0, 0, 0]);
+        code[0x09..0x0b].copy_from_slice(&[0xff, 0xe0]);
+        code[0x10] = 0xc3;
+        let mut image = Image::new();
+        image.add_raw("test", 0x1000, code);
+        image
+    }
+
+    fn ips(items: &[Item]) -> Vec<u64> {
+        items.iter().filter_map(|i| if let Item::Instruction { ip } = i { Some(*ip) } else { None }).collect()
+    }
+
+    #[test]
+    fn branches_calls_compressed_returns_and_indirect_jumps() {
+        let mut enc = PacketEncoder::new();
+        enc.encode(&Packet::Psb).unwrap();
+        enc.encode(&Packet::Tsc(100)).unwrap();
+        enc.encode(&Packet::Psbend).unwrap();
+        enc.encode_ip(IpPacketKind::TipPge, Some(0x1000));
+        enc.encode(&Packet::TntShort(Tnt::from_outcomes([false, true]))).unwrap(); // jne not taken, ret compressed
+        enc.encode_ip(IpPacketKind::Tip, Some(0x1002)); // jmp *%rax → 0x1002
+        enc.encode_ip(IpPacketKind::Fup, Some(0x1003));
+        enc.encode_ip(IpPacketKind::TipPgd, None);
+        let image = image();
+        let items = FlowDecoder::new(enc.bytes(), &image).decode_all();
+        assert_eq!(ips(&items), [0x1000, 0x1002, 0x1003, 0x1004, 0x1010, 0x1009, 0x1002]);
+        assert_eq!(items[0], Item::Event(Event::ClockTick(100)));
+        assert_eq!(items[1], Item::Event(Event::SyncPoint(0)));
+        assert_eq!(items.last(), Some(&Item::Event(Event::SoftwareDisabled)));
+    }
+
+    #[test]
+    fn missing_memory_is_an_error_item_and_decoding_resumes_at_next_psb() {
+        let mut enc = PacketEncoder::new();
+        enc.encode(&Packet::Psb).unwrap();
+        enc.encode(&Packet::Psbend).unwrap();
+        enc.encode_ip(IpPacketKind::TipPge, Some(0x9000)); // nothing mapped there
+        let second_psb = enc.len();
+        enc.encode(&Packet::Psb).unwrap();
+        enc.encode_ip(IpPacketKind::Fup, Some(0x1002));
+        enc.encode(&Packet::Psbend).unwrap();
+        enc.encode_ip(IpPacketKind::Fup, Some(0x1003));
+        enc.encode_ip(IpPacketKind::TipPgd, None);
+        let image = image();
+        let items = FlowDecoder::new(enc.bytes(), &image).decode_all();
+        assert!(matches!(items[1], Item::Error { error: FlowError::NoMemory(0x9000), .. }), "{items:?}");
+        assert_eq!(items[2], Item::Event(Event::SyncPoint(second_psb)));
+        assert_eq!(ips(&items), [0x1002]);
+    }
+}

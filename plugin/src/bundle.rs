@@ -1,0 +1,98 @@
+//! Loading an LLDB trace bundle (`trace.json`) from disk: the description,
+//! each thread's raw trace, and an [`Image`] of every module's code.
+
+use std::path::{Path, PathBuf};
+
+use retrace_decoder::bundle::TraceBundle;
+use retrace_decoder::image::Image;
+
+/// Why a bundle cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// `trace.json` does not follow LLDB's intel-pt schema.
+    #[error("{path}: not an intel-pt trace bundle description: {reason}")]
+    Schema {
+        /// The description file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A per-cpu bundle (context-switch traces), which retrace cannot decode yet.
+    #[error("{path}: per-cpu traces (\"cpus\") are not supported yet; record or save per-thread traces")]
+    PerCpu {
+        /// The description file.
+        path: PathBuf,
+    },
+    /// A module file is not ELF.
+    #[error("{0}")]
+    Image(#[from] retrace_decoder::image::ImageError),
+}
+
+/// One thread of a loaded bundle.
+#[derive(Debug, Clone)]
+pub struct LoadedThread {
+    /// Thread id.
+    pub tid: u64,
+    /// Its raw Intel PT.
+    pub trace: Vec<u8>,
+}
+
+/// A loaded bundle.
+#[derive(Debug)]
+pub struct LoadedBundle {
+    /// The description.
+    pub description: TraceBundle,
+    /// Threads in bundle order (LLDB's thread indices 1, 2, …).
+    pub threads: Vec<LoadedThread>,
+    /// The code of every module.
+    pub image: Image,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
+    std::fs::read(path).map_err(|source| BundleError::Read { path: path.to_path_buf(), source })
+}
+
+/// Loads `trace_json` and everything it refers to (relative paths are
+/// relative to its directory, as in LLDB).
+pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
+    let text = read(trace_json)?;
+    let value: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|e| BundleError::Schema { path: trace_json.to_path_buf(), reason: e.to_string() })?;
+    if value.get("cpus").is_some_and(|cpus| !cpus.is_null()) {
+        return Err(BundleError::PerCpu { path: trace_json.to_path_buf() });
+    }
+    let description: TraceBundle = serde_json::from_value(value)
+        .map_err(|e| BundleError::Schema { path: trace_json.to_path_buf(), reason: e.to_string() })?;
+    if description.kind != "intel-pt" {
+        return Err(BundleError::Schema {
+            path: trace_json.to_path_buf(),
+            reason: format!("type is {:?}, expected \"intel-pt\"", description.kind),
+        });
+    }
+    let base = trace_json.parent().unwrap_or(Path::new("."));
+    let resolve = |relative: &str| base.join(relative);
+    let mut image = Image::new();
+    let mut threads = Vec::new();
+    for process in &description.processes {
+        for module in &process.modules {
+            let path = resolve(module.file.as_deref().unwrap_or(&module.system_path));
+            image.add_elf(&module.system_path, read(&path)?, module.load_address.0)?;
+        }
+        for thread in &process.threads {
+            let trace = match &thread.ipt_trace {
+                Some(file) => read(&resolve(file))?,
+                None => Vec::new(),
+            };
+            threads.push(LoadedThread { tid: thread.tid, trace });
+        }
+    }
+    Ok(LoadedBundle { description, threads, image })
+}
