@@ -97,7 +97,9 @@ pub enum Item {
 }
 
 const RETURN_STACK_DEPTH: usize = 64;
-const MAX_STRAIGHT_LINE: u64 = 1 << 20;
+/// Instructions without a branch that consumes trace before the decoder
+/// gives up (a loop of direct jumps says nothing about how often it ran).
+const MAX_STRAIGHT_LINE: u64 = 1 << 16;
 
 /// Decodes one thread's Intel PT stream against `memory`.
 pub struct FlowDecoder<'a, M: Memory> {
@@ -359,17 +361,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         }
                     }
                     Some((offset, Packet::Ovf)) => return Err((offset, FlowError::Overflow)),
-                    None if straight > MAX_STRAIGHT_LINE => return Ok(Next::End),
                     _ => {}
                 }
+            }
+            if straight == MAX_STRAIGHT_LINE {
+                // Only direct jumps for too long: a loop the trace cannot say
+                // how often ran.
+                return Err((self.offset(), FlowError::NoProgress(ip)));
             }
             let insn = self.insn(ip).map_err(|e| (self.offset(), e))?;
             self.out.push(Item::Instruction { ip });
             let next = ip.wrapping_add(insn.len as u64);
             straight += 1;
-            if straight > MAX_STRAIGHT_LINE && self.peeked.is_some() {
-                return Err((self.offset(), FlowError::NoProgress(ip)));
-            }
             ip = match insn.kind {
                 FlowKind::Other => next,
                 FlowKind::Jump { target } => target,
@@ -496,6 +499,20 @@ mod tests {
         assert_eq!(items[0], Item::Event(Event::ClockTick(100)));
         assert_eq!(items[1], Item::Event(Event::SyncPoint(0)));
         assert_eq!(items.last(), Some(&Item::Event(Event::SoftwareDisabled)));
+    }
+
+    #[test]
+    fn a_loop_of_direct_jumps_ends_in_an_error_not_a_hang() {
+        let mut image = Image::new();
+        image.add_raw("loop", 0x1000, vec![0xeb, 0xfe]); // jmp .
+        let mut enc = PacketEncoder::new();
+        enc.encode(&Packet::Psb).unwrap();
+        enc.encode(&Packet::Psbend).unwrap();
+        enc.encode_ip(IpPacketKind::TipPge, Some(0x1000));
+        enc.encode(&Packet::TntShort(Tnt::from_outcomes([true]))).unwrap();
+        let items = FlowDecoder::new(enc.bytes(), &image).decode_all();
+        assert!(matches!(items.last(), Some(Item::Error { error: FlowError::NoProgress(0x1000), .. })), "{:?}", items.last());
+        assert_eq!(ips(&items).len() as u64, MAX_STRAIGHT_LINE);
     }
 
     #[test]
