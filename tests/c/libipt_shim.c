@@ -4,6 +4,7 @@
 #include <intel-pt.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 
 struct shim_packet {
 	const char *name;
@@ -196,4 +197,149 @@ uint64_t shim_count_packets(const uint8_t *buf, size_t len, uint64_t *errors)
 out:
 	pt_pkt_free_decoder(decoder);
 	return count;
+}
+
+/* ---- Instruction flow: libipt's insn and block decoders over file sections ---- */
+
+struct shim_file_section {
+	const char *path;
+	uint64_t offset;
+	uint64_t size;
+	uint64_t vaddr;
+};
+
+static struct pt_image *shim_image(const struct shim_file_section *sections, size_t count)
+{
+	struct pt_image *image = pt_image_alloc("retrace");
+	size_t i;
+
+	if (!image)
+		return NULL;
+	for (i = 0; i < count; ++i) {
+		if (pt_image_add_file(image, sections[i].path, sections[i].offset,
+				      sections[i].size, NULL, sections[i].vaddr) < 0) {
+			pt_image_free(image);
+			return NULL;
+		}
+	}
+	return image;
+}
+
+static void shim_flow_config(struct pt_config *config, const uint8_t *trace, size_t len,
+			     uint32_t family, uint32_t model)
+{
+	pt_config_init(config);
+	config->begin = (uint8_t *) trace;
+	config->end = (uint8_t *) trace + len;
+	config->cpu.vendor = pcv_intel;
+	config->cpu.family = (uint16_t) family;
+	config->cpu.model = (uint8_t) model;
+	pt_cpu_errata(&config->errata, &config->cpu);
+}
+
+/* Decodes with the instruction decoder, as LLDB does: writes up to `cap`
+ * instruction addresses to `out`, returns how many instructions there were
+ * (or a negative libipt error if setup failed); *errors counts decode errors
+ * (each followed by a resync). */
+int64_t shim_insn_ips(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
+		      size_t count, uint32_t family, uint32_t model, uint64_t *out, size_t cap,
+		      uint64_t *errors)
+{
+	struct pt_config config;
+	struct pt_insn_decoder *decoder;
+	struct pt_image *image;
+	int64_t n = 0;
+	int status;
+
+	*errors = 0;
+	shim_flow_config(&config, trace, len, family, model);
+	decoder = pt_insn_alloc_decoder(&config);
+	if (!decoder)
+		return -1;
+	image = shim_image(sections, count);
+	if (!image || pt_insn_set_image(decoder, image) < 0) {
+		pt_insn_free_decoder(decoder);
+		return -2;
+	}
+	for (;;) {
+		status = pt_insn_sync_forward(decoder);
+		if (status < 0)
+			break;
+		for (;;) {
+			struct pt_insn insn;
+
+			while (status & pts_event_pending) {
+				struct pt_event event;
+
+				status = pt_insn_event(decoder, &event, sizeof(event));
+				if (status < 0)
+					break;
+			}
+			if (status < 0)
+				break;
+			status = pt_insn_next(decoder, &insn, sizeof(insn));
+			if (status < 0)
+				break;
+			if ((size_t) n < cap)
+				out[n] = insn.ip;
+			n += 1;
+		}
+		if (status == -pte_eos)
+			break;
+		*errors += 1;
+	}
+	pt_insn_free_decoder(decoder);
+	pt_image_free(image);
+	return n;
+}
+
+/* Counts instructions with the block decoder (libipt's fastest). */
+int64_t shim_blk_count(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
+		       size_t count, uint32_t family, uint32_t model, uint64_t *errors)
+{
+	struct pt_config config;
+	struct pt_block_decoder *decoder;
+	struct pt_image *image;
+	int64_t n = 0;
+	int status;
+
+	*errors = 0;
+	shim_flow_config(&config, trace, len, family, model);
+	decoder = pt_blk_alloc_decoder(&config);
+	if (!decoder)
+		return -1;
+	image = shim_image(sections, count);
+	if (!image || pt_blk_set_image(decoder, image) < 0) {
+		pt_blk_free_decoder(decoder);
+		return -2;
+	}
+	for (;;) {
+		status = pt_blk_sync_forward(decoder);
+		if (status < 0)
+			break;
+		for (;;) {
+			struct pt_block block;
+
+			memset(&block, 0, sizeof(block));
+			while (status & pts_event_pending) {
+				struct pt_event event;
+
+				status = pt_blk_event(decoder, &event, sizeof(event));
+				if (status < 0)
+					break;
+			}
+			if (status < 0)
+				break;
+			status = pt_blk_next(decoder, &block, sizeof(block));
+			n += block.ninsn;
+			if (status < 0)
+				break;
+		}
+		if (status == -pte_eos)
+			break;
+		*errors += 1;
+	}
+	pt_blk_free_decoder(decoder);
+	pt_image_free(image);
+	return n;
 }

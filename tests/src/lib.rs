@@ -8,12 +8,14 @@
 //! of expected values: expectations come from the other tool or from the
 //! specification, never from retrace's own output.
 
+pub mod bundles;
 pub mod corrupt;
 #[cfg(retrace_libipt)]
 pub mod libipt;
 pub mod lldb;
 #[cfg(retrace_libipt)]
 pub mod lockstep;
+pub mod recordings;
 pub mod rng;
 pub mod streams;
 pub mod tools;

@@ -16,7 +16,36 @@ struct RawDecoder {
     _private: [u8; 0],
 }
 
+/// A code section backed by a file, as libipt's `pt_image_add_file` takes it.
+#[repr(C)]
+struct RawFileSection {
+    path: *const c_char,
+    offset: u64,
+    size: u64,
+    vaddr: u64,
+}
+
 extern "C" {
+    fn shim_insn_ips(
+        trace: *const u8,
+        len: usize,
+        sections: *const RawFileSection,
+        count: usize,
+        family: u32,
+        model: u32,
+        out: *mut u64,
+        cap: usize,
+        errors: *mut u64,
+    ) -> i64;
+    fn shim_blk_count(
+        trace: *const u8,
+        len: usize,
+        sections: *const RawFileSection,
+        count: usize,
+        family: u32,
+        model: u32,
+        errors: *mut u64,
+    ) -> i64;
     fn shim_new(buf: *const u8, len: usize) -> *mut RawDecoder;
     fn shim_free(decoder: *mut RawDecoder);
     fn shim_sync_forward(decoder: *mut RawDecoder) -> c_int;
@@ -117,4 +146,58 @@ pub fn count_packets(data: &[u8]) -> (u64, u64) {
     let mut errors = 0;
     let packets = unsafe { shim_count_packets(data.as_ptr(), data.len(), &mut errors) };
     (packets, errors)
+}
+
+/// A file-backed code section for libipt's image.
+#[derive(Debug, Clone)]
+pub struct FileSection {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Offset of the section in the file.
+    pub offset: u64,
+    /// Its size.
+    pub size: u64,
+    /// Where it is mapped.
+    pub vaddr: u64,
+}
+
+fn raw_sections(sections: &[FileSection]) -> (Vec<std::ffi::CString>, Vec<RawFileSection>) {
+    use std::os::unix::ffi::OsStrExt;
+    let paths: Vec<std::ffi::CString> =
+        sections.iter().map(|s| std::ffi::CString::new(s.path.as_os_str().as_bytes()).unwrap()).collect();
+    let raw = sections
+        .iter()
+        .zip(&paths)
+        .map(|(s, p)| RawFileSection { path: p.as_ptr(), offset: s.offset, size: s.size, vaddr: s.vaddr })
+        .collect();
+    (paths, raw)
+}
+
+/// libipt's instruction decoder (what LLDB runs): every instruction address,
+/// and the number of decode errors. `cpu` = (family, model) for errata.
+pub fn insn_addresses(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> (Vec<u64>, u64) {
+    let (_paths, raw) = raw_sections(sections);
+    let mut cap = trace.len() * 16 + 1024;
+    loop {
+        let mut out = vec![0u64; cap];
+        let mut errors = 0;
+        let n = unsafe {
+            shim_insn_ips(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, out.as_mut_ptr(), cap, &mut errors)
+        };
+        assert!(n >= 0, "libipt setup failed ({n})");
+        if (n as usize) <= cap {
+            out.truncate(n as usize);
+            return (out, errors);
+        }
+        cap = n as usize;
+    }
+}
+
+/// libipt's block decoder: `(instructions, errors)`.
+pub fn block_count(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> (u64, u64) {
+    let (_paths, raw) = raw_sections(sections);
+    let mut errors = 0;
+    let n = unsafe { shim_blk_count(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, &mut errors) };
+    assert!(n >= 0, "libipt setup failed ({n})");
+    (n as u64, errors)
 }

@@ -1,0 +1,47 @@
+//! Building the C test programs and recording them into bundles with the
+//! collector library, for decoder comparisons.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use retrace_collector::bundle_writer::{write_bundle, BundleInfo};
+use retrace_collector::process::{current_cpu, launch, LaunchOptions};
+use retrace_collector::software::{record, RecordOptions, StepMode};
+use retrace_decoder::bundle::CpuInfo;
+
+/// `tests/programs`.
+pub fn programs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("programs")
+}
+
+/// Builds `tests/programs/<name>.c` with gcc and `flags` into `dir`.
+pub fn build(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new("gcc")
+        .arg("-g")
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(programs_dir().join(format!("{name}.c")))
+        .output()
+        .expect("run gcc");
+    assert!(out.status.success(), "gcc: {}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+/// Records `program args` in `mode` into the bundle directory `bundle`;
+/// returns the path of its trace.json.
+pub fn record_bundle(program: &Path, args: &[&str], mode: StepMode, bundle: &Path) -> PathBuf {
+    let mut options = LaunchOptions::new(program.as_os_str(), args.iter().copied());
+    options.pin_cpu = Some(current_cpu());
+    let tracee = launch(&options).expect("launch");
+    let recording = record(tracee, &RecordOptions { mode, ..RecordOptions::default() }).expect("record");
+    let info = BundleInfo {
+        backend: "software".into(),
+        mode: Some(format!("{mode:?}").to_lowercase()),
+        cpu_info: CpuInfo::software_recording(),
+        cpu_info_is_synthetic: true,
+    };
+    write_bundle(bundle, &recording, &info).expect("write bundle")
+}
