@@ -13,11 +13,12 @@
 //! Every problem becomes an [`Item::Error`] with the byte offset of the packet
 //! involved, and decoding resumes at the next PSB.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
+use crate::history::{Extra, History};
 use crate::image::Memory;
 use crate::packet::{Packet, PacketDecoder};
-use crate::x86::{classify, ExecMode, FlowKind, InsnInfo};
+use crate::x86::FlowKind;
 
 /// An event in the instruction flow (LLDB's `TraceEvent` kinds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,12 +106,13 @@ const MAX_STRAIGHT_LINE: u64 = 1 << 16;
 pub struct FlowDecoder<'a, M: Memory> {
     packets: PacketDecoder<'a>,
     memory: &'a M,
-    cache: HashMap<u64, InsnInfo>,
     peeked: Option<(usize, Packet)>,
-    tnt: VecDeque<bool>,
+    /// Pending TNT bits, oldest in bit `tnt_len - 1`.
+    tnt_bits: u64,
+    tnt_len: u32,
     returns: VecDeque<u64>,
     tsc: Option<u64>,
-    out: Vec<Item>,
+    history: History,
 }
 
 /// Where the decoder stands after handling something.
@@ -123,6 +125,14 @@ enum Next {
     End,
 }
 
+/// Something bound to an IP the flow will reach: an asynchronous event (FUP)
+/// or a PSB+ status update.
+#[derive(Clone, Copy)]
+enum Binding {
+    Async { ip: u64, offset: usize },
+    Psb { ip: u64, offset: usize },
+}
+
 type Flow<T> = Result<T, (usize, FlowError)>;
 
 impl<'a, M: Memory> FlowDecoder<'a, M> {
@@ -131,32 +141,39 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         FlowDecoder {
             packets: PacketDecoder::new(trace),
             memory,
-            cache: HashMap::new(),
             peeked: None,
-            tnt: VecDeque::new(),
+            tnt_bits: 0,
+            tnt_len: 0,
             returns: VecDeque::new(),
             tsc: None,
-            out: Vec::new(),
+            history: History::default(),
         }
     }
 
-    /// Decodes the whole stream into items.
-    pub fn decode_all(mut self) -> Vec<Item> {
+    /// Decodes the whole stream into a compact [`History`].
+    pub fn decode_history(mut self) -> History {
         let mut synced = self.resync();
         while synced {
             match self.run() {
                 Ok(()) => break,
                 Err((offset, error)) => {
-                    self.out.push(Item::Error { offset, error });
+                    self.history.push_extra(Extra::Error { offset, error });
                     synced = self.resync();
                 }
             }
         }
-        self.out
+        self.history.shrink_to_fit();
+        self.history
+    }
+
+    /// Decodes the whole stream into items (instructions expanded).
+    pub fn decode_all(self) -> Vec<Item> {
+        let history = self.decode_history();
+        history.items().collect()
     }
 
     fn resync(&mut self) -> bool {
-        self.tnt.clear();
+        self.tnt_len = 0;
         self.returns.clear();
         match self.peeked.take() {
             // A PSB already read ahead is the next sync point.
@@ -169,24 +186,14 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
     }
 
-    fn insn(&mut self, ip: u64) -> Result<InsnInfo, FlowError> {
-        if let Some(insn) = self.cache.get(&ip) {
-            return Ok(*insn);
-        }
-        let mut bytes = [0u8; 15];
-        let n = self.memory.read(ip, &mut bytes);
-        if n == 0 {
-            return Err(FlowError::NoMemory(ip));
-        }
-        let insn = classify(&bytes[..n], ip, ExecMode::Bits64).ok_or(FlowError::BadInstruction(ip))?;
-        self.cache.insert(ip, insn);
-        Ok(insn)
+    fn event(&mut self, event: Event) {
+        self.history.push_extra(Extra::Event(event));
     }
 
     fn tick(&mut self, tsc: u64) {
         if self.tsc != Some(tsc) {
             self.tsc = Some(tsc);
-            self.out.push(Item::Event(Event::ClockTick(tsc)));
+            self.event(Event::ClockTick(tsc));
         }
     }
 
@@ -208,8 +215,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 _ => {}
             }
         }
-        self.out.push(Item::Event(Event::SyncPoint(offset)));
-        self.tnt.clear();
+        self.event(Event::SyncPoint(offset));
+        self.tnt_len = 0;
         self.returns.clear();
         Ok(ip)
     }
@@ -230,7 +237,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     }
 
     /// The next packet that matters for the flow, handling timing and
-    /// status packets (and PSB+) on the way. `None` at the end of the trace.
+    /// status packets on the way. `None` at the end of the trace.
     fn fetch(&mut self) -> Flow<Option<(usize, Packet)>> {
         if let Some(item) = self.peeked.take() {
             return Ok(Some(item));
@@ -263,20 +270,22 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         Ok(self.peeked)
     }
 
-    /// Takes one TNT bit, reading TNT packets as needed. `Ok(None)` when the
+    /// Takes one TNT bit, reading a TNT packet if needed. `Ok(None)` when the
     /// next flow packet is not a TNT (it stays peeked).
+    #[inline]
     fn tnt_bit(&mut self) -> Flow<Option<bool>> {
-        if let Some(bit) = self.tnt.pop_front() {
-            return Ok(Some(bit));
-        }
-        match self.peek()? {
-            Some((_, Packet::TntShort(tnt) | Packet::TntLong(tnt))) => {
-                self.peeked = None;
-                self.tnt.extend(tnt.outcomes());
-                Ok(self.tnt.pop_front())
+        if self.tnt_len == 0 {
+            match self.peek()? {
+                Some((_, Packet::TntShort(tnt) | Packet::TntLong(tnt))) => {
+                    self.peeked = None;
+                    self.tnt_bits = tnt.bits;
+                    self.tnt_len = tnt.len as u32;
+                }
+                _ => return Ok(None),
             }
-            _ => Ok(None),
         }
+        self.tnt_len -= 1;
+        Ok(Some(self.tnt_bits >> self.tnt_len & 1 == 1))
     }
 
     fn push_return(&mut self, address: u64) {
@@ -292,7 +301,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
 
     /// The target of an indirect transfer: TIP → `At`, TIP.PGD → disabled.
     fn indirect(&mut self) -> Flow<Next> {
-        if !self.tnt.is_empty() {
+        if self.tnt_len > 0 {
             return Err((self.offset(), FlowError::Mismatch("TNT bits left at an indirect branch")));
         }
         match self.fetch()? {
@@ -301,7 +310,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 None => Ok(Next::Disabled),
             },
             Some((_, Packet::TipPgd(_))) => {
-                self.out.push(Item::Event(Event::HardwareDisabled));
+                self.event(Event::HardwareDisabled);
                 Ok(Next::Disabled)
             }
             Some((offset, Packet::Psb)) => {
@@ -319,74 +328,123 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn async_event(&mut self, fup_offset: usize) -> Flow<Next> {
         match self.fetch()? {
             Some((_, Packet::TipPgd(_))) => {
-                self.out.push(Item::Event(Event::SoftwareDisabled));
+                self.event(Event::SoftwareDisabled);
                 Ok(Next::Disabled)
             }
-            Some((_, Packet::Tip(tip))) => tip.ip.map(Next::At).ok_or((fup_offset, FlowError::Mismatch("async branch without target"))),
+            Some((_, Packet::Tip(tip))) => {
+                tip.ip.map(Next::At).ok_or((fup_offset, FlowError::Mismatch("async branch without target")))
+            }
             Some((offset, _)) => Err((offset, FlowError::Mismatch("FUP not followed by TIP or TIP.PGD"))),
             None => Ok(Next::End),
         }
     }
 
-    /// Executes instructions from `ip` until tracing is disabled or the trace ends.
+    /// What binds to an IP ahead, once every TNT bit before it is consumed.
+    fn binding(&mut self) -> Flow<Option<Binding>> {
+        if self.tnt_len > 0 {
+            return Ok(None);
+        }
+        match self.peek()? {
+            Some((offset, Packet::Fup(fup))) => Ok(fup.ip.map(|ip| Binding::Async { ip, offset })),
+            Some((offset, Packet::Psb)) => match self.psb_fup_lookahead() {
+                Some(ip) => Ok(Some(Binding::Psb { ip, offset })),
+                None => Ok(None),
+            },
+            Some((offset, Packet::Ovf)) => Err((offset, FlowError::Overflow)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Applies a binding at its IP; returns where the flow continues.
+    fn bind(&mut self, binding: Binding) -> Flow<Next> {
+        self.peeked = None;
+        match binding {
+            Binding::Async { offset, .. } => self.async_event(offset),
+            Binding::Psb { ip, offset } => {
+                self.psb_plus(offset)?;
+                Ok(Next::At(ip))
+            }
+        }
+    }
+
+    /// Executes blocks from `ip` until tracing is disabled or the trace ends.
     fn execute(&mut self, mut ip: u64) -> Flow<Next> {
         let mut straight = 0u64;
+        // How `ip` was reached: (block, successor slot) when it is a static
+        // successor whose block id can be cached.
+        let mut via: Option<(u32, usize)> = None;
         loop {
-            // An asynchronous event binds to the IP of the next FUP once every
-            // TNT bit before it is consumed.
-            if self.tnt.is_empty() {
-                match self.peek()? {
-                    Some((offset, Packet::Fup(fup))) if fup.ip == Some(ip) => {
-                        self.peeked = None;
-                        match self.async_event(offset)? {
-                            Next::At(next) => {
-                                ip = next;
-                                continue;
-                            }
-                            other => return Ok(other),
-                        }
-                    }
-                    Some((offset, Packet::Psb)) => {
-                        // A PSB+ while tracing restates the IP it was emitted at: it
-                        // binds when the flow reaches that IP (a status update).
-                        match self.psb_fup_lookahead() {
-                            Some(fup) if fup != ip => {}
-                            restated => {
-                                self.peeked = None;
-                                self.psb_plus(offset)?;
-                                if restated.is_none() {
-                                    return Ok(Next::Disabled);
-                                }
-                            }
-                        }
-                    }
-                    Some((offset, Packet::Ovf)) => return Err((offset, FlowError::Overflow)),
-                    _ => {}
-                }
+            if self.tnt_len == 0 && matches!(self.peek()?, Some((_, Packet::Psb))) && self.psb_fup_lookahead().is_none() {
+                // A PSB+ saying tracing is off while we trace: take it as is.
+                let (offset, _) = self.peeked.take().expect("peeked PSB");
+                self.psb_plus(offset)?;
+                return Ok(Next::Disabled);
             }
-            if straight == MAX_STRAIGHT_LINE {
-                // Only direct jumps for too long: a loop the trace cannot say
-                // how often ran.
+            let binding = self.binding()?;
+            if straight >= MAX_STRAIGHT_LINE {
                 return Err((self.offset(), FlowError::NoProgress(ip)));
             }
-            let insn = self.insn(ip).map_err(|e| (self.offset(), e))?;
-            self.out.push(Item::Instruction { ip });
-            let next = ip.wrapping_add(insn.len as u64);
-            straight += 1;
-            ip = match insn.kind {
-                FlowKind::Other => next,
-                FlowKind::Jump { target } => target,
+            let found = match via.take() {
+                Some((from, slot)) => self.history.table.successor(from, slot, ip, self.memory),
+                None => self.history.table.block_at(ip, self.memory),
+            };
+            let id = found.map_err(|e| (self.offset(), e))?;
+            if let Some(binding) = binding {
+                let bind_ip = match binding {
+                    Binding::Async { ip, .. } | Binding::Psb { ip, .. } => ip,
+                };
+                if let Some(k) = self.history.table.index_of(id, bind_ip) {
+                    if k > 0 {
+                        let prefix = self.history.table.prefix(id, k);
+                        self.history.push_block(prefix);
+                    }
+                    match self.bind(binding)? {
+                        Next::At(next) => {
+                            ip = next;
+                            continue;
+                        }
+                        other => return Ok(other),
+                    }
+                }
+            }
+            let block = *self.history.table.get(id);
+            let budget = MAX_STRAIGHT_LINE - straight;
+            if block.count as u64 > budget {
+                let prefix = self.history.table.prefix(id, budget as u32);
+                self.history.push_block(prefix);
+                return Err((self.offset(), FlowError::NoProgress(ip)));
+            }
+            self.history.push_block(id);
+            straight += block.count as u64;
+            let last_ip = block.last_ip;
+            let next = last_ip.wrapping_add(block.last.len as u64);
+            ip = match block.last.kind {
+                FlowKind::Other => {
+                    via = Some((id, 1));
+                    next
+                }
+                FlowKind::Jump { target } => {
+                    via = Some((id, 0));
+                    target
+                }
                 FlowKind::Call { target } => {
-                    if !insn.is_zero_length_call(ip) {
+                    if !block.last.is_zero_length_call(last_ip) {
                         self.push_return(next);
                     }
+                    via = Some((id, 0));
                     target
                 }
                 FlowKind::CondBranch { target } => {
                     straight = 0;
                     match self.tnt_bit()? {
-                        Some(true) => target,
-                        Some(false) => next,
+                        Some(true) => {
+                            via = Some((id, 0));
+                            target
+                        }
+                        Some(false) => {
+                            via = Some((id, 1));
+                            next
+                        }
                         None if self.peeked.is_none() => return Ok(Next::End),
                         None => return Err((self.offset(), FlowError::Mismatch("expected a TNT bit"))),
                     }
@@ -407,7 +465,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 }
                 FlowKind::IndirectJump | FlowKind::IndirectCall => {
                     straight = 0;
-                    if insn.kind == FlowKind::IndirectCall {
+                    if block.last.kind == FlowKind::IndirectCall {
                         self.push_return(next);
                     }
                     match self.indirect()? {

@@ -21,6 +21,7 @@
 
 pub mod bundle;
 pub mod flow;
+pub mod history;
 pub mod image;
 pub mod packet;
 pub mod x86;

@@ -1,0 +1,326 @@
+//! The compact history of one thread: what executed, stored as a sequence of
+//! basic-block ids (4 bytes per executed block, not per instruction), plus
+//! the events and errors between them.
+//!
+//! Blocks live in a [`BlockTable`]: a straight run of instructions ending at
+//! the first control-flow instruction, discovered once per start address
+//! (the decoder's block cache, like libipt's). Item ids follow LLDB's trace
+//! items: instructions, events and errors are numbered together from 0.
+
+use std::collections::HashMap;
+
+use crate::flow::{Event, FlowError, Item};
+use crate::image::Memory;
+use crate::x86::{classify, ExecMode, FlowKind, InsnInfo};
+
+/// Longest block discovered in one go.
+const MAX_BLOCK: usize = 1024;
+
+/// A straight run of instructions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Address of the first instruction.
+    pub start: u64,
+    /// Address of the last instruction.
+    pub last_ip: u64,
+    /// Number of instructions.
+    pub count: u32,
+    /// Index of the first instruction's length in the table's length array.
+    lens: u32,
+    /// The last instruction (its kind decides where control goes next).
+    pub last: InsnInfo,
+}
+
+/// A fast hasher for code addresses (multiplicative; addresses are not
+/// attacker-chosen keys that need SipHash's protection).
+#[derive(Default, Clone, Copy)]
+pub struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7cc1_b727_220a_95);
+        }
+    }
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7cc1_b727_220a_95);
+    }
+    fn write_u32(&mut self, value: u32) {
+        self.write_u64(value as u64);
+    }
+}
+
+type AddressMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<AddressHasher>>;
+
+/// No successor known yet.
+pub const UNKNOWN: u32 = u32::MAX;
+
+/// Discovered blocks and the instruction lengths they use.
+#[derive(Debug, Clone, Default)]
+pub struct BlockTable {
+    blocks: Vec<Block>,
+    /// Cached successors per block: [taken or only target, fall-through].
+    successors: Vec<[u32; 2]>,
+    lens: Vec<u8>,
+    by_start: AddressMap<u64, u32>,
+    partials: AddressMap<(u64, u32), u32>,
+}
+
+impl BlockTable {
+    /// The block with this id.
+    pub fn get(&self, id: u32) -> &Block {
+        &self.blocks[id as usize]
+    }
+
+    /// Number of distinct blocks.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// True when no block was discovered.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// Bytes used by the table.
+    pub fn memory_bytes(&self) -> usize {
+        self.blocks.capacity() * std::mem::size_of::<Block>()
+            + self.lens.capacity()
+            + (self.by_start.capacity() + self.partials.capacity()) * 24
+    }
+
+    /// The addresses of a block's instructions.
+    pub fn addresses(&self, id: u32) -> impl Iterator<Item = u64> + '_ {
+        let block = self.get(id);
+        let lens = &self.lens[block.lens as usize..block.lens as usize + block.count as usize];
+        lens.iter().scan(block.start, |ip, len| {
+            let this = *ip;
+            *ip += *len as u64;
+            Some(this)
+        })
+    }
+
+    /// The index of the instruction at `ip` within the block, if one starts there.
+    pub fn index_of(&self, id: u32, ip: u64) -> Option<u32> {
+        let block = self.get(id);
+        if ip < block.start || ip > block.last_ip {
+            return None;
+        }
+        self.addresses(id).position(|a| a == ip).map(|i| i as u32)
+    }
+
+    /// The block starting at `ip`, discovering it from `memory` if needed.
+    pub fn block_at(&mut self, ip: u64, memory: &impl Memory) -> Result<u32, FlowError> {
+        if let Some(&id) = self.by_start.get(&ip) {
+            return Ok(id);
+        }
+        let first_len = self.lens.len();
+        let mut at = ip;
+        let mut last = None;
+        let mut bytes = [0u8; 15];
+        for _ in 0..MAX_BLOCK {
+            let n = memory.read(at, &mut bytes);
+            let insn = match (n, classify(&bytes[..n], at, ExecMode::Bits64)) {
+                (_, Some(insn)) => insn,
+                (0, None) if last.is_none() => return Err(FlowError::NoMemory(at)),
+                (_, None) if last.is_none() => return Err(FlowError::BadInstruction(at)),
+                (_, None) => break, // the block ends before the bad instruction
+            };
+            self.lens.push(insn.len);
+            last = Some((at, insn));
+            if insn.kind != FlowKind::Other {
+                break;
+            }
+            at += insn.len as u64;
+        }
+        let (last_ip, last) = last.expect("at least one instruction");
+        let id = self.blocks.len() as u32;
+        let count = (self.lens.len() - first_len) as u32;
+        self.blocks.push(Block { start: ip, last_ip, count, lens: first_len as u32, last });
+        self.successors.push([UNKNOWN; 2]);
+        self.by_start.insert(ip, id);
+        Ok(id)
+    }
+
+    /// The block at `target` reached from block `from` through successor
+    /// slot `slot` (0: taken/only target, 1: fall-through), cached.
+    #[inline]
+    pub fn successor(&mut self, from: u32, slot: usize, target: u64, memory: &impl Memory) -> Result<u32, FlowError> {
+        let cached = self.successors[from as usize][slot];
+        if cached != UNKNOWN {
+            return Ok(cached);
+        }
+        let id = self.block_at(target, memory)?;
+        self.successors[from as usize][slot] = id;
+        Ok(id)
+    }
+
+    /// The first `count` instructions of block `id`, as a block of their own.
+    pub fn prefix(&mut self, id: u32, count: u32) -> u32 {
+        let block = *self.get(id);
+        if count == block.count {
+            return id;
+        }
+        if let Some(&prefix) = self.partials.get(&(block.start, count)) {
+            return prefix;
+        }
+        let addresses: Vec<u64> = self.addresses(id).take(count as usize).collect();
+        let last_ip = *addresses.last().expect("a non-empty prefix");
+        let len = self.lens[block.lens as usize + count as usize - 1];
+        let prefix = self.blocks.len() as u32;
+        self.successors.push([UNKNOWN; 2]);
+        self.blocks.push(Block {
+            start: block.start,
+            last_ip,
+            count,
+            lens: block.lens,
+            last: InsnInfo { len, kind: FlowKind::Other },
+        });
+        self.partials.insert((block.start, count), prefix);
+        prefix
+    }
+}
+
+/// An event or error between blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extra {
+    /// An event.
+    Event(Event),
+    /// A decode error at a trace offset.
+    Error {
+        /// Byte offset in the trace.
+        offset: usize,
+        /// What went wrong.
+        error: FlowError,
+    },
+}
+
+/// One thread's decoded execution.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// The blocks the history refers to.
+    pub table: BlockTable,
+    executed: Vec<u32>,
+    /// (number of executed blocks before it, the extra)
+    extras: Vec<(u32, Extra)>,
+    instructions: u64,
+}
+
+impl History {
+    /// Records an executed block.
+    pub fn push_block(&mut self, id: u32) {
+        self.instructions += self.table.get(id).count as u64;
+        self.executed.push(id);
+    }
+
+    /// Releases spare capacity once decoding is done.
+    pub fn shrink_to_fit(&mut self) {
+        self.executed.shrink_to_fit();
+        self.extras.shrink_to_fit();
+    }
+
+    /// Records an event or error at the current position.
+    pub fn push_extra(&mut self, extra: Extra) {
+        self.extras.push((self.executed.len() as u32, extra));
+    }
+
+    /// Instructions executed.
+    pub fn instructions(&self) -> u64 {
+        self.instructions
+    }
+
+    /// Executed blocks.
+    pub fn executed_blocks(&self) -> usize {
+        self.executed.len()
+    }
+
+    /// Events and errors.
+    pub fn extras(&self) -> impl Iterator<Item = &Extra> {
+        self.extras.iter().map(|(_, e)| e)
+    }
+
+    /// Bytes the history itself uses (executed blocks and extras), without
+    /// the block table.
+    pub fn memory_bytes(&self) -> usize {
+        self.executed.capacity() * 4 + self.extras.capacity() * std::mem::size_of::<(u32, Extra)>()
+    }
+
+    /// Every item in order (instructions expanded from blocks).
+    pub fn items(&self) -> impl Iterator<Item = Item> + '_ {
+        let mut extras = self.extras.iter().peekable();
+        let mut blocks = self.executed.iter().enumerate();
+        let mut current: Option<Box<dyn Iterator<Item = u64> + '_>> = None;
+        std::iter::from_fn(move || loop {
+            if let Some(addresses) = &mut current {
+                if let Some(ip) = addresses.next() {
+                    return Some(Item::Instruction { ip });
+                }
+                current = None;
+            }
+            let position = blocks.clone().next().map(|(i, _)| i as u32).unwrap_or(u32::MAX);
+            if let Some((at, _)) = extras.peek() {
+                if *at <= position {
+                    let (_, extra) = extras.next().expect("peeked");
+                    return Some(match extra {
+                        Extra::Event(event) => Item::Event(*event),
+                        Extra::Error { offset, error } => Item::Error { offset: *offset, error: error.clone() },
+                    });
+                }
+            }
+            let (_, &id) = blocks.next()?;
+            current = Some(Box::new(self.table.addresses(id)));
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::Image;
+
+    #[test]
+    fn blocks_end_at_control_flow_and_prefixes_share_lengths() {
+        let mut image = Image::new();
+        // nop; mov %rax,%rbx (3 bytes); nop; jmp .-7
+        image.add_raw("code", 0x1000, vec![0x90, 0x48, 0x89, 0xc3, 0x90, 0xeb, 0xf9, 0xcc]);
+        let mut table = BlockTable::default();
+        let id = table.block_at(0x1000, &image).unwrap();
+        assert_eq!(table.addresses(id).collect::<Vec<_>>(), [0x1000, 0x1001, 0x1004, 0x1005]);
+        assert_eq!(table.get(id).last.kind, FlowKind::Jump { target: 0x1000 });
+        assert_eq!(table.block_at(0x1000, &image).unwrap(), id); // cached
+        assert_eq!(table.index_of(id, 0x1004), Some(2));
+        assert_eq!(table.index_of(id, 0x1002), None); // not an instruction boundary
+        let prefix = table.prefix(id, 2);
+        assert_eq!(table.addresses(prefix).collect::<Vec<_>>(), [0x1000, 0x1001]);
+        assert_eq!(table.prefix(id, 2), prefix);
+        assert_eq!(table.block_at(0x3000, &image), Err(FlowError::NoMemory(0x3000)));
+    }
+
+    #[test]
+    fn items_interleave_extras_and_instructions() {
+        let mut image = Image::new();
+        image.add_raw("code", 0x1000, vec![0x90, 0xc3]);
+        let mut history = History::default();
+        let id = history.table.block_at(0x1000, &image).unwrap();
+        history.push_extra(Extra::Event(Event::SyncPoint(0)));
+        history.push_block(id);
+        history.push_extra(Extra::Event(Event::HardwareDisabled));
+        history.push_block(id);
+        let items: Vec<Item> = history.items().collect();
+        assert_eq!(
+            items,
+            [
+                Item::Event(Event::SyncPoint(0)),
+                Item::Instruction { ip: 0x1000 },
+                Item::Instruction { ip: 0x1001 },
+                Item::Event(Event::HardwareDisabled),
+                Item::Instruction { ip: 0x1000 },
+                Item::Instruction { ip: 0x1001 },
+            ]
+        );
+        assert_eq!(history.instructions(), 4);
+    }
+}
