@@ -9,6 +9,7 @@
 //! specification, never from retrace's own output.
 
 pub mod bundles;
+pub mod cfg_walk;
 pub mod corrupt;
 #[cfg(retrace_libipt)]
 pub mod libipt;

@@ -1,0 +1,76 @@
+//! Random walks over libc's control-flow graph, encoded as Intel PT: retrace's
+//! flow decoder must reproduce the walk exactly, and so must libipt 2.0.5's
+//! instruction decoder (the one inside LLDB 22).
+
+use retrace_decoder::flow::{FlowDecoder, Item};
+use retrace_decoder::image::Image;
+use retrace_tests::cfg_walk::{function_entries, walk, WalkOptions};
+
+const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+const LOAD: u64 = 0x7f00_0000_0000;
+
+fn libc_image() -> Option<(Image, Vec<u64>)> {
+    let bytes = std::fs::read(LIBC).ok()?;
+    let entries = function_entries(&bytes, LOAD);
+    let mut image = Image::new();
+    image.add_elf(LIBC, bytes, LOAD).unwrap();
+    Some((image, entries))
+}
+
+fn ours(trace: &[u8], image: &Image) -> (Vec<u64>, usize) {
+    let items = FlowDecoder::new(trace, image).decode_all();
+    let errors = items.iter().filter(|i| matches!(i, Item::Error { .. })).count();
+    (items.iter().filter_map(|i| if let Item::Instruction { ip } = i { Some(*ip) } else { None }).collect(), errors)
+}
+
+fn first_difference(a: &[u64], b: &[u64]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len())))
+}
+
+#[test]
+fn retrace_reproduces_random_walks_over_libc() {
+    let Some((image, entries)) = libc_image() else {
+        retrace_tests::tools::require("libc.so.6 at /lib/x86_64-linux-gnu", false);
+        return;
+    };
+    assert!(entries.len() > 1000, "{} function entries", entries.len());
+    let mut total = 0;
+    for seed in 0..20 {
+        let psb_period = [256, 1024, 4096, 16384][seed as usize % 4];
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 50_000, psb_period });
+        let (decoded, errors) = ours(&walked.trace, &image);
+        assert_eq!(errors, 0, "seed {seed}: decode errors");
+        if let Some(i) = first_difference(&decoded, &walked.executed) {
+            panic!("seed {seed}: instruction {i}: decoded {:x?}, walked {:x?}", decoded.get(i), walked.executed.get(i));
+        }
+        total += decoded.len();
+    }
+    assert!(total >= 1_000_000);
+}
+
+#[cfg(retrace_libipt)]
+#[test]
+fn libipt_decodes_the_same_random_walks() {
+    let Some((image, entries)) = libc_image() else {
+        retrace_tests::tools::require("libc.so.6 at /lib/x86_64-linux-gnu", false);
+        return;
+    };
+    let sections: Vec<retrace_tests::libipt::FileSection> = image
+        .sections()
+        .iter()
+        .map(|s| retrace_tests::libipt::FileSection {
+            path: LIBC.into(),
+            offset: s.offset as u64,
+            size: s.len as u64,
+            vaddr: s.start,
+        })
+        .collect();
+    for seed in 100..110 {
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 50_000, psb_period: 2048 });
+        let (theirs, errors) = retrace_tests::libipt::insn_addresses(&walked.trace, &sections, (6, 0x86));
+        assert_eq!(errors, 0, "seed {seed}: libipt errors");
+        if let Some(i) = first_difference(&theirs, &walked.executed) {
+            panic!("seed {seed}: instruction {i}: libipt {:x?}, walked {:x?}", theirs.get(i), walked.executed.get(i));
+        }
+    }
+}
