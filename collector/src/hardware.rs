@@ -132,6 +132,7 @@ pub fn record_hardware(
             _ => {}
         }
     }
+    tracee.unpin_tracer();
     for (tid, event) in events.drain() {
         traces.entry(tid).or_insert_with(|| event.snapshot());
     }

@@ -73,6 +73,19 @@ impl LaunchOptions {
 pub struct Tracee {
     /// Its process id (= the main thread's id).
     pub pid: Pid,
+    /// The tracer thread's CPU affinity before `pin_cpu` changed it; restore
+    /// it with [`Tracee::unpin_tracer`] when tracing is over.
+    pub tracer_affinity: Option<CpuSet>,
+}
+
+impl Tracee {
+    /// Gives the calling (tracer) thread back the CPU affinity it had before
+    /// [`launch`] pinned it.
+    pub fn unpin_tracer(&self) {
+        if let Some(set) = &self.tracer_affinity {
+            let _ = sched_setaffinity(Pid::from_raw(0), set);
+        }
+    }
 }
 
 fn cstring(s: &OsStr) -> Result<CString, LaunchError> {
@@ -86,7 +99,9 @@ pub fn current_cpu() -> usize {
     cpu.max(0) as usize
 }
 
-/// Starts `options.program` under ptrace, stopped at its first instruction,
+/// Starts `options.program` under ptrace, stopped at its first instruction
+/// (with `pin_cpu`, the calling thread and the program share that CPU until
+/// [`Tracee::unpin_tracer`]),
 /// in its own process group (so a terminal's Ctrl-C reaches the tracer only).
 /// Threads it creates are traced too (`PTRACE_O_TRACECLONE`); it is killed if
 /// the tracer dies (`PTRACE_O_EXITKILL`).
@@ -96,7 +111,9 @@ pub fn launch(options: &LaunchOptions) -> Result<Tracee, LaunchError> {
     for arg in &options.args {
         argv.push(cstring(arg)?);
     }
+    let mut tracer_affinity = None;
     if let Some(cpu) = options.pin_cpu {
+        tracer_affinity = nix::sched::sched_getaffinity(Pid::from_raw(0)).ok();
         let mut set = CpuSet::new();
         set.set(cpu).map_err(sys("cpu set"))?;
         sched_setaffinity(Pid::from_raw(0), &set).map_err(sys("sched_setaffinity"))?;
@@ -152,7 +169,7 @@ pub fn launch(options: &LaunchOptions) -> Result<Tracee, LaunchError> {
                 | ptrace::Options::PTRACE_O_TRACEEXIT
                 | ptrace::Options::PTRACE_O_EXITKILL;
             ptrace::setoptions(child, options).map_err(sys("PTRACE_SETOPTIONS"))?;
-            Ok(Tracee { pid: child })
+            Ok(Tracee { pid: child, tracer_affinity })
         }
     }
 }

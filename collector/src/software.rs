@@ -725,7 +725,9 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
         forked: Vec::new(),
         clock: TraceClock::choose(),
     };
-    let outcome = match recorder.run() {
+    let result = recorder.run();
+    tracee.unpin_tracer();
+    let outcome = match result {
         Ok(outcome) => outcome,
         Err(error) => {
             recorder.kill_and_drain();

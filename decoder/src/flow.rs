@@ -113,6 +113,10 @@ pub struct FlowDecoder<'a, M: Memory> {
     returns: VecDeque<u64>,
     tsc: Option<u64>,
     history: History,
+    /// Decode from this PSB offset instead of the first PSB.
+    start: Option<usize>,
+    /// Stop before consuming the PSB at this offset (segment decoding).
+    stop_at: Option<usize>,
 }
 
 /// Where the decoder stands after handling something.
@@ -147,12 +151,32 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             returns: VecDeque::new(),
             tsc: None,
             history: History::default(),
+            start: None,
+            stop_at: None,
         }
+    }
+
+    /// A decoder for the segment of `trace` from the PSB at `start` up to
+    /// (not including) the PSB at `stop` (`None`: to the end). Decoding the
+    /// segments of a trace one by one and appending their histories gives the
+    /// history of the whole trace (see [`decode_parallel`]).
+    pub fn for_segment(trace: &'a [u8], memory: &'a M, start: usize, stop: Option<usize>) -> Self {
+        let mut decoder = Self::new(trace, memory);
+        decoder.start = Some(start);
+        decoder.stop_at = stop;
+        decoder
+    }
+
+    fn at_stop(&self, offset: usize) -> bool {
+        self.stop_at == Some(offset)
     }
 
     /// Decodes the whole stream into a compact [`History`].
     pub fn decode_history(mut self) -> History {
-        let mut synced = self.resync();
+        let mut synced = match self.start {
+            Some(start) => self.packets.sync_set(start),
+            None => self.resync(),
+        };
         while synced {
             match self.run() {
                 Ok(()) => break,
@@ -175,7 +199,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn resync(&mut self) -> bool {
         self.tnt_len = 0;
         self.returns.clear();
-        match self.peeked.take() {
+        let synced = match self.peeked.take() {
             // A PSB already read ahead is the next sync point.
             Some((offset, Packet::Psb)) => self.packets.sync_set(offset),
             Some((offset, _)) => {
@@ -183,7 +207,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 self.packets.sync_forward().is_some()
             }
             None => self.packets.sync_forward().is_some(),
-        }
+        };
+        synced && !self.stop_at.is_some_and(|stop| self.packets.offset() >= stop)
     }
 
     fn event(&mut self, event: Event) {
@@ -361,6 +386,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         match binding {
             Binding::Async { offset, .. } => self.async_event(offset),
             Binding::Psb { ip, offset } => {
+                if self.at_stop(offset) {
+                    self.peeked = Some((offset, Packet::Psb));
+                    return Ok(Next::End);
+                }
                 self.psb_plus(offset)?;
                 Ok(Next::At(ip))
             }
@@ -376,7 +405,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         loop {
             if self.tnt_len == 0 && matches!(self.peek()?, Some((_, Packet::Psb))) && self.psb_fup_lookahead().is_none() {
                 // A PSB+ saying tracing is off while we trace: take it as is.
-                let (offset, _) = self.peeked.take().expect("peeked PSB");
+                let (offset, _) = self.peeked.expect("peeked PSB");
+                if self.at_stop(offset) {
+                    return Ok(Next::End);
+                }
+                self.peeked = None;
                 self.psb_plus(offset)?;
                 return Ok(Next::Disabled);
             }
@@ -493,6 +526,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 Next::At(ip) => self.execute(ip)?,
                 Next::Disabled => match self.fetch()? {
                     None => Next::End,
+                    Some((offset, Packet::Psb)) if self.at_stop(offset) => Next::End,
                     Some((offset, Packet::Psb)) => match self.psb_plus(offset)? {
                         Some(ip) => Next::At(ip),
                         None => Next::Disabled,
@@ -511,6 +545,46 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             };
         }
     }
+}
+
+/// Decodes `trace` on up to `threads` threads: the trace is cut at PSBs into
+/// contiguous ranges, each decoded independently (a PSB+ restates all the
+/// state a decoder needs, and nothing — TNT bits, return compression — crosses
+/// a PSB), and the histories are joined. The result equals
+/// [`FlowDecoder::decode_history`]'s.
+pub fn decode_parallel<M: Memory + Sync>(trace: &[u8], memory: &M, threads: usize) -> History {
+    let psbs: Vec<usize> = crate::packet::sync::psb_offsets(trace).collect();
+    let threads = threads.max(1).min(psbs.len().max(1));
+    if threads <= 1 || psbs.len() < 2 {
+        return FlowDecoder::new(trace, memory).decode_history();
+    }
+    // Contiguous ranges of PSB segments, of about equal byte size.
+    let mut cuts = vec![0usize];
+    for t in 1..threads {
+        let target = trace.len() * t / threads;
+        let index = psbs.partition_point(|&p| p < target).min(psbs.len() - 1);
+        if index > *cuts.last().unwrap() {
+            cuts.push(index);
+        }
+    }
+    let ranges: Vec<(usize, Option<usize>)> = cuts
+        .iter()
+        .enumerate()
+        .map(|(i, &first)| (psbs[first], cuts.get(i + 1).map(|&next| psbs[next])))
+        .collect();
+    let histories: Vec<History> = std::thread::scope(|scope| {
+        let workers: Vec<_> = ranges
+            .iter()
+            .map(|&(start, stop)| scope.spawn(move || FlowDecoder::for_segment(trace, memory, start, stop).decode_history()))
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("decoder thread")).collect()
+    });
+    let mut histories = histories.into_iter();
+    let mut joined = histories.next().unwrap_or_default();
+    for history in histories {
+        joined.append(history);
+    }
+    joined
 }
 
 #[cfg(test)]

@@ -216,6 +216,34 @@ impl History {
         self.executed.push(id);
     }
 
+    /// Appends the history of the next segment of the same trace. A clock
+    /// tick that repeats the last TSC seen is dropped (a continuous decoder
+    /// would not have reported it).
+    pub fn append(&mut self, mut next: History) {
+        let offset = self.table.blocks.len() as u32;
+        let lens_offset = self.table.lens.len() as u32;
+        for mut block in next.table.blocks.drain(..) {
+            block.lens += lens_offset;
+            self.table.blocks.push(block);
+            self.table.successors.push([UNKNOWN; 2]);
+        }
+        self.table.lens.extend_from_slice(&next.table.lens);
+        let last_tsc = self.extras.iter().rev().find_map(|(_, e)| match e {
+            Extra::Event(Event::ClockTick(tsc)) => Some(*tsc),
+            _ => None,
+        });
+        let base = self.executed.len() as u32;
+        let mut extras = next.extras.into_iter().peekable();
+        if let (Some((0, Extra::Event(Event::ClockTick(tsc)))), Some(last)) = (extras.peek(), last_tsc) {
+            if *tsc == last {
+                extras.next();
+            }
+        }
+        self.extras.extend(extras.map(|(at, extra)| (at + base, extra)));
+        self.executed.extend(next.executed.iter().map(|id| id + offset));
+        self.instructions += next.instructions;
+    }
+
     /// Releases spare capacity once decoding is done.
     pub fn shrink_to_fit(&mut self) {
         self.executed.shrink_to_fit();

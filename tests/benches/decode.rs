@@ -39,6 +39,9 @@ fn main() {
     let (t_ours, n_ours) = best(&|| FlowDecoder::new(trace, &bundle.image).decode_history().instructions());
     let history = FlowDecoder::new(trace, &bundle.image).decode_history();
     assert_eq!(history.items().filter(|i| matches!(i, Item::Instruction { .. })).count() as u64, n_ours);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let (t_par, n_par) = best(&|| retrace_decoder::flow::decode_parallel(trace, &bundle.image, cores).instructions());
+    assert_eq!(n_par, n_ours, "parallel and sequential decode disagree");
     let (t_blk, n_blk) = best(&|| libipt::block_count(trace, &sections, bundle.cpu()).0);
     let (t_insn, n_insn) = best(&|| libipt::insn_addresses(trace, &sections, bundle.cpu()).0.len() as u64);
     assert_eq!(n_ours, n_blk, "retrace and the libipt block decoder disagree on the instruction count");
@@ -61,12 +64,14 @@ fn main() {
         n_ours as f64 / trace.len() as f64
     );
     println!("{:<34} {:>10} {:>14}", "decoder", "seconds", "M instr/s");
-    for (name, t) in [
+    let rows: [(&str, f64); 5] = [
         ("retrace FlowDecoder (1 core)", t_ours),
+        (&*format!("retrace decode_parallel ({cores} cores)"), t_par),
         ("libipt 2.0.5 block decoder", t_blk),
         ("libipt 2.0.5 instruction decoder", t_insn),
         ("LLDB 22 (thread trace dump info)", t_lldb),
-    ] {
+    ];
+    for (name, t) in rows {
         println!("{name:<34} {t:>10.4} {:>14.1}", n_ours as f64 / t / 1e6);
     }
     println!("retrace vs libipt block decoder: {:.2}x", t_blk / t_ours);

@@ -74,3 +74,35 @@ fn libipt_decodes_the_same_random_walks() {
         }
     }
 }
+
+#[test]
+fn parallel_decode_equals_sequential_decode() {
+    let Some((image, entries)) = libc_image() else {
+        retrace_tests::tools::require("libc.so.6 at /lib/x86_64-linux-gnu", false);
+        return;
+    };
+    for seed in 300..306 {
+        let psb_period = [128, 512, 4096][seed as usize % 3];
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 60_000, psb_period });
+        let sequential: Vec<Item> = FlowDecoder::new(&walked.trace, &image).decode_history().items().collect();
+        for threads in [2, 3, 7] {
+            let parallel = retrace_decoder::flow::decode_parallel(&walked.trace, &image, threads);
+            let parallel: Vec<Item> = parallel.items().collect();
+            if let Some(i) = sequential.iter().zip(&parallel).position(|(a, b)| a != b) {
+                panic!("seed {seed}, {threads} threads: item {i}: sequential {:?}, parallel {:?}", sequential[i], parallel[i]);
+            }
+            assert_eq!(sequential.len(), parallel.len(), "seed {seed}, {threads} threads");
+        }
+    }
+    // And with corruption (errors, resyncs) in the middle of segments.
+    for seed in 400..406 {
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 40_000, psb_period: 1024 });
+        let damaged = retrace_tests::corrupt::corrupt(&walked.trace, seed, 2000);
+        let sequential: Vec<Item> = FlowDecoder::new(&damaged, &image).decode_history().items().collect();
+        let parallel: Vec<Item> = retrace_decoder::flow::decode_parallel(&damaged, &image, 4).items().collect();
+        if let Some(i) = sequential.iter().zip(&parallel).position(|(a, b)| a != b) {
+            panic!("damaged seed {seed}: item {i}: sequential {:?}, parallel {:?}", sequential[i], parallel[i]);
+        }
+        assert_eq!(sequential.len(), parallel.len(), "damaged seed {seed}");
+    }
+}

@@ -5,7 +5,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
-use retrace_decoder::flow::{FlowDecoder, Item};
+use retrace_decoder::flow::{decode_parallel, Item};
 
 use super::CliError;
 use crate::bundle;
@@ -32,7 +32,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
         if args.tid.is_some_and(|tid| tid != thread.tid) {
             continue;
         }
-        let items = FlowDecoder::new(&thread.trace, &loaded.image).decode_all();
+        let items: Vec<Item> = decode_parallel(&thread.trace, &loaded.image, cores()).items().collect();
         writeln!(out, "thread #{}: tid = {}", index + 1, thread.tid)?;
         let visible = |item: &Item| args.events || !matches!(item, Item::Event(_));
         let order: Box<dyn Iterator<Item = (usize, &Item)>> = if args.forwards {
@@ -72,6 +72,10 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
 fn disassemble(image: &retrace_decoder::image::Image, ip: u64) -> String {
     use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter};
     use retrace_decoder::image::Memory;
@@ -104,7 +108,7 @@ pub fn info(trace_json: &Path, json: bool) -> Result<ExitCode, CliError> {
     let mut threads = Vec::new();
     for (index, thread) in loaded.threads.iter().enumerate() {
         let start = std::time::Instant::now();
-        let items = FlowDecoder::new(&thread.trace, &loaded.image).decode_all();
+        let items: Vec<Item> = decode_parallel(&thread.trace, &loaded.image, cores()).items().collect();
         let seconds = start.elapsed().as_secs_f64();
         let instructions = items.iter().filter(|i| matches!(i, Item::Instruction { .. })).count();
         let events = items.iter().filter(|i| matches!(i, Item::Event(_))).count();
