@@ -303,6 +303,29 @@ fn crash_mid_recording_leaves_a_valid_bundle() {
     assert_lldb_matches_ground_truth(&bundle, &summary);
 }
 
+/// Starts `retrace record` on `spin_forever` in the background and waits
+/// until the program runs (it writes its pid to `pid_file`).
+fn record_spinner_in_background(exe: &Path, bundle: &Path, pid_file: &Path) -> (std::process::Child, i32) {
+    let child = Command::new(env!("CARGO_BIN_EXE_retrace"))
+        .args(["record", "--backend", "software", "--insn-log", "--json", "-o"])
+        .arg(bundle)
+        .arg("--")
+        .arg(exe)
+        .arg(pid_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(pid_file).ok().and_then(|s| s.trim().parse().ok()) {
+            return (child, pid);
+        }
+        assert!(std::time::Instant::now() < deadline, "the program never wrote its pid");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn sigkill_of_the_tracee_leaves_a_valid_bundle() {
     if !tools_present() {
@@ -312,24 +335,7 @@ fn sigkill_of_the_tracee_leaves_a_valid_bundle() {
     let exe = build("spin_forever", &dir, &["-O0", "-static"]);
     let bundle = dir.join("bundle");
     let pid_file = dir.join("pid");
-    let child = Command::new(env!("CARGO_BIN_EXE_retrace"))
-        .args(["record", "--backend", "software", "--insn-log", "--json", "-o"])
-        .arg(&bundle)
-        .arg("--")
-        .arg(&exe)
-        .arg(&pid_file)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let pid: i32 = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok()) {
-            break pid;
-        }
-        assert!(std::time::Instant::now() < deadline, "the program never wrote its pid");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let (child, pid) = record_spinner_in_background(&exe, &bundle, &pid_file);
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
     let out = child.wait_with_output().unwrap();
@@ -420,21 +426,7 @@ fn instruction_limit_and_interrupt_end_with_valid_bundles() {
     // Ctrl-C (SIGINT to the recorder): the recording ends, the bundle is written.
     let bundle = dir.join("interrupted");
     let pid_file = dir.join("pid-interrupted");
-    let child = Command::new(env!("CARGO_BIN_EXE_retrace"))
-        .args(["record", "--insn-log", "--json", "-o"])
-        .arg(&bundle)
-        .arg("--")
-        .arg(&exe)
-        .arg(&pid_file)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !pid_file.exists() {
-        assert!(std::time::Instant::now() < deadline, "the program never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let (child, _) = record_spinner_in_background(&exe, &bundle, &pid_file);
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
     let interrupted = summary(&child.wait_with_output().unwrap());

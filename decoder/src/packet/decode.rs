@@ -201,23 +201,12 @@ impl<'a> PacketDecoder<'a> {
     #[inline(always)]
     fn track(&mut self, packet: &Packet) {
         match packet {
-            Packet::Pad
-            | Packet::Bip { .. }
-            | Packet::Tsc(_)
-            | Packet::Tma { .. }
-            | Packet::Mtc(_)
-            | Packet::Cyc(_)
-            | Packet::Cbr(_)
-            | Packet::Mnt(_)
-            | Packet::Exstop { .. }
-            | Packet::Pwre { .. }
-            | Packet::Pwrx { .. }
-            | Packet::Fup(_) => {}
             Packet::Bbp { size, .. } => self.block = Some(*size),
             Packet::Psb => {
                 self.last_ip = 0;
                 self.block = None;
             }
+            other if other.keeps_block_context() => {}
             _ => self.block = None,
         }
     }

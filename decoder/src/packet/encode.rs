@@ -154,18 +154,7 @@ impl PacketEncoder {
                 self.block = None;
             }
             Packet::Bbp { size, .. } => self.block = Some(*size),
-            Packet::Pad
-            | Packet::Bip { .. }
-            | Packet::Tsc(_)
-            | Packet::Tma { .. }
-            | Packet::Mtc(_)
-            | Packet::Cyc(_)
-            | Packet::Cbr(_)
-            | Packet::Mnt(_)
-            | Packet::Exstop { .. }
-            | Packet::Pwre { .. }
-            | Packet::Pwrx { .. }
-            | Packet::Fup(_) => {}
+            other if other.keeps_block_context() => {}
             _ => self.block = None,
         }
         Ok(self.bytes.len() - start)

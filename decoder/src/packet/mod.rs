@@ -420,6 +420,27 @@ impl Packet {
         }
     }
 
+    /// True for packets that may appear inside a PEBS BBP … BEP block without
+    /// ending it (timing, power and padding packets, FUP, and BIP itself);
+    /// any other packet ends the block context.
+    pub fn keeps_block_context(&self) -> bool {
+        matches!(
+            self,
+            Packet::Pad
+                | Packet::Bip { .. }
+                | Packet::Tsc(_)
+                | Packet::Tma { .. }
+                | Packet::Mtc(_)
+                | Packet::Cyc(_)
+                | Packet::Cbr(_)
+                | Packet::Mnt(_)
+                | Packet::Exstop { .. }
+                | Packet::Pwre { .. }
+                | Packet::Pwrx { .. }
+                | Packet::Fup(_)
+        )
+    }
+
     /// True for packets newer than libipt 2.0.5 (Event Trace, PEBS via PT, TRIG).
     pub fn is_post_libipt_2_0(&self) -> bool {
         matches!(
