@@ -198,6 +198,9 @@ pub enum Extra {
     },
 }
 
+/// Executed blocks between two instruction-count checkpoints.
+const CHECKPOINT_EVERY: usize = 64;
+
 /// One thread's decoded execution.
 #[derive(Debug, Clone, Default)]
 pub struct History {
@@ -207,6 +210,66 @@ pub struct History {
     /// (number of executed blocks before it, the extra)
     extras: Vec<(u32, Extra)>,
     instructions: u64,
+    /// Instructions before executed block `i * CHECKPOINT_EVERY`.
+    checkpoints: Vec<u64>,
+}
+
+/// A position in a [`History`]: one executed instruction, movable forwards
+/// and backwards (what reverse stepping walks).
+#[derive(Debug, Clone, Copy)]
+pub struct Cursor<'h> {
+    history: &'h History,
+    block: usize,
+    within: u32,
+    index: u64,
+}
+
+impl<'h> Cursor<'h> {
+    /// The instruction's number (0-based, instructions only).
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The instruction's address.
+    pub fn ip(&self) -> u64 {
+        let id = self.history.executed[self.block];
+        self.history.table.addresses(id).nth(self.within as usize).expect("cursor inside its block")
+    }
+
+    /// Moves to the next instruction; `false` at the end (the cursor stays).
+    pub fn next(&mut self) -> bool {
+        let count = self.history.table.get(self.history.executed[self.block]).count;
+        if self.within + 1 < count {
+            self.within += 1;
+        } else if self.block + 1 < self.history.executed.len() {
+            self.block += 1;
+            self.within = 0;
+        } else {
+            return false;
+        }
+        self.index += 1;
+        true
+    }
+
+    /// Moves to the previous instruction; `false` at the beginning.
+    pub fn prev(&mut self) -> bool {
+        if self.within > 0 {
+            self.within -= 1;
+        } else if self.block > 0 {
+            self.block -= 1;
+            self.within = self.history.table.get(self.history.executed[self.block]).count - 1;
+        } else {
+            return false;
+        }
+        self.index -= 1;
+        true
+    }
+
+    /// The LLDB item id of this instruction (events and errors before it count).
+    pub fn item_id(&self) -> u64 {
+        let extras_before = self.history.extras.partition_point(|(at, _)| (*at as usize) <= self.block);
+        self.index + extras_before as u64
+    }
 }
 
 impl History {
@@ -242,12 +305,54 @@ impl History {
         self.extras.extend(extras.map(|(at, extra)| (at + base, extra)));
         self.executed.extend(next.executed.iter().map(|id| id + offset));
         self.instructions += next.instructions;
+        self.build_checkpoints();
     }
 
-    /// Releases spare capacity once decoding is done.
+    /// Releases spare capacity and indexes the history once decoding is done.
     pub fn shrink_to_fit(&mut self) {
         self.executed.shrink_to_fit();
         self.extras.shrink_to_fit();
+        self.build_checkpoints();
+    }
+
+    fn build_checkpoints(&mut self) {
+        self.checkpoints.clear();
+        let mut count = 0u64;
+        for (i, id) in self.executed.iter().enumerate() {
+            if i % CHECKPOINT_EVERY == 0 {
+                self.checkpoints.push(count);
+            }
+            count += self.table.get(*id).count as u64;
+        }
+    }
+
+    /// A cursor at instruction `index` (0-based), in O(log n) plus one
+    /// checkpoint interval.
+    pub fn cursor_at(&self, index: u64) -> Option<Cursor<'_>> {
+        if index >= self.instructions {
+            return None;
+        }
+        let checkpoint = self.checkpoints.partition_point(|&c| c <= index).checked_sub(1)?;
+        let mut block = checkpoint * CHECKPOINT_EVERY;
+        let mut before = self.checkpoints[checkpoint];
+        loop {
+            let count = self.table.get(self.executed[block]).count as u64;
+            if index < before + count {
+                return Some(Cursor { history: self, block, within: (index - before) as u32, index });
+            }
+            before += count;
+            block += 1;
+        }
+    }
+
+    /// A cursor at the first instruction.
+    pub fn first(&self) -> Option<Cursor<'_>> {
+        self.cursor_at(0)
+    }
+
+    /// A cursor at the last instruction.
+    pub fn last(&self) -> Option<Cursor<'_>> {
+        self.instructions.checked_sub(1).and_then(|i| self.cursor_at(i))
     }
 
     /// Records an event or error at the current position.
@@ -270,10 +375,12 @@ impl History {
         self.extras.iter().map(|(_, e)| e)
     }
 
-    /// Bytes the history itself uses (executed blocks and extras), without
-    /// the block table.
+    /// Bytes the history itself uses (executed blocks, extras, checkpoints),
+    /// without the block table.
     pub fn memory_bytes(&self) -> usize {
-        self.executed.capacity() * 4 + self.extras.capacity() * std::mem::size_of::<(u32, Extra)>()
+        self.executed.capacity() * 4
+            + self.extras.capacity() * std::mem::size_of::<(u32, Extra)>()
+            + self.checkpoints.capacity() * 8
     }
 
     /// Every item in order (instructions expanded from blocks).

@@ -106,3 +106,37 @@ fn parallel_decode_equals_sequential_decode() {
         assert_eq!(sequential.len(), parallel.len(), "damaged seed {seed}");
     }
 }
+
+#[test]
+fn history_cursors_walk_and_seek_the_executed_instructions() {
+    let Some((image, entries)) = libc_image() else {
+        retrace_tests::tools::require("libc.so.6 at /lib/x86_64-linux-gnu", false);
+        return;
+    };
+    let walked = walk(&image, &entries, WalkOptions { seed: 7, instructions: 30_000, psb_period: 1024 });
+    let history = retrace_decoder::flow::decode_parallel(&walked.trace, &image, 3);
+    let n = walked.executed.len() as u64;
+    assert_eq!(history.instructions(), n);
+    // Forwards from the first instruction.
+    let mut cursor = history.first().unwrap();
+    for (i, ip) in walked.executed.iter().enumerate() {
+        assert_eq!((cursor.index(), cursor.ip()), (i as u64, *ip));
+        assert_eq!(cursor.next(), i + 1 < walked.executed.len());
+    }
+    // Backwards from the last.
+    let mut cursor = history.last().unwrap();
+    for i in (0..walked.executed.len()).rev() {
+        assert_eq!(cursor.ip(), walked.executed[i]);
+        assert_eq!(cursor.prev(), i > 0);
+    }
+    // Random access, and LLDB item ids consistent with the item stream.
+    let items: Vec<Item> = history.items().collect();
+    let mut rng = retrace_tests::rng::Rng::new(1);
+    for _ in 0..2000 {
+        let index = rng.below(n);
+        let cursor = history.cursor_at(index).unwrap();
+        assert_eq!(cursor.ip(), walked.executed[index as usize]);
+        assert_eq!(items[cursor.item_id() as usize], Item::Instruction { ip: cursor.ip() });
+    }
+    assert!(history.cursor_at(n).is_none());
+}
