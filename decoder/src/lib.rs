@@ -24,4 +24,5 @@ pub mod flow;
 pub mod history;
 pub mod image;
 pub mod packet;
+pub mod symbols;
 pub mod x86;

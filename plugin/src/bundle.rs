@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use retrace_decoder::bundle::TraceBundle;
 use retrace_decoder::image::Image;
+use retrace_decoder::symbols::Symbolizer;
 
 /// Why a bundle cannot be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,19 @@ pub struct LoadedBundle {
     pub threads: Vec<LoadedThread>,
     /// The code of every module.
     pub image: Image,
+    /// Function names and source lines of every module.
+    pub symbols: Symbolizer,
+}
+
+/// The separate debug file of an ELF image, found by its GNU build id under
+/// `/usr/lib/debug/.build-id/` (as LLDB and GDB look for it).
+fn separate_debug_file(image: &[u8]) -> Option<Vec<u8>> {
+    use object::Object;
+    let file = object::File::parse(image).ok()?;
+    let id = file.build_id().ok()??;
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let path = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+    std::fs::read(path).ok()
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
@@ -80,11 +94,15 @@ pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
     let base = trace_json.parent().unwrap_or(Path::new("."));
     let resolve = |relative: &str| base.join(relative);
     let mut image = Image::new();
+    let mut symbols = Symbolizer::new();
     let mut threads = Vec::new();
     for process in &description.processes {
         for module in &process.modules {
             let path = resolve(module.file.as_deref().unwrap_or(&module.system_path));
-            image.add_elf(&module.system_path, read(&path)?, module.load_address.0)?;
+            let bytes = read(&path)?;
+            let debug = separate_debug_file(&bytes);
+            symbols.add_module(&path.to_string_lossy(), &bytes, module.load_address.0, debug.as_deref());
+            image.add_elf(&module.system_path, bytes, module.load_address.0)?;
         }
         for thread in &process.threads {
             let trace = match &thread.ipt_trace {
@@ -94,5 +112,5 @@ pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
             threads.push(LoadedThread { tid: thread.tid, trace });
         }
     }
-    Ok(LoadedBundle { description, threads, image })
+    Ok(LoadedBundle { description, threads, image, symbols })
 }

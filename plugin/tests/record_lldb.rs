@@ -126,6 +126,32 @@ fn assert_lldb_matches(
     compared
 }
 
+/// The default (symbolized) dump: every line but the disassembly text must
+/// equal LLDB's — thread headers, ``module`function + off at file:line:col``
+/// context lines, item ids and addresses. (LLDB's disassembler prints
+/// `<unknown>` or `rex64` for some valid instructions; that text is not
+/// compared.)
+fn assert_symbol_context_lines_equal_lldb(bundle: &Path, threads: usize) {
+    let trace_json = bundle.join("trace.json");
+    // An instruction line is `    <id>: 0x<16 hex digits>    <disassembly>`: keep id and address.
+    let strip = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|line| match line.find(": 0x") {
+                Some(at) if line.starts_with("    ") => line[..(at + 20).min(line.len())].to_string(),
+                _ => line.to_string(),
+            })
+            .collect()
+    };
+    let lldb = retrace_tests::lldb::dump_text(&trace_json, threads, "-a -f").unwrap_or_else(|e| panic!("{e}"));
+    let ours = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "instructions", "-a", "-f"]).arg(&trace_json).output().unwrap();
+    assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+    let (ours, lldb) = (strip(&String::from_utf8(ours.stdout).unwrap()), strip(&lldb));
+    if let Some(i) = ours.iter().zip(&lldb).position(|(a, b)| a != b) {
+        panic!("{}: symbolized dump differs at line {i}: retrace {:?}, LLDB {:?}", bundle.display(), ours[i], lldb[i]);
+    }
+    assert_eq!(ours.len(), lldb.len(), "{}: line counts", bundle.display());
+}
+
 /// retrace's own decoder must print exactly what LLDB prints for
 /// `thread trace dump instructions -a -f -e --raw`: same item ids, events,
 /// addresses and errors, thread by thread.
@@ -187,6 +213,9 @@ fn check_program_with(name: &str, extra: &[&str], expect_threads: usize, determi
         assert_eq!(summary["threads"].as_array().unwrap().len(), expect_threads, "{name} {link} {opt}");
         assert_eq!(summary["undecodable_instructions"], 0);
         let n = assert_lldb_matches_ground_truth(&bundle, &summary);
+        if link == "static" {
+            assert_symbol_context_lines_equal_lldb(&bundle, expect_threads);
+        }
 
         // Branch stops must give the same Intel PT as single-stepping: LLDB
         // decodes the same instructions, and every packet but the TSC values

@@ -5,7 +5,10 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
+use std::collections::HashMap;
+
 use retrace_decoder::flow::{decode_parallel, Item};
+use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 
 use super::CliError;
 use crate::bundle;
@@ -42,6 +45,9 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
         };
         let mut shown = 0usize;
         let mut exhausted = true;
+        let mut previous: Option<SymbolContext> = None;
+        let mut previous_was_error = false;
+        let mut contexts: HashMap<u64, SymbolContext> = HashMap::new();
         for (id, item) in order {
             if !visible(item) {
                 continue;
@@ -56,13 +62,24 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
                     if args.raw {
                         writeln!(out, "    {id}: {ip:#018x}")?;
                     } else {
-                        let text = disassemble(&loaded.image, *ip);
+                        let context = contexts.entry(*ip).or_insert_with(|| loaded.symbols.lookup(*ip)).clone();
+                        if !previous.as_ref().is_some_and(|p| p.same_scope(&context)) {
+                            writeln!(out, "  {}", context.describe(*ip))?;
+                        }
+                        previous = Some(context);
+                        let text = disassemble(&loaded.image, &loaded.symbols, *ip);
                         writeln!(out, "    {id}: {ip:#018x}    {text}")?;
                     }
                 }
                 Item::Event(event) => writeln!(out, "    {id}: (event) {event}")?,
-                Item::Error { error, .. } => writeln!(out, "    {id}: (error) {error}")?,
+                Item::Error { error, .. } => {
+                    if !previous_was_error {
+                        writeln!(out, "    ...missing instructions")?;
+                    }
+                    writeln!(out, "    {id}: (error) {error}")?;
+                }
             }
+            previous_was_error = matches!(item, Item::Error { .. });
         }
         if exhausted {
             writeln!(out, "    no more data")?;
@@ -76,8 +93,10 @@ fn cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
-fn disassemble(image: &retrace_decoder::image::Image, ip: u64) -> String {
-    use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter};
+/// One instruction as LLDB prints it: AT&T syntax, the mnemonic in 7
+/// columns, and a comment naming branch targets and RIP-relative data.
+fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: u64) -> String {
+    use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter, OpKind, Register};
     use retrace_decoder::image::Memory;
     let mut bytes = [0u8; 15];
     let n = image.read(ip, &mut bytes);
@@ -92,13 +111,53 @@ fn disassemble(image: &retrace_decoder::image::Image, ip: u64) -> String {
     options.set_space_after_operand_separator(true);
     options.set_uppercase_hex(false);
     options.set_branch_leading_zeros(false);
+    options.set_small_hex_numbers_in_decimal(false);
+    options.set_rip_relative_addresses(true);
     let mut mnemonic = String::new();
     let mut operands = String::new();
     formatter.format_mnemonic(&insn, &mut mnemonic);
     formatter.format_all_operands(&insn, &mut operands);
     // LLDB's layout: the mnemonic in 7 columns (at least one space after it).
     let width = if mnemonic.len() >= 7 { mnemonic.len() + 1 } else { 7 };
-    format!("{mnemonic:<width$}{operands}")
+    let comment = if insn.op0_kind() == OpKind::NearBranch64 {
+        branch_comment(symbols, ip, insn.near_branch_target())
+    } else if insn.is_ip_rel_memory_operand() && insn.memory_base() == Register::RIP {
+        symbols.data_symbol(insn.ip_rel_memory_address()).map(|(name, offset)| {
+            if offset == 0 {
+                name.to_string()
+            } else {
+                format!("{name} + {offset}")
+            }
+        })
+    } else {
+        None
+    };
+    match comment {
+        Some(comment) => format!("{mnemonic:<width$}{operands:<25} ; {comment}"),
+        None => format!("{mnemonic:<width$}{operands}"),
+    }
+}
+
+/// LLDB's comment for a branch target: `<+off>` inside the same function,
+/// else the target's function, then ` at file:line:col`.
+fn branch_comment(symbols: &Symbolizer, ip: u64, target: u64) -> Option<String> {
+    let here = symbols.lookup(ip);
+    let there = symbols.lookup(target);
+    let (name, start) = there.function.clone()?;
+    let mut text = if here.function.as_ref().map(|f| f.1) == Some(start) {
+        format!("<+{}>", target - start)
+    } else if target > start {
+        format!("{name} + {}", target - start)
+    } else {
+        name.to_string()
+    };
+    if let Some((file, line, column)) = &there.line {
+        text.push_str(&format!(" at {file}:{line}"));
+        if *column > 0 {
+            text.push_str(&format!(":{column}"));
+        }
+    }
+    Some(text)
 }
 
 /// `retrace dump info`: per thread, the trace size and what it decodes to.

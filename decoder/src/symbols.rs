@@ -1,0 +1,222 @@
+//! Symbolization: function names from ELF symbol tables and file:line:column
+//! from DWARF (`gimli` through `addr2line`), for modules placed at their load
+//! addresses. Everything comes from byte buffers the caller loaded (a
+//! separate debug file found by build id, too): no file I/O here.
+
+use std::sync::Arc;
+
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+
+type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+/// What is known about one address.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SymbolContext {
+    /// The module's file name (basename), if the address is in a module.
+    pub module: Option<Arc<str>>,
+    /// The containing function: name and start address.
+    pub function: Option<(Arc<str>, u64)>,
+    /// Source position: file basename, line, column (line > 0).
+    pub line: Option<(Arc<str>, u32, u32)>,
+    /// The innermost inlined function at the address, if any.
+    pub inlined: Option<Arc<str>>,
+}
+
+impl SymbolContext {
+    /// LLDB's context line: ``module`function + off at file:line:col``.
+    pub fn describe(&self, address: u64) -> String {
+        let Some(module) = &self.module else { return "(none)".into() };
+        let Some((name, start)) = &self.function else { return format!("{module}`(none)") };
+        let mut text = format!("{module}`{name}");
+        if address > *start {
+            text.push_str(&format!(" + {}", address - start));
+        }
+        if let Some(inlined) = &self.inlined {
+            text.push_str(&format!(" [inlined] {inlined}"));
+        }
+        if let Some((file, line, column)) = &self.line {
+            text.push_str(&format!(" at {file}:{line}"));
+            if *column > 0 {
+                text.push_str(&format!(":{column}"));
+            }
+        }
+        text
+    }
+
+    /// LLDB's rule for printing a new context line: a different module,
+    /// function, or (when both have a function) source position.
+    pub fn same_scope(&self, other: &SymbolContext) -> bool {
+        if self.module != other.module || self.function != other.function {
+            return false;
+        }
+        self.function.is_none() || self.line == other.line
+    }
+}
+
+struct Module {
+    start: u64,
+    end: u64,
+    slide: u64,
+    name: Arc<str>,
+    /// (start, end, name) with link-time addresses, sorted.
+    functions: Vec<(u64, u64, Arc<str>)>,
+    /// Data symbols, likewise.
+    data: Vec<(u64, u64, Arc<str>)>,
+    lines: Option<addr2line::Context<Reader>>,
+}
+
+/// Symbol lookup over all modules of a trace.
+#[derive(Default)]
+pub struct Symbolizer {
+    modules: Vec<Module>,
+}
+
+impl std::fmt::Debug for Symbolizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.modules.iter().map(|m| &*m.name).collect();
+        f.debug_struct("Symbolizer").field("modules", &names).finish()
+    }
+}
+
+/// (address, size, rank, section end, name) symbols → sorted (start, end,
+/// name) ranges: one per address (highest rank first, then the larger size);
+/// a symbol without a size reaches to the next symbol or the end of its
+/// section, whichever comes first.
+fn symbol_ranges(mut symbols: Vec<(u64, u64, u8, u64, Arc<str>)>) -> Vec<(u64, u64, Arc<str>)> {
+    symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.2.cmp(&a.2)).then(b.1.cmp(&a.1)));
+    symbols.dedup_by_key(|s| s.0);
+    let starts: Vec<u64> = symbols.iter().map(|s| s.0).collect();
+    symbols
+        .into_iter()
+        .enumerate()
+        .map(|(i, (start, size, _, section_end, name))| {
+            let end = if size > 0 {
+                start + size
+            } else {
+                starts.get(i + 1).copied().unwrap_or(u64::MAX).min(section_end).max(start + 1)
+            };
+            (start, end, name)
+        })
+        .collect()
+}
+
+fn load_dwarf(file: &object::File) -> Option<addr2line::Context<Reader>> {
+    let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
+    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+        let data = file
+            .section_by_name(id.name())
+            .and_then(|section| section.uncompressed_data().ok())
+            .map(|data| Arc::<[u8]>::from(&*data))
+            .unwrap_or_else(|| Arc::from(&[][..]));
+        Ok(gimli::EndianArcSlice::new(data, endian))
+    };
+    let dwarf = gimli::Dwarf::load(load).ok()?;
+    addr2line::Context::from_dwarf(dwarf).ok()
+}
+
+impl Symbolizer {
+    /// An empty symbolizer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a module: its ELF image loaded at `load_address` (lowest segment),
+    /// and optionally a separate debug file with its symbols and DWARF.
+    pub fn add_module(&mut self, path: &str, image: &[u8], load_address: u64, debug: Option<&[u8]>) {
+        let Ok(file) = object::File::parse(image) else { return };
+        let lowest = file.segments().map(|s| s.address()).min().unwrap_or(0);
+        let highest = file.segments().map(|s| s.address() + s.size()).max().unwrap_or(0);
+        let slide = load_address.wrapping_sub(lowest & !0xfff);
+        let debug_file = debug.and_then(|bytes| object::File::parse(bytes).ok());
+        let mut functions = Vec::new();
+        let mut data = Vec::new();
+        for source in [Some(&file), debug_file.as_ref()].into_iter().flatten() {
+            for symbol in source.symbols().chain(source.dynamic_symbols()) {
+                let Ok(name) = symbol.name() else { continue };
+                if symbol.address() == 0 || name.is_empty() {
+                    continue;
+                }
+                // Rank: strong global names, then weak ones, then local ones.
+                let rank = match (symbol.is_global(), symbol.is_weak()) {
+                    (true, false) => 2,
+                    (_, true) => 1,
+                    _ => 0,
+                };
+                let section = symbol.section_index().and_then(|index| source.section_by_index(index).ok());
+                let section_end = section.as_ref().map(|s| s.address() + s.size()).unwrap_or(u64::MAX);
+                let in_code = section
+                    .as_ref()
+                    .is_some_and(|section| matches!(section.flags(), object::SectionFlags::Elf { sh_flags } if sh_flags & 0x4 != 0));
+                let entry = (symbol.address(), symbol.size(), rank, section_end, Arc::<str>::from(name));
+                match symbol.kind() {
+                    SymbolKind::Text => functions.push(entry),
+                    SymbolKind::Unknown if in_code => functions.push(entry),
+                    SymbolKind::Data if symbol.size() > 0 => data.push(entry),
+                    _ => {}
+                }
+            }
+        }
+        let functions = symbol_ranges(functions);
+        let data = symbol_ranges(data);
+        let lines = debug_file.as_ref().and_then(load_dwarf).or_else(|| load_dwarf(&file));
+        let name = path.rsplit('/').next().unwrap_or(path).into();
+        self.modules.push(Module {
+            start: (lowest & !0xfff).wrapping_add(slide),
+            end: highest.wrapping_add(slide),
+            slide,
+            name,
+            functions,
+            data,
+            lines,
+        });
+    }
+
+    /// The data symbol containing `address`: name and offset into it.
+    pub fn data_symbol(&self, address: u64) -> Option<(Arc<str>, u64)> {
+        let module = self.modules.iter().find(|m| m.start <= address && address < m.end)?;
+        let probe = address.wrapping_sub(module.slide);
+        let index = module.data.partition_point(|d| d.0 <= probe).checked_sub(1)?;
+        let (start, end, name) = &module.data[index];
+        (probe < *end).then(|| (name.clone(), probe - start))
+    }
+
+    /// The symbol context of `address`.
+    pub fn lookup(&self, address: u64) -> SymbolContext {
+        let Some(module) = self.modules.iter().find(|m| m.start <= address && address < m.end) else {
+            return SymbolContext::default();
+        };
+        let probe = address.wrapping_sub(module.slide);
+        let index = module.functions.partition_point(|f| f.0 <= probe);
+        let mut function = index
+            .checked_sub(1)
+            .map(|i| &module.functions[i])
+            .filter(|f| probe < f.1)
+            .map(|f| (f.2.clone(), f.0.wrapping_add(module.slide)));
+        // The debug info's names: the (outermost) function, as LLDB shows it,
+        // and the innermost inlined function.
+        let mut inlined = None;
+        if let (Some((name, _)), Some(lines)) = (&mut function, &module.lines) {
+            if let Ok(mut frames) = lines.find_frames(probe).skip_all_loads() {
+                let mut names = Vec::new();
+                while let Ok(Some(frame)) = frames.next() {
+                    if let Some(Ok(raw)) = frame.function.as_ref().map(|f| f.raw_name()) {
+                        names.push(Arc::<str>::from(&*raw));
+                    }
+                }
+                if let Some(outer) = names.last() {
+                    *name = outer.clone();
+                }
+                if names.len() > 1 {
+                    inlined = names.first().cloned();
+                }
+            }
+        }
+        let line = module.lines.as_ref().and_then(|lines| {
+            let location = lines.find_location(probe).ok()??;
+            let line = location.line.filter(|&l| l > 0)?;
+            let file = location.file?.rsplit('/').next()?.into();
+            Some((file, line, location.column.unwrap_or(0)))
+        });
+        SymbolContext { module: Some(module.name.clone()), function, line, inlined }
+    }
+}
