@@ -1,10 +1,19 @@
 //! # retrace-stub
 //!
-//! The gdb-remote server (`retrace-stub`) that LLDB 22 and GDB 13 connect to:
-//! launch/attach, forward debugging, recording, replay (`bs`/`bc`) and LLDB's
-//! `jLLDBTrace*` packets. Built on `gdbstub` 0.7.10 with a packet framer in
-//! front for what gdbstub cannot express.
+//! The gdb-remote server (`retrace-stub`) that LLDB 22 and GDB 13 connect to.
+//! Built on `gdbstub` 0.7.10's state machine with a packet framer in front
+//! for what gdbstub cannot express (LLDB's `qProcessInfo`; later the
+//! `jLLDBTrace*` packets and replay).
 //!
-//! Live process control comes from `retrace-collector`; replay navigation goes
-//! only through the decoder's history API. This crate must never decode Intel PT
-//! itself or carry its own ptrace helpers.
+//! * [`arch`] — the x86-64 Linux register set and `target.xml`;
+//! * [`target`] — registers, memory, software breakpoints, threads, resume
+//!   actions (ptrace);
+//! * [`server`] — the connection loop, the framer, ptrace stops → stop replies.
+//!
+//! Live process control (launch) comes from `retrace-collector`; replay
+//! navigation will go only through the decoder's history API. This crate must
+//! never decode Intel PT itself or carry its own launch code.
+
+pub mod arch;
+pub mod server;
+pub mod target;

@@ -1,0 +1,76 @@
+//! `retrace-stub`: debug a program with LLDB or GDB over gdb-remote.
+
+use std::net::{SocketAddr, TcpListener};
+use std::process::ExitCode;
+
+use clap::Parser;
+use retrace_collector::process::{launch, LaunchOptions};
+use retrace_stub::server::{serve, SessionEnd};
+use retrace_stub::target::ProcessTarget;
+
+/// A gdb-remote server for LLDB and GDB.
+///
+/// Starts PROGRAM stopped at its first instruction and waits for one
+/// debugger on the listen address (loopback only by default):
+///
+///   retrace-stub --listen 127.0.0.1:1234 -- ./prog arg
+///   lldb ./prog -o "gdb-remote 1234"
+///   gdb ./prog -ex "target remote :1234"
+///
+/// Logging: RUST_LOG=debug shows every packet.
+#[derive(Debug, Parser)]
+#[command(name = "retrace-stub", version, about, long_about)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:1234")]
+    listen: SocketAddr,
+    /// Keep address-space randomisation on (it is off by default, as in LLDB and GDB).
+    #[arg(long)]
+    aslr: bool,
+    /// The program and its arguments.
+    #[arg(required = true, last = true, value_name = "PROGRAM ARGS")]
+    command: Vec<std::ffi::OsString>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let listener = match TcpListener::bind(args.listen) {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("retrace-stub: cannot listen on {}: {e}", args.listen);
+            return ExitCode::from(1);
+        }
+    };
+    let mut command = args.command.into_iter();
+    let mut options = LaunchOptions::new(command.next().expect("clap requires a program"), command);
+    options.disable_aslr = !args.aslr;
+    let tracee = match launch(&options) {
+        Ok(tracee) => tracee,
+        Err(e) => {
+            eprintln!("retrace-stub: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!("retrace-stub: process {} stopped at entry; listening on {}", tracee.pid, args.listen);
+    match serve(&listener, ProcessTarget::new(tracee.pid)) {
+        Ok(end) => {
+            let text = match end {
+                SessionEnd::ProgramEnded => "the program ended",
+                SessionEnd::Detached => "the debugger detached; the program runs on",
+                SessionEnd::Killed => "the debugger killed the program",
+                SessionEnd::ClientGone => "the debugger went away; the program was killed",
+            };
+            eprintln!("retrace-stub: {text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            retrace_collector::process::kill_and_reap(tracee.pid);
+            eprintln!("retrace-stub: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! The debugged process as a gdbstub `Target`: registers, memory, software
+//! breakpoints, threads and resume actions, on top of ptrace. Process
+//! control itself (launch) comes from `retrace-collector`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::num::NonZeroUsize;
+
+use gdbstub::common::{Signal as GdbSignal, Tid};
+use gdbstub::target::ext::base::multithread::{
+    MultiThreadBase, MultiThreadResume, MultiThreadResumeOps, MultiThreadSchedulerLocking,
+    MultiThreadSchedulerLockingOps, MultiThreadSingleStep, MultiThreadSingleStepOps,
+};
+use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, SingleRegisterAccessOps};
+use gdbstub::target::ext::base::BaseOps;
+use gdbstub::target::ext::breakpoints::{Breakpoints, BreakpointsOps, SwBreakpoint, SwBreakpointOps};
+use gdbstub::target::ext::auxv::{Auxv, AuxvOps};
+use gdbstub::target::ext::exec_file::{ExecFile, ExecFileOps};
+use gdbstub::target::ext::extended_mode::{
+    Args, AttachKind, CurrentActivePid, CurrentActivePidOps, ExtendedMode, ExtendedModeOps, ShouldTerminate,
+};
+use gdbstub::target::{Target, TargetError, TargetResult};
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use retrace_collector::process;
+
+use crate::arch::{RegNumber, Regs, X86_64Linux};
+
+const INT3: u8 = 0xcc;
+
+/// What a thread does at the next resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Continue, delivering the signal if any.
+    Continue(Option<Signal>),
+    /// Execute one instruction, delivering the signal if any.
+    Step(Option<Signal>),
+}
+
+/// A traced process, all threads stopped unless resumed.
+pub struct ProcessTarget {
+    /// The process id.
+    pub pid: Pid,
+    /// Live threads.
+    pub threads: BTreeSet<Pid>,
+    /// Breakpoint address → original byte.
+    breakpoints: HashMap<u64, u8>,
+    actions: HashMap<Pid, Action>,
+    scheduler_locked: bool,
+    /// Threads currently running (resumed, not yet stopped).
+    pub running: BTreeSet<Pid>,
+    /// Threads resumed with a single step.
+    pub stepping: BTreeSet<Pid>,
+}
+
+fn tid_of(pid: Pid) -> Tid {
+    NonZeroUsize::new(pid.as_raw() as usize).expect("thread ids are positive")
+}
+
+fn pid_of(tid: Tid) -> Pid {
+    Pid::from_raw(tid.get() as i32)
+}
+
+fn signal_of(signal: Option<GdbSignal>) -> Option<Signal> {
+    signal.and_then(|s| Signal::try_from(s.0 as i32).ok())
+}
+
+fn getfpregs(tid: Pid) -> nix::Result<libc::user_fpregs_struct> {
+    let mut fp = std::mem::MaybeUninit::<libc::user_fpregs_struct>::zeroed();
+    // SAFETY: PTRACE_GETFPREGS fills the struct for a stopped tracee.
+    let r = unsafe { libc::ptrace(libc::PTRACE_GETFPREGS, tid.as_raw(), 0, fp.as_mut_ptr()) };
+    if r < 0 {
+        return Err(nix::Error::last());
+    }
+    // SAFETY: initialised by the kernel (or zeroed).
+    Ok(unsafe { fp.assume_init() })
+}
+
+fn setfpregs(tid: Pid, fp: &libc::user_fpregs_struct) -> nix::Result<()> {
+    // SAFETY: PTRACE_SETFPREGS reads the struct.
+    let r = unsafe { libc::ptrace(libc::PTRACE_SETFPREGS, tid.as_raw(), 0, fp as *const _) };
+    if r < 0 {
+        return Err(nix::Error::last());
+    }
+    Ok(())
+}
+
+/// Reads every register of a stopped thread.
+pub fn read_all_registers(tid: Pid) -> nix::Result<Regs> {
+    let r = ptrace::getregs(tid)?;
+    let fp = getfpregs(tid)?;
+    let mut regs = Regs {
+        gpr: [r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15],
+        rip: r.rip,
+        eflags: r.eflags as u32,
+        segments: [r.cs as u32, r.ss as u32, r.ds as u32, r.es as u32, r.fs as u32, r.gs as u32],
+        orig_rax: r.orig_rax,
+        fs_base: r.fs_base,
+        gs_base: r.gs_base,
+        mxcsr: fp.mxcsr,
+        ..Regs::default()
+    };
+    regs.fpu = [
+        fp.cwd as u32,
+        fp.swd as u32,
+        fp.ftw as u32,
+        (fp.rip >> 32) as u32,
+        fp.rip as u32,
+        (fp.rdp >> 32) as u32,
+        fp.rdp as u32,
+        fp.fop as u32,
+    ];
+    for i in 0..8 {
+        let words = &fp.st_space[i * 4..i * 4 + 4];
+        let mut bytes = [0u8; 16];
+        for (j, w) in words.iter().enumerate() {
+            bytes[j * 4..j * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        regs.st[i].copy_from_slice(&bytes[..10]);
+    }
+    for i in 0..16 {
+        let mut bytes = [0u8; 16];
+        for (j, w) in fp.xmm_space[i * 4..i * 4 + 4].iter().enumerate() {
+            bytes[j * 4..j * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        regs.xmm[i] = u128::from_le_bytes(bytes);
+    }
+    Ok(regs)
+}
+
+/// Writes every register of a stopped thread.
+pub fn write_all_registers(tid: Pid, regs: &Regs) -> nix::Result<()> {
+    let mut r = ptrace::getregs(tid)?;
+    let g = &regs.gpr;
+    (r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]);
+    (r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15) = (g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15]);
+    r.rip = regs.rip;
+    r.eflags = regs.eflags as u64;
+    r.orig_rax = regs.orig_rax;
+    r.fs_base = regs.fs_base;
+    r.gs_base = regs.gs_base;
+    ptrace::setregs(tid, r)?;
+    let mut fp = getfpregs(tid)?;
+    fp.cwd = regs.fpu[0] as u16;
+    fp.swd = regs.fpu[1] as u16;
+    fp.ftw = regs.fpu[2] as u16;
+    fp.fop = regs.fpu[7] as u16;
+    fp.mxcsr = regs.mxcsr;
+    for i in 0..8 {
+        let mut bytes = [0u8; 16];
+        bytes[..10].copy_from_slice(&regs.st[i]);
+        for j in 0..4 {
+            fp.st_space[i * 4 + j] = u32::from_le_bytes(bytes[j * 4..j * 4 + 4].try_into().unwrap());
+        }
+    }
+    for i in 0..16 {
+        let bytes = regs.xmm[i].to_le_bytes();
+        for j in 0..4 {
+            fp.xmm_space[i * 4 + j] = u32::from_le_bytes(bytes[j * 4..j * 4 + 4].try_into().unwrap());
+        }
+    }
+    setfpregs(tid, &fp)
+}
+
+impl ProcessTarget {
+    /// A target for the stopped process `pid` (its main thread).
+    pub fn new(pid: Pid) -> Self {
+        ProcessTarget {
+            pid,
+            threads: BTreeSet::from([pid]),
+            breakpoints: HashMap::new(),
+            actions: HashMap::new(),
+            scheduler_locked: false,
+            running: BTreeSet::new(),
+            stepping: BTreeSet::new(),
+        }
+    }
+
+    /// Writes to the tracee's memory through `/proc/<pid>/mem` (works on
+    /// read-only code pages too).
+    fn poke(&self, address: u64, bytes: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mem = std::fs::OpenOptions::new().write(true).open(format!("/proc/{}/mem", self.pid))?;
+        mem.write_all_at(bytes, address)
+    }
+
+    /// Puts every original byte back (before detaching).
+    pub fn remove_all_breakpoints(&mut self) {
+        for (address, original) in std::mem::take(&mut self.breakpoints) {
+            let _ = self.poke(address, &[original]);
+        }
+    }
+
+    /// True when `address` holds one of our breakpoints.
+    pub fn has_breakpoint(&self, address: u64) -> bool {
+        self.breakpoints.contains_key(&address)
+    }
+
+    /// Starts every thread per the resume actions; returns how many run.
+    fn start_threads(&mut self) -> Result<usize, String> {
+        self.stepping.clear();
+        let threads: Vec<Pid> = self.threads.iter().copied().collect();
+        for tid in threads {
+            let action = match self.actions.get(&tid) {
+                Some(action) => *action,
+                None if self.scheduler_locked => continue,
+                None => Action::Continue(None),
+            };
+            let result = match action {
+                Action::Continue(signal) => ptrace::cont(tid, signal),
+                Action::Step(signal) => {
+                    self.stepping.insert(tid);
+                    ptrace::step(tid, signal)
+                }
+            };
+            tracing::debug!(tid = tid.as_raw(), ?action, ?result, "resume");
+            match result {
+                Ok(()) => {
+                    self.running.insert(tid);
+                }
+                Err(nix::Error::ESRCH) => {}
+                Err(e) => return Err(format!("resuming thread {tid}: {e}")),
+            }
+        }
+        Ok(self.running.len())
+    }
+}
+
+impl Target for ProcessTarget {
+    type Arch = X86_64Linux;
+    type Error = String;
+
+    fn base_ops(&mut self) -> BaseOps<'_, Self::Arch, Self::Error> {
+        BaseOps::MultiThread(self)
+    }
+
+    fn support_breakpoints(&mut self) -> Option<BreakpointsOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_exec_file(&mut self) -> Option<ExecFileOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_auxv(&mut self) -> Option<AuxvOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_extended_mode(&mut self) -> Option<ExtendedModeOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn use_fork_stop_reason(&self) -> bool {
+        false
+    }
+
+    fn use_vfork_stop_reason(&self) -> bool {
+        false
+    }
+
+    fn use_vforkdone_stop_reason(&self) -> bool {
+        false
+    }
+}
+
+impl MultiThreadBase for ProcessTarget {
+    fn read_registers(&mut self, regs: &mut Regs, tid: Tid) -> TargetResult<(), Self> {
+        *regs = read_all_registers(pid_of(tid)).map_err(|_| TargetError::NonFatal)?;
+        Ok(())
+    }
+
+    fn write_registers(&mut self, regs: &Regs, tid: Tid) -> TargetResult<(), Self> {
+        write_all_registers(pid_of(tid), regs).map_err(|_| TargetError::NonFatal)
+    }
+
+    fn support_single_register_access(&mut self) -> Option<SingleRegisterAccessOps<'_, Tid, Self>> {
+        Some(self)
+    }
+
+    fn read_addrs(&mut self, start: u64, data: &mut [u8], _tid: Tid) -> TargetResult<usize, Self> {
+        let n = process::read_memory(self.pid, start, data);
+        if n == 0 && !data.is_empty() {
+            return Err(TargetError::NonFatal);
+        }
+        // Hide our breakpoints.
+        for (i, byte) in data[..n].iter_mut().enumerate() {
+            if let Some(original) = self.breakpoints.get(&(start + i as u64)) {
+                *byte = *original;
+            }
+        }
+        Ok(n)
+    }
+
+    fn write_addrs(&mut self, start: u64, data: &[u8], _tid: Tid) -> TargetResult<(), Self> {
+        // Keep breakpoints in place over written bytes, remembering the new originals.
+        let mut bytes = data.to_vec();
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            if let Some(original) = self.breakpoints.get_mut(&(start + i as u64)) {
+                *original = *byte;
+                *byte = INT3;
+            }
+        }
+        self.poke(start, &bytes).map_err(TargetError::Io)
+    }
+
+    fn list_active_threads(&mut self, register: &mut dyn FnMut(Tid)) -> Result<(), Self::Error> {
+        for tid in &self.threads {
+            register(tid_of(*tid));
+        }
+        Ok(())
+    }
+
+    fn support_resume(&mut self) -> Option<MultiThreadResumeOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl SingleRegisterAccess<Tid> for ProcessTarget {
+    fn read_register(&mut self, tid: Tid, reg: RegNumber, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        let regs = read_all_registers(pid_of(tid)).map_err(|_| TargetError::NonFatal)?;
+        let bytes = regs.register_bytes(reg.0).ok_or(TargetError::NonFatal)?;
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        Ok(n)
+    }
+
+    fn write_register(&mut self, tid: Tid, reg: RegNumber, value: &[u8]) -> TargetResult<(), Self> {
+        let tid = pid_of(tid);
+        let mut regs = read_all_registers(tid).map_err(|_| TargetError::NonFatal)?;
+        regs.set_register(reg.0, value).map_err(|_| TargetError::NonFatal)?;
+        write_all_registers(tid, &regs).map_err(|_| TargetError::NonFatal)
+    }
+}
+
+impl MultiThreadResume for ProcessTarget {
+    fn resume(&mut self) -> Result<(), Self::Error> {
+        self.start_threads().map(|_| ())
+    }
+
+    fn clear_resume_actions(&mut self) -> Result<(), Self::Error> {
+        self.actions.clear();
+        self.scheduler_locked = false;
+        Ok(())
+    }
+
+    fn set_resume_action_continue(&mut self, tid: Tid, signal: Option<GdbSignal>) -> Result<(), Self::Error> {
+        self.actions.insert(pid_of(tid), Action::Continue(signal_of(signal)));
+        Ok(())
+    }
+
+    fn support_single_step(&mut self) -> Option<MultiThreadSingleStepOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_scheduler_locking(&mut self) -> Option<MultiThreadSchedulerLockingOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl MultiThreadSingleStep for ProcessTarget {
+    fn set_resume_action_step(&mut self, tid: Tid, signal: Option<GdbSignal>) -> Result<(), Self::Error> {
+        self.actions.insert(pid_of(tid), Action::Step(signal_of(signal)));
+        Ok(())
+    }
+}
+
+impl MultiThreadSchedulerLocking for ProcessTarget {
+    fn set_resume_action_scheduler_lock(&mut self) -> Result<(), Self::Error> {
+        self.scheduler_locked = true;
+        Ok(())
+    }
+}
+
+impl Breakpoints for ProcessTarget {
+    fn support_sw_breakpoint(&mut self) -> Option<SwBreakpointOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl SwBreakpoint for ProcessTarget {
+    fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        if self.breakpoints.contains_key(&addr) {
+            return Ok(true);
+        }
+        let mut original = [0u8; 1];
+        if process::read_memory(self.pid, addr, &mut original) != 1 {
+            return Ok(false);
+        }
+        self.poke(addr, &[INT3]).map_err(TargetError::Io)?;
+        self.breakpoints.insert(addr, original[0]);
+        Ok(true)
+    }
+
+    fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        match self.breakpoints.remove(&addr) {
+            Some(original) => {
+                self.poke(addr, &[original]).map_err(TargetError::Io)?;
+                Ok(true)
+            }
+            None => Ok(true),
+        }
+    }
+}
+
+fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
+    let start = (offset as usize).min(data.len());
+    let n = length.min(buf.len()).min(data.len() - start);
+    buf[..n].copy_from_slice(&data[start..start + n]);
+    n
+}
+
+impl ExecFile for ProcessTarget {
+    fn get_exec_file(
+        &self,
+        _pid: Option<gdbstub::common::Pid>,
+        offset: u64,
+        length: usize,
+        buf: &mut [u8],
+    ) -> TargetResult<usize, Self> {
+        let path = process::executable_path(self.pid).ok_or(TargetError::NonFatal)?;
+        Ok(copy_window(path.as_os_str().as_encoded_bytes(), offset, length, buf))
+    }
+}
+
+impl Auxv for ProcessTarget {
+    fn get_auxv(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        let auxv = std::fs::read(format!("/proc/{}/auxv", self.pid)).map_err(TargetError::Io)?;
+        Ok(copy_window(&auxv, offset, length, buf))
+    }
+}
+
+/// Extended mode is enabled so that thread ids carry the real pid
+/// (`p<pid>.<tid>`; gdbstub uses a fake pid 1 otherwise, and LLDB then
+/// ignores stop replies for a process it does not know). Starting or
+/// attaching to other programs through the client is not offered.
+impl ExtendedMode for ProcessTarget {
+    fn run(&mut self, _filename: Option<&[u8]>, _args: Args<'_, '_>) -> TargetResult<gdbstub::common::Pid, Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn attach(&mut self, _pid: gdbstub::common::Pid) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn query_if_attached(&mut self, _pid: gdbstub::common::Pid) -> TargetResult<AttachKind, Self> {
+        Ok(AttachKind::Run)
+    }
+
+    fn kill(&mut self, _pid: Option<gdbstub::common::Pid>) -> TargetResult<ShouldTerminate, Self> {
+        process::kill_and_reap(self.pid);
+        self.threads.clear();
+        Ok(ShouldTerminate::Yes)
+    }
+
+    fn restart(&mut self) -> Result<(), Self::Error> {
+        Err("restart is not supported; start retrace-stub again".into())
+    }
+
+    fn support_current_active_pid(&mut self) -> Option<CurrentActivePidOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl CurrentActivePid for ProcessTarget {
+    fn current_active_pid(&mut self) -> Result<gdbstub::common::Pid, Self::Error> {
+        gdbstub::common::Pid::new(self.pid.as_raw() as usize).ok_or_else(|| "no process".to_string())
+    }
+}
