@@ -1,0 +1,177 @@
+//! retrace-stub driven by the real clients: GDB 13 (`gdb -batch`) and
+//! LLDB 22 (`lldb-22 -b`), on a C program built here. Each session is bounded
+//! by a timeout.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use retrace_tests::recordings::build;
+use retrace_tests::tools::{require, which};
+
+fn tools(client: &str) -> bool {
+    require("gcc", which("gcc").is_some()) && require(client, which(client).is_some())
+}
+
+fn debuggee(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join(name);
+    build("debuggee", &dir, &["-O0"])
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts the stub on `program` and waits until it listens.
+fn start_stub(program: &Path) -> (Child, u16) {
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--"])
+        .arg(program)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("listening on"), "stub said: {line}");
+    std::thread::spawn(move || for _ in stderr.lines() {});
+    (child, port)
+}
+
+fn run_with_timeout(mut command: Command, seconds: u64) -> String {
+    command.stdin(Stdio::null());
+    let out = Command::new("timeout").arg(seconds.to_string()).arg(command.get_program()).args(command.get_args()).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+fn wait_exit(mut child: Child) -> Option<i32> {
+    for _ in 0..100 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    None
+}
+
+#[test]
+fn gdb_session_breakpoint_backtrace_print_finish_next_exit() {
+    if !tools("gdb") {
+        return;
+    }
+    let program = debuggee("gdb");
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}")])
+        .args(["-ex", "break add", "-ex", "continue", "-ex", "bt", "-ex", "print counter", "-ex", "finish"])
+        .args(["-ex", "next", "-ex", "print local", "-ex", "stepi", "-ex", "info threads", "-ex", "continue"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    for expected in [
+        "Breakpoint 1, add (a=41, b=1) at",
+        "in main () at",
+        "$1 = 41",
+        "Value returned is $2 = 42",
+        "$3 = 7",
+        "Thread ",
+        "exited with code 061]",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert_eq!(wait_exit(stub), Some(0), "the stub shuts down when the program exits");
+}
+
+#[test]
+fn lldb_session_breakpoint_variables_registers_steps_exit() {
+    if !tools("lldb-22") {
+        return;
+    }
+    let program = debuggee("lldb");
+    let (stub, port) = start_stub(&program);
+    let mut lldb = Command::new("lldb-22");
+    lldb.arg("-b")
+        .args(["-o", &format!("gdb-remote {port}"), "-o", "b add", "-o", "c", "-o", "bt", "-o", "p counter"])
+        .args(["-o", "register read rip rsp", "-o", "thread step-out", "-o", "thread step-over"])
+        .args(["-o", "frame variable local", "-o", "thread step-inst", "-o", "thread list", "-o", "c"])
+        .arg(&program);
+    let out = run_with_timeout(lldb, 90);
+    for expected in [
+        "stop reason = breakpoint 1.1",
+        "frame #0: ",
+        "debuggee`add",
+        "debuggee`main",
+        "(int) 41",
+        "rip = 0x",
+        "Return value: (int) $0 = 42",
+        "stop reason = step over",
+        "(int) local = 7",
+        "stop reason = instruction step into",
+        "exited with status = 49",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert_eq!(wait_exit(stub), Some(0));
+}
+
+/// Sends a packet in no-ack mode and returns the reply payload.
+fn exchange(stream: &mut TcpStream, payload: &str) -> String {
+    let sum = payload.bytes().fold(0u8, |s, b| s.wrapping_add(b));
+    stream.write_all(format!("${payload}#{sum:02x}").as_bytes()).unwrap();
+    let mut reply = Vec::new();
+    let mut byte = [0u8; 1];
+    let mut hashes = None;
+    loop {
+        stream.read_exact(&mut byte).unwrap();
+        if reply.is_empty() && byte[0] == b'+' {
+            continue;
+        }
+        reply.push(byte[0]);
+        if let Some(n) = &mut hashes {
+            *n -= 1;
+            if *n == 0 {
+                break;
+            }
+        } else if byte[0] == b'#' {
+            hashes = Some(2);
+        }
+    }
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    text.trim_start_matches('$').rsplit_once('#').map(|(body, _)| body.to_string()).unwrap_or(text)
+}
+
+#[test]
+fn protocol_faults_malformed_packets_second_client_and_disconnect() {
+    if !require("gcc", which("gcc").is_some()) {
+        return;
+    }
+    let program = debuggee("faults");
+    let (stub, port) = start_stub(&program);
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(exchange(&mut stream, "QStartNoAckMode"), "OK");
+    // Our own reply: the real pid, in hex.
+    let info = exchange(&mut stream, "qProcessInfo");
+    let pid = i32::from_str_radix(info.split(';').next().unwrap().trim_start_matches("pid:"), 16).unwrap();
+    assert!(std::fs::read_link(format!("/proc/{pid}/exe")).unwrap().ends_with("debuggee"), "{info}");
+    // Malformed: a memory read with a bad address gets an error reply, and the session goes on.
+    assert!(exchange(&mut stream, "m0,8").starts_with('E'), "reading address 0 must fail");
+    assert!(exchange(&mut stream, "?").starts_with('T'));
+    // A second client is turned away with a message.
+    let mut second = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(b"$?#3f").unwrap(); // make the stub look at its listener
+    let mut message = String::new();
+    second.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = second.read_to_string(&mut message);
+    assert!(message.contains("another debugger is already connected"), "{message:?}");
+    // Continue, then vanish: the program is killed and the stub exits.
+    stream.write_all(b"$vCont;c#a8").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    drop(stream);
+    assert_eq!(wait_exit(stub), Some(0));
+    assert!(!Path::new(&format!("/proc/{pid}")).exists() || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(" Z "));
+}
