@@ -212,6 +212,7 @@ fn next_stop(target: &mut ProcessTarget, new_threads: &mut BTreeSet<Pid>, interr
             WaitStatus::Stopped(tid, Signal::SIGSTOP) if new_threads.remove(&tid) || !target.threads.contains(&tid) => {
                 // A new thread's first stop: let it run with the others.
                 target.threads.insert(tid);
+                target.init_thread_debug_registers();
                 if ptrace::cont(tid, None).is_ok() {
                     target.running.insert(tid);
                 }
@@ -226,6 +227,12 @@ fn next_stop(target: &mut ProcessTarget, new_threads: &mut BTreeSet<Pid>, interr
                 let stepped = target.stepping.contains(&tid);
                 stop_others(target, Some(tid));
                 let mut reason = StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP };
+                if let Some(slot) = crate::target::triggered_slot(tid).and_then(|i| target.debug_slots[i]) {
+                    return Some(match slot.watch {
+                        Some(kind) => StopReason::Watch { tid: tid_of(tid), kind, addr: slot.address },
+                        None => StopReason::HwBreak(tid_of(tid)),
+                    });
+                }
                 if !stepped {
                     if let Ok(mut regs) = ptrace::getregs(tid) {
                         if target.has_breakpoint(regs.rip.wrapping_sub(1)) {

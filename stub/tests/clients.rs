@@ -175,3 +175,77 @@ fn protocol_faults_malformed_packets_second_client_and_disconnect() {
     assert_eq!(wait_exit(stub), Some(0));
     assert!(!Path::new(&format!("/proc/{pid}")).exists() || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(" Z "));
 }
+
+const KNOWN_REGISTERS: [(&str, &str); 5] = [
+    ("rbx", "0x1111222233334444"),
+    ("r12", "0x5555666677778888"),
+    ("r13", "0x99990000aaaabbbb"),
+    ("r14", "0x0123456789abcdef"),
+    ("r15", "0xfedcba9876543210"),
+];
+
+#[test]
+fn registers_hold_what_the_program_loaded_in_lldb_and_gdb() {
+    if !tools("lldb-22") || !tools("gdb") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("registers");
+    let program = build("registers", &dir, &["-O0"]);
+    let (stub, port) = start_stub(&program);
+    let mut lldb = Command::new("lldb-22");
+    lldb.arg("-b")
+        .args(["-o", &format!("gdb-remote {port}"), "-o", "b checkpoint", "-o", "c"])
+        .args(["-o", "register read rbx r12 r13 r14 r15 rip fs_base orig_rax", "-o", "c"])
+        .arg(&program);
+    let out = run_with_timeout(lldb, 60);
+    for (name, value) in KNOWN_REGISTERS {
+        assert!(out.contains(&format!("{name} = {value}")), "missing {name} = {value} in:\n{out}");
+    }
+    assert!(out.contains("registers`checkpoint"), "rip should be in checkpoint:\n{out}");
+    assert!(out.contains("fs_base = 0x00007ffff7"), "fs_base (the TLS block) missing:\n{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}")])
+        .args(["-ex", "break checkpoint", "-ex", "continue", "-ex", "info registers rbx r12 r13 r14 r15 fs_base"])
+        .args(["-ex", "continue"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    for (name, value) in KNOWN_REGISTERS {
+        let line = out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in:\n{out}"));
+        let shown = line.split_whitespace().nth(1).and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+        assert_eq!(shown, u64::from_str_radix(value.trim_start_matches("0x"), 16).ok(), "{line}");
+    }
+    assert_eq!(wait_exit(stub), Some(0));
+}
+
+#[test]
+fn watchpoints_stop_at_the_write_in_gdb_and_lldb() {
+    if !tools("lldb-22") || !tools("gdb") {
+        return;
+    }
+    let program = debuggee("watch");
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}")])
+        .args(["-ex", "break main", "-ex", "continue", "-ex", "watch counter", "-ex", "continue", "-ex", "continue"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    for expected in ["Hardware watchpoint 2: counter", "Old value = 41", "New value = 42", "exited with code 061"] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert_eq!(wait_exit(stub), Some(0));
+
+    let (stub, port) = start_stub(&program);
+    let mut lldb = Command::new("lldb-22");
+    lldb.arg("-b")
+        .args(["-o", &format!("gdb-remote {port}"), "-o", "b main", "-o", "c", "-o", "watchpoint set variable counter"])
+        .args(["-o", "c", "-o", "p counter", "-o", "c"])
+        .arg(&program);
+    let out = run_with_timeout(lldb, 60);
+    for expected in ["stop reason = watchpoint 1", "new value: 42", "(int) 42", "exited with status = 49"] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert_eq!(wait_exit(stub), Some(0));
+}
