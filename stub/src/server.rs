@@ -210,10 +210,13 @@ fn next_stop(target: &mut ProcessTarget, new_threads: &mut BTreeSet<Pid>, interr
                 let _ = ptrace::cont(tid, None);
             }
             WaitStatus::Stopped(tid, Signal::SIGSTOP) if new_threads.remove(&tid) || !target.threads.contains(&tid) => {
-                // A new thread's first stop: let it run with the others.
+                // A new thread's first stop: let it run with the others, unless
+                // only some threads may run now (a step with the others held,
+                // while the client has lifted breakpoints): then it waits for
+                // the next resume.
                 target.threads.insert(tid);
                 target.init_thread_debug_registers();
-                if ptrace::cont(tid, None).is_ok() {
+                if !target.scheduler_locked && ptrace::cont(tid, None).is_ok() {
                     target.running.insert(tid);
                 }
             }

@@ -49,7 +49,8 @@ pub struct ProcessTarget {
     /// Breakpoint address → original byte.
     breakpoints: HashMap<u64, u8>,
     actions: HashMap<Pid, Action>,
-    scheduler_locked: bool,
+    /// Only threads with explicit actions run (e.g. a single step).
+    pub scheduler_locked: bool,
     /// Threads currently running (resumed, not yet stopped).
     pub running: BTreeSet<Pid>,
     /// Threads resumed with a single step.

@@ -249,3 +249,83 @@ fn watchpoints_stop_at_the_write_in_gdb_and_lldb() {
     }
     assert_eq!(wait_exit(stub), Some(0));
 }
+
+#[test]
+fn threads_and_shared_library_frames() {
+    if !tools("lldb-22") || !tools("gdb") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("threads");
+    let program = build("threads", &dir, &["-O0", "-pthread"]);
+    let native = Command::new(&program).status().unwrap().code().unwrap();
+
+    // GDB: every one of the four threads stops at the breakpoint, then the program exits.
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "break work"])
+        .args(["-ex", "continue", "-ex", "continue", "-ex", "continue", "-ex", "continue", "-ex", "info threads"])
+        .args(["-ex", "delete", "-ex", "continue"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    let hits = out.lines().filter(|l| l.contains("hit Breakpoint 1") || l.starts_with("Breakpoint 1, work")).count();
+    assert_eq!(hits, 4, "{out}");
+    assert!(out.contains(&format!("exited with code 0{native:o}]")), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+
+    // LLDB: the thread list shows the waiting main thread inside libc (a shared library).
+    let (stub, port) = start_stub(&program);
+    let mut lldb = Command::new("lldb-22");
+    lldb.arg("-b")
+        .args(["-o", &format!("gdb-remote {port}"), "-o", "b work", "-o", "c", "-o", "thread list", "-o", "bt all"])
+        .args(["-o", "br del -f", "-o", "c"])
+        .arg(&program);
+    let out = run_with_timeout(lldb, 60);
+    let listed = out.lines().filter(|l| l.trim_start().starts_with("thread #") || l.trim_start().starts_with("* thread #")).count();
+    assert!(listed >= 2, "thread list shows fewer than 2 threads:\n{out}");
+    assert!(out.contains("libc.so.6`"), "no frame in libc.so.6:\n{out}");
+    assert!(out.contains("threads`work"), "{out}");
+    assert!(out.contains(&format!("exited with status = {native}")), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+}
+
+#[test]
+fn sigkill_of_the_program_is_seen_by_the_client() {
+    if !tools("gdb") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("sigkill");
+    let program = build("spin_forever", &dir, &["-O0"]);
+    let pid_file = dir.join("pid");
+    let _ = std::fs::remove_file(&pid_file);
+    let port = free_port();
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--"])
+        .arg(&program)
+        .arg(&pid_file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(stub.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let gdb = Command::new("timeout")
+        .args(["60", "gdb", "-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "continue"])
+        .arg(&program)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "the program never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+    let out = gdb.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("Program terminated with signal SIGKILL"), "{text}");
+    let _ = stub.stderr.take();
+    assert_eq!(wait_exit(stub), Some(0));
+}
