@@ -174,6 +174,50 @@ pub fn launch(options: &LaunchOptions) -> Result<Tracee, LaunchError> {
     }
 }
 
+/// Attaches to every thread of a running process (threads appearing while
+/// attaching are attached too), leaving all of them stopped; new threads are
+/// followed (`PTRACE_O_TRACECLONE`). Returns the process and its threads.
+pub fn attach(pid: Pid) -> Result<(Tracee, Vec<Pid>), LaunchError> {
+    let mut attached: Vec<Pid> = Vec::new();
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| LaunchError::Sys {
+            what: "listing the process's threads",
+            source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::ESRCH)),
+        })?;
+        let mut new = 0;
+        for entry in tasks.flatten() {
+            let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse::<i32>().ok()).map(Pid::from_raw) else {
+                continue;
+            };
+            if attached.contains(&tid) {
+                continue;
+            }
+            ptrace::attach(tid).map_err(sys("PTRACE_ATTACH"))?;
+            loop {
+                match waitpid(tid, Some(nix::sys::wait::WaitPidFlag::__WALL)).map_err(sys("waitpid"))? {
+                    WaitStatus::Stopped(_, Signal::SIGSTOP) => break,
+                    WaitStatus::Stopped(_, other) => {
+                        // Another signal arrived first: keep it pending for the program.
+                        let _ = nix::sys::signal::kill(tid, other);
+                        ptrace::cont(tid, None).map_err(sys("PTRACE_CONT"))?;
+                    }
+                    status => return Err(LaunchError::UnexpectedStatus(status)),
+                }
+            }
+            attached.push(tid);
+            new += 1;
+        }
+        if new == 0 {
+            break;
+        }
+    }
+    for tid in &attached {
+        ptrace::setoptions(*tid, ptrace::Options::PTRACE_O_TRACECLONE | ptrace::Options::PTRACE_O_TRACEEXIT)
+            .map_err(sys("PTRACE_SETOPTIONS"))?;
+    }
+    Ok((Tracee { pid, tracer_affinity: None }, attached))
+}
+
 /// Kills a traced process and reaps it (letting it through any ptrace stops
 /// on its way out).
 pub fn kill_and_reap(pid: Pid) {

@@ -4,7 +4,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::ExitCode;
 
 use clap::Parser;
-use retrace_collector::process::{launch, LaunchOptions};
+use retrace_collector::process::{attach, launch, LaunchOptions};
 use retrace_stub::server::{serve, SessionEnd};
 use retrace_stub::target::ProcessTarget;
 
@@ -27,8 +27,11 @@ struct Args {
     /// Keep address-space randomisation on (it is off by default, as in LLDB and GDB).
     #[arg(long)]
     aslr: bool,
+    /// Debug a running process instead of starting one.
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    attach: Option<i32>,
     /// The program and its arguments.
-    #[arg(required = true, last = true, value_name = "PROGRAM ARGS")]
+    #[arg(required_unless_present = "attach", last = true, value_name = "PROGRAM ARGS")]
     command: Vec<std::ffi::OsString>,
 }
 
@@ -45,18 +48,32 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut command = args.command.into_iter();
-    let mut options = LaunchOptions::new(command.next().expect("clap requires a program"), command);
-    options.disable_aslr = !args.aslr;
-    let tracee = match launch(&options) {
-        Ok(tracee) => tracee,
-        Err(e) => {
-            eprintln!("retrace-stub: {e}");
-            return ExitCode::from(1);
+    let (tracee, threads) = if let Some(pid) = args.attach {
+        match attach(nix::unistd::Pid::from_raw(pid)) {
+            Ok(attached) => attached,
+            Err(e) => {
+                eprintln!("retrace-stub: cannot attach to process {pid}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        let mut command = args.command.into_iter();
+        let mut options = LaunchOptions::new(command.next().expect("clap requires a program"), command);
+        options.disable_aslr = !args.aslr;
+        match launch(&options) {
+            Ok(tracee) => {
+                let pid = tracee.pid;
+                (tracee, vec![pid])
+            }
+            Err(e) => {
+                eprintln!("retrace-stub: {e}");
+                return ExitCode::from(1);
+            }
         }
     };
-    eprintln!("retrace-stub: process {} stopped at entry; listening on {}", tracee.pid, args.listen);
-    match serve(&listener, ProcessTarget::new(tracee.pid)) {
+    let how = if args.attach.is_some() { "attached and stopped" } else { "stopped at entry" };
+    eprintln!("retrace-stub: process {} {how}; listening on {}", tracee.pid, args.listen);
+    match serve(&listener, ProcessTarget::with_threads(tracee.pid, &threads)) {
         Ok(end) => {
             let text = match end {
                 SessionEnd::ProgramEnded => "the program ended",

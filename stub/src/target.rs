@@ -214,9 +214,14 @@ pub fn write_all_registers(tid: Pid, regs: &Regs) -> nix::Result<()> {
 impl ProcessTarget {
     /// A target for the stopped process `pid` (its main thread).
     pub fn new(pid: Pid) -> Self {
+        Self::with_threads(pid, &[pid])
+    }
+
+    /// A target for the stopped process `pid` with these stopped threads.
+    pub fn with_threads(pid: Pid, threads: &[Pid]) -> Self {
         ProcessTarget {
             pid,
-            threads: BTreeSet::from([pid]),
+            threads: threads.iter().copied().collect(),
             breakpoints: HashMap::new(),
             actions: HashMap::new(),
             scheduler_locked: false,

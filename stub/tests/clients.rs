@@ -329,3 +329,45 @@ fn sigkill_of_the_program_is_seen_by_the_client() {
     let _ = stub.stderr.take();
     assert_eq!(wait_exit(stub), Some(0));
 }
+
+#[test]
+fn attach_to_a_running_program_and_detach() {
+    if !tools("gdb") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("attach");
+    let program = build("spin_forever", &dir, &["-O0"]);
+    let pid_file = dir.join("pid");
+    let _ = std::fs::remove_file(&pid_file);
+    let mut spinner = Command::new(&program).arg(&pid_file).spawn().unwrap();
+    while !pid_file.exists() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = spinner.id();
+    let port = free_port();
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--attach", &pid.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(stub.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains(&format!("process {pid} attached and stopped")), "{line}");
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}")])
+        .args(["-ex", "bt", "-ex", "print spins > 0", "-ex", "detach"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    assert!(out.contains("in main (argc=2"), "{out}");
+    assert!(out.contains("$1 = 1"), "{out}");
+    assert!(out.contains("detached]"), "{out}");
+    let _ = stub.stderr.take();
+    assert_eq!(wait_exit(stub), Some(0));
+    // Detached, the program runs on.
+    std::thread::sleep(Duration::from_millis(100));
+    let state = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(state.lines().any(|l| l.starts_with("State:") && (l.contains("R (running)") || l.contains("S ("))), "{state}");
+    assert!(spinner.try_wait().unwrap().is_none(), "the program died after detach");
+    spinner.kill().unwrap();
+    let _ = spinner.wait();
+}
