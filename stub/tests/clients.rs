@@ -371,3 +371,32 @@ fn attach_to_a_running_program_and_detach() {
     spinner.kill().unwrap();
     let _ = spinner.wait();
 }
+
+#[test]
+fn ctrl_c_interrupts_a_running_program_in_lldb() {
+    if !tools("lldb-22") || !require("python3-lldb-22", Path::new("/usr/lib/python3/dist-packages/lldb").exists()) {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("interrupt");
+    let program = build("spin_forever", &dir, &["-O0"]);
+    let port = free_port();
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--"])
+        .arg(&program)
+        .arg(dir.join("pid"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(stub.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interrupt.py");
+    let mut python = Command::new("/usr/bin/python3");
+    python.arg(script).arg(&program).arg(port.to_string());
+    let out = run_with_timeout(python, 60);
+    let _ = stub.stderr.take();
+    if !(out.contains("stopped in main") && out.contains("interrupt OK")) {
+        let _ = stub.kill();
+        panic!("{out}");
+    }
+    assert_eq!(wait_exit(stub), Some(0));
+}
