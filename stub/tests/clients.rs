@@ -26,10 +26,16 @@ fn free_port() -> u16 {
 
 /// Starts the stub on `program` and waits until it listens.
 fn start_stub(program: &Path) -> (Child, u16) {
+    start_stub_with_args(program, &[])
+}
+
+/// Starts the stub on `program args…` and waits until it listens.
+fn start_stub_with_args(program: &Path, args: &[&Path]) -> (Child, u16) {
     let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--"])
         .arg(program)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -297,16 +303,7 @@ fn sigkill_of_the_program_is_seen_by_the_client() {
     let program = build("spin_forever", &dir, &["-O0"]);
     let pid_file = dir.join("pid");
     let _ = std::fs::remove_file(&pid_file);
-    let port = free_port();
-    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--"])
-        .arg(&program)
-        .arg(&pid_file)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(stub.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let (stub, port) = start_stub_with_args(&program, &[&pid_file]);
     let gdb = Command::new("timeout")
         .args(["60", "gdb", "-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "continue"])
         .arg(&program)
@@ -326,7 +323,6 @@ fn sigkill_of_the_program_is_seen_by_the_client() {
     let out = gdb.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("Program terminated with signal SIGKILL"), "{text}");
-    let _ = stub.stderr.take();
     assert_eq!(wait_exit(stub), Some(0));
 }
 
@@ -379,21 +375,11 @@ fn ctrl_c_interrupts_a_running_program_in_lldb() {
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("interrupt");
     let program = build("spin_forever", &dir, &["-O0"]);
-    let port = free_port();
-    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--"])
-        .arg(&program)
-        .arg(dir.join("pid"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(stub.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let (mut stub, port) = start_stub_with_args(&program, &[&dir.join("pid")]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interrupt.py");
     let mut python = Command::new("/usr/bin/python3");
     python.arg(script).arg(&program).arg(port.to_string());
     let out = run_with_timeout(python, 60);
-    let _ = stub.stderr.take();
     if !(out.contains("stopped in main") && out.contains("interrupt OK")) {
         let _ = stub.kill();
         panic!("{out}");
