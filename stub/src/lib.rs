@@ -8,7 +8,8 @@
 //! * [`arch`] — the x86-64 Linux register set and `target.xml`;
 //! * [`target`] — registers, memory, software breakpoints, threads, resume
 //!   actions (ptrace);
-//! * [`server`] — the connection loop, the framer, ptrace stops → stop replies.
+//! * [`server`] — the connection loop, the framer, ptrace stops → stop replies;
+//! * [`signals`] — GDB's signal numbering on the wire vs Linux's.
 //!
 //! Live process control (launch) comes from `retrace-collector`; replay
 //! navigation will go only through the decoder's history API. This crate must
@@ -16,4 +17,5 @@
 
 pub mod arch;
 pub mod server;
+pub mod signals;
 pub mod target;

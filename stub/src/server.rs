@@ -250,7 +250,7 @@ fn next_stop(target: &mut ProcessTarget, new_threads: &mut BTreeSet<Pid>, interr
             WaitStatus::Stopped(tid, signal) => {
                 target.running.remove(&tid);
                 stop_others(target, Some(tid));
-                return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal(signal as u8) });
+                return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: crate::signals::to_gdb(signal) });
             }
             WaitStatus::Exited(tid, code) => {
                 target.threads.remove(&tid);
@@ -263,7 +263,7 @@ fn next_stop(target: &mut ProcessTarget, new_threads: &mut BTreeSet<Pid>, interr
                 target.threads.remove(&tid);
                 target.running.remove(&tid);
                 if tid == target.pid {
-                    return Some(StopReason::Terminated(GdbSignal(signal as u8)));
+                    return Some(StopReason::Terminated(crate::signals::to_gdb(signal)));
                 }
             }
             _ => {}

@@ -111,7 +111,7 @@ fn pid_of(tid: Tid) -> Pid {
 }
 
 fn signal_of(signal: Option<GdbSignal>) -> Option<Signal> {
-    signal.and_then(|s| Signal::try_from(s.0 as i32).ok())
+    signal.and_then(crate::signals::from_gdb)
 }
 
 fn getfpregs(tid: Pid) -> nix::Result<libc::user_fpregs_struct> {

@@ -386,3 +386,78 @@ fn ctrl_c_interrupts_a_running_program_in_lldb() {
     }
     assert_eq!(wait_exit(stub), Some(0));
 }
+
+#[test]
+fn every_general_register_as_the_program_loaded_it() {
+    if !tools("lldb-22") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("all-registers");
+    let program = build("all_registers", &dir, &["-O0", "-static"]);
+    let (stub, port) = start_stub(&program);
+    let mut lldb = Command::new("lldb-22");
+    lldb.arg("-b")
+        // -k: lldb -b runs these only after a stop by a signal (here the program's int3).
+        .args(["-o", &format!("gdb-remote {port}"), "-o", "c", "-k", "register read --all", "-k", "c"])
+        .arg(&program);
+    let out = run_with_timeout(lldb, 60);
+    let expected = [
+        ("rax", 0x1010101010101010u64),
+        ("rbx", 0x2020202020202020),
+        ("rcx", 0x3030303030303030),
+        ("rdx", 0x4040404040404040),
+        ("rsi", 0x5050505050505050),
+        ("rdi", 0x6060606060606060),
+        ("rbp", 0x7070707070707070),
+        ("r8", 0x0808080808080808),
+        ("r9", 0x0909090909090909),
+        ("r10", 0x0a0a0a0a0a0a0a0a),
+        ("r11", 0x0b0b0b0b0b0b0b0b),
+        ("r12", 0x0c0c0c0c0c0c0c0c),
+        ("r13", 0x0d0d0d0d0d0d0d0d),
+        ("r14", 0x0e0e0e0e0e0e0e0e),
+        ("r15", 0x0f0f0f0f0f0f0f0f),
+    ];
+    for (name, value) in expected {
+        let shown = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{name} = ")))
+            .and_then(|v| u64::from_str_radix(v.split_whitespace().next()?.trim_start_matches("0x"), 16).ok());
+        assert_eq!(shown, Some(value), "{name} in:\n{out}");
+    }
+    assert!(out.contains("stop reason = signal SIGTRAP") || out.contains("stop reason = breakpoint"), "{out}");
+    assert!(out.contains("exited with status = 0"), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+}
+
+#[test]
+fn static_program_step_in_and_signals_passed_through() {
+    if !tools("lldb-22") || !tools("gdb") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("static");
+    let program = build("debuggee", &dir, &["-O0", "-static"]);
+    let (stub, port) = start_stub(&program);
+    let mut lldb = Command::new("lldb-22");
+    lldb.arg("-b")
+        .args(["-o", &format!("gdb-remote {port}"), "-o", "b main", "-o", "c", "-o", "thread step-over"])
+        .args(["-o", "thread step-in", "-o", "bt", "-o", "c"])
+        .arg(&program);
+    let out = run_with_timeout(lldb, 60);
+    assert!(out.contains("stop reason = step in"), "{out}");
+    assert!(out.contains("frame #0: ") && out.contains("debuggee`add"), "step-in did not enter add:\n{out}");
+    assert!(out.contains("exited with status = 49"), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+
+    // GDB: the handled SIGUSR1 stops the program, is passed back, and the handler runs.
+    let signals = build("signals", &dir, &["-O0"]);
+    let (stub, port) = start_stub(&signals);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "break main"])
+        .args(["-ex", "continue", "-ex", "next", "-ex", "step", "-ex", "continue", "-ex", "continue", "-ex", "continue"])
+        .arg(&signals);
+    let out = run_with_timeout(gdb, 60);
+    assert_eq!(out.matches("Program received signal SIGUSR1").count(), 2, "{out}");
+    assert!(out.contains("exited with code 052]"), "handler did not run twice (40 + 2 = 052):\n{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+}
