@@ -166,6 +166,11 @@ fn protocol_faults_malformed_packets_second_client_and_disconnect() {
     assert!(std::fs::read_link(format!("/proc/{pid}/exe")).unwrap().ends_with("debuggee"), "{info}");
     // Malformed: a memory read with a bad address gets an error reply, and the session goes on.
     assert!(exchange(&mut stream, "m0,8").starts_with('E'), "reading address 0 must fail");
+    for garbage in ["mzz,4", "m12345", "Z0,zz,1", "vCont;x", "Hgzz", "garbage", "qXfer:features:read:target.xml:zz"] {
+        assert_eq!(exchange(&mut stream, garbage), "E16", "{garbage}");
+    }
+    // A packet with a wrong checksum is dropped (no reply); the next one is answered.
+    stream.write_all(b"$?#00").unwrap();
     assert!(exchange(&mut stream, "?").starts_with('T'));
     // A second client is turned away with a message.
     let mut second = TcpStream::connect(("127.0.0.1", port)).unwrap();
