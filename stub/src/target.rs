@@ -12,6 +12,7 @@ use gdbstub::target::ext::base::multithread::{
 };
 use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, SingleRegisterAccessOps};
 use gdbstub::target::ext::base::BaseOps;
+use gdbstub::target::ext::thread_extra_info::{ThreadExtraInfo, ThreadExtraInfoOps};
 use gdbstub::target::ext::breakpoints::{
     Breakpoints, BreakpointsOps, HwBreakpoint, HwBreakpointOps, HwWatchpoint, HwWatchpointOps, SwBreakpoint,
     SwBreakpointOps, WatchKind,
@@ -414,6 +415,21 @@ impl MultiThreadBase for ProcessTarget {
 
     fn support_resume(&mut self) -> Option<MultiThreadResumeOps<'_, Self>> {
         Some(self)
+    }
+
+    fn support_thread_extra_info(&mut self) -> Option<ThreadExtraInfoOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+/// A thread's name (`/proc/<pid>/task/<tid>/comm`), shown by `info threads`.
+impl ThreadExtraInfo for ProcessTarget {
+    fn thread_extra_info(&self, tid: Tid, buf: &mut [u8]) -> Result<usize, Self::Error> {
+        let name = std::fs::read_to_string(format!("/proc/{}/task/{}/comm", self.pid, tid.get())).unwrap_or_default();
+        let name = name.trim_end().as_bytes();
+        let n = name.len().min(buf.len());
+        buf[..n].copy_from_slice(&name[..n]);
+        Ok(n)
     }
 }
 

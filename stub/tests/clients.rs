@@ -466,3 +466,21 @@ fn static_program_step_in_and_signals_passed_through() {
     assert!(out.contains("exited with code 052]"), "handler did not run twice (40 + 2 = 052):\n{out}");
     assert_eq!(wait_exit(stub), Some(0));
 }
+
+#[test]
+fn gdb_info_threads_shows_thread_names() {
+    if !tools("gdb") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("names");
+    let program = build("named_threads", &dir, &["-O0", "-pthread"]);
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "break both_running"])
+        .args(["-ex", "continue", "-ex", "info threads", "-ex", "continue"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    assert!(out.contains("retrace-worker"), "no thread name in:\n{out}");
+    assert!(out.contains("exited normally"), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+}
