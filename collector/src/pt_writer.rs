@@ -199,6 +199,13 @@ impl ThreadPtWriter {
         }
     }
 
+    /// Emits a timing or status packet (TSC, MTC, CYC, CBR, …) at the current
+    /// position, as hardware interleaves them with the flow packets. Pending
+    /// TNT bits stay pending: timing packets do not order against them.
+    pub fn timing(&mut self, packet: Packet) {
+        self.emit(packet);
+    }
+
     /// Tracing stops asynchronously before the instruction at `ip` executes
     /// (a signal is delivered, the recording ends, the thread is killed).
     pub fn disable_async(&mut self, ip: u64) {

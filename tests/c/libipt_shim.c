@@ -237,6 +237,16 @@ static void shim_flow_config(struct pt_config *config, const uint8_t *trace, siz
 	pt_cpu_errata(&config->errata, &config->cpu);
 }
 
+/* The last error the flow decoders met, and at which trace offset. */
+static int shim_flow_last_error;
+static uint64_t shim_flow_last_offset;
+
+const char *shim_flow_last_error_name(uint64_t *offset)
+{
+	*offset = shim_flow_last_offset;
+	return pt_errstr(pt_errcode(shim_flow_last_error));
+}
+
 /* Decodes with the instruction decoder, as LLDB does: writes up to `cap`
  * instruction addresses to `out`, returns how many instructions there were
  * (or a negative libipt error if setup failed); *errors counts decode errors
@@ -287,6 +297,8 @@ int64_t shim_insn_ips(const uint8_t *trace, size_t len, const struct shim_file_s
 		if (status == -pte_eos)
 			break;
 		*errors += 1;
+		shim_flow_last_error = status;
+		pt_insn_get_offset(decoder, &shim_flow_last_offset);
 	}
 	pt_insn_free_decoder(decoder);
 	pt_image_free(image);

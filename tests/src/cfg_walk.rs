@@ -38,6 +38,8 @@ pub struct WalkOptions {
     pub instructions: u64,
     /// Bytes between PSBs.
     pub psb_period: usize,
+    /// Interleave timing packets (CYC, MTC, TSC, CBR) as hardware does.
+    pub timing: bool,
 }
 
 /// A generated trace and the instructions it encodes.
@@ -124,6 +126,22 @@ pub fn walk(image: &Image, entries: &[u64], options: WalkOptions) -> Walk {
         }
         writer.executed(ip, &insn, Some(next), tsc);
         executed.push(ip);
+        if options.timing {
+            if rng.one_in(40) {
+                writer.timing(retrace_decoder::packet::Packet::Cyc(rng.bits(12)));
+            }
+            if rng.one_in(300) {
+                writer.timing(retrace_decoder::packet::Packet::Mtc(rng.bits(8) as u8));
+            }
+            if rng.one_in(2000) {
+                tsc += 1000;
+                writer.timing(retrace_decoder::packet::Packet::Tsc(tsc));
+            }
+            if rng.one_in(5000) {
+                // A core:bus ratio of 0 means nothing; libipt rejects it.
+                writer.timing(retrace_decoder::packet::Packet::Cbr(rng.range(1, 255) as u8));
+            }
+        }
         ip = next;
     }
     writer.disable_async(ip);

@@ -37,6 +37,7 @@ extern "C" {
         cap: usize,
         errors: *mut u64,
     ) -> i64;
+    fn shim_flow_last_error_name(offset: *mut u64) -> *const c_char;
     fn shim_blk_count(
         trace: *const u8,
         len: usize,
@@ -200,4 +201,13 @@ pub fn block_count(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> (
     let n = unsafe { shim_blk_count(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, &mut errors) };
     assert!(n >= 0, "libipt setup failed ({n})");
     (n as u64, errors)
+}
+
+/// The last error libipt's instruction decoder met in [`insn_addresses`]
+/// (libipt's message) and the trace offset it was at.
+pub fn last_flow_error() -> (String, u64) {
+    let mut offset = 0;
+    // SAFETY: returns a static string.
+    let name = unsafe { CStr::from_ptr(shim_flow_last_error_name(&mut offset)) };
+    (name.to_string_lossy().into_owned(), offset)
 }

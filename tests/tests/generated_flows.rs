@@ -37,7 +37,7 @@ fn retrace_reproduces_random_walks_over_libc() {
     let mut total = 0;
     for seed in 0..20 {
         let psb_period = [256, 1024, 4096, 16384][seed as usize % 4];
-        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 50_000, psb_period });
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 50_000, psb_period, timing: seed % 2 == 1 });
         let (decoded, errors) = ours(&walked.trace, &image);
         assert_eq!(errors, 0, "seed {seed}: decode errors");
         if let Some(i) = first_difference(&decoded, &walked.executed) {
@@ -66,9 +66,9 @@ fn libipt_decodes_the_same_random_walks() {
         })
         .collect();
     for seed in 100..110 {
-        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 50_000, psb_period: 2048 });
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 50_000, psb_period: 2048, timing: seed % 2 == 0 });
         let (theirs, errors) = retrace_tests::libipt::insn_addresses(&walked.trace, &sections, (6, 0x86));
-        assert_eq!(errors, 0, "seed {seed}: libipt errors");
+        assert_eq!(errors, 0, "seed {seed}: libipt errors: {:?}", retrace_tests::libipt::last_flow_error());
         if let Some(i) = first_difference(&theirs, &walked.executed) {
             panic!("seed {seed}: instruction {i}: libipt {:x?}, walked {:x?}", theirs.get(i), walked.executed.get(i));
         }
@@ -83,7 +83,7 @@ fn parallel_decode_equals_sequential_decode() {
     };
     for seed in 300..306 {
         let psb_period = [128, 512, 4096][seed as usize % 3];
-        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 60_000, psb_period });
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 60_000, psb_period, timing: true });
         let sequential: Vec<Item> = FlowDecoder::new(&walked.trace, &image).decode_history().items().collect();
         for threads in [2, 3, 7] {
             let parallel = retrace_decoder::flow::decode_parallel(&walked.trace, &image, threads);
@@ -96,7 +96,7 @@ fn parallel_decode_equals_sequential_decode() {
     }
     // And with corruption (errors, resyncs) in the middle of segments.
     for seed in 400..406 {
-        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 40_000, psb_period: 1024 });
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 40_000, psb_period: 1024, timing: true });
         let damaged = retrace_tests::corrupt::corrupt(&walked.trace, seed, 2000);
         let sequential: Vec<Item> = FlowDecoder::new(&damaged, &image).decode_history().items().collect();
         let parallel: Vec<Item> = retrace_decoder::flow::decode_parallel(&damaged, &image, 4).items().collect();
@@ -113,7 +113,7 @@ fn history_cursors_walk_and_seek_the_executed_instructions() {
         retrace_tests::tools::require("libc.so.6 at /lib/x86_64-linux-gnu", false);
         return;
     };
-    let walked = walk(&image, &entries, WalkOptions { seed: 7, instructions: 30_000, psb_period: 1024 });
+    let walked = walk(&image, &entries, WalkOptions { seed: 7, instructions: 30_000, psb_period: 1024, timing: true });
     let history = retrace_decoder::flow::decode_parallel(&walked.trace, &image, 3);
     let n = walked.executed.len() as u64;
     assert_eq!(history.instructions(), n);
