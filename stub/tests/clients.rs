@@ -454,16 +454,17 @@ fn static_program_step_in_and_signals_passed_through() {
     assert!(out.contains("exited with status = 49"), "{out}");
     assert_eq!(wait_exit(stub), Some(0));
 
-    // GDB: the handled SIGUSR1 stops the program, is passed back, and the handler runs.
-    let signals = build("signals", &dir, &["-O0"]);
+    // GDB: each handled SIGUSR1 stops the program, is passed back, and the handler runs.
+    let signals = build("signal_handler", &dir, &["-O0"]);
     let (stub, port) = start_stub(&signals);
     let mut gdb = Command::new("gdb");
     gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "break main"])
         .args(["-ex", "continue", "-ex", "next", "-ex", "step", "-ex", "continue", "-ex", "continue", "-ex", "continue"])
+        .args(["-ex", "continue"])
         .arg(&signals);
     let out = run_with_timeout(gdb, 60);
-    assert_eq!(out.matches("Program received signal SIGUSR1").count(), 2, "{out}");
-    assert!(out.contains("exited with code 052]"), "handler did not run twice (40 + 2 = 052):\n{out}");
+    assert_eq!(out.matches("Program received signal SIGUSR1").count(), 3, "{out}");
+    assert!(out.contains("exited with code 03]"), "the handler did not run three times:\n{out}");
     assert_eq!(wait_exit(stub), Some(0));
 }
 
