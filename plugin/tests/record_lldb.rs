@@ -66,10 +66,6 @@ fn packets_without_time(trace: &[u8]) -> Vec<(usize, retrace_decoder::packet::Pa
         .collect()
 }
 
-fn summary_of(out: &Output) -> serde_json::Value {
-    summary(out)
-}
-
 fn summary(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "retrace record failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("JSON summary")
@@ -207,12 +203,12 @@ fn check_program_with(name: &str, extra: &[&str], expect_threads: usize, determi
         flags.extend_from_slice(extra);
         let exe = build(name, &dir, &flags);
         let bundle = dir.join("bundle");
-        let summary = summary(&retrace_record(&bundle, &exe, &[]));
+        let recorded = summary(&retrace_record(&bundle, &exe, &[]));
         let expected = format!("program exited with status {}", native_exit_code(&exe));
-        assert_eq!(summary["outcome"], expected.as_str(), "{name} {link} {opt}");
-        assert_eq!(summary["threads"].as_array().unwrap().len(), expect_threads, "{name} {link} {opt}");
-        assert_eq!(summary["undecodable_instructions"], 0);
-        let n = assert_lldb_matches_ground_truth(&bundle, &summary);
+        assert_eq!(recorded["outcome"], expected.as_str(), "{name} {link} {opt}");
+        assert_eq!(recorded["threads"].as_array().unwrap().len(), expect_threads, "{name} {link} {opt}");
+        assert_eq!(recorded["undecodable_instructions"], 0);
+        let n = assert_lldb_matches_ground_truth(&bundle, &recorded);
         if link == "static" {
             assert_symbol_context_lines_equal_lldb(&bundle, expect_threads);
         }
@@ -221,15 +217,15 @@ fn check_program_with(name: &str, extra: &[&str], expect_threads: usize, determi
         // decodes the same instructions, and every packet but the TSC values
         // (wall-clock time) is identical, at the same offset.
         let branch_bundle = dir.join("branch-bundle");
-        let branch = summary_of(&retrace_record_mode("branch", &branch_bundle, &exe, &[]));
+        let branch = summary(&retrace_record_mode("branch", &branch_bundle, &exe, &[]));
         assert_eq!(branch["outcome"], expected.as_str(), "{name} {link} {opt} branch mode");
         if !deterministic {
             assert_lldb_matches_ground_truth(&branch_bundle, &branch);
             eprintln!("{name} {link} {opt}: {n} instructions identical in LLDB (step); branch mode self-consistent");
             continue;
         }
-        assert_lldb_matches(&branch_bundle, &branch, &bundle, &summary);
-        for (step_thread, branch_thread) in summary["threads"].as_array().unwrap().iter().zip(branch["threads"].as_array().unwrap()) {
+        assert_lldb_matches(&branch_bundle, &branch, &bundle, &recorded);
+        for (step_thread, branch_thread) in recorded["threads"].as_array().unwrap().iter().zip(branch["threads"].as_array().unwrap()) {
             let read = |b: &Path, t: &serde_json::Value| std::fs::read(b.join(format!("threads/{}.intelpt_trace", t["tid"]))).unwrap();
             assert_eq!(
                 packets_without_time(&read(&bundle, step_thread)),

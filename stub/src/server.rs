@@ -20,7 +20,7 @@ use nix::sys::signalfd::SignalFd;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::target::ProcessTarget;
+use crate::target::{tid_of, ProcessTarget};
 
 type StopReason = MultiThreadStopReason<u64>;
 
@@ -322,10 +322,6 @@ fn next_stop(target: &mut ProcessTarget, new_threads: &mut BTreeSet<Pid>, interr
             _ => {}
         }
     }
-}
-
-fn tid_of(pid: Pid) -> gdbstub::common::Tid {
-    std::num::NonZeroUsize::new(pid.as_raw() as usize).expect("positive")
 }
 
 /// Errors that end the server.

@@ -103,7 +103,8 @@ pub fn triggered_slot(tid: Pid) -> Option<usize> {
     (0..4).find(|i| dr6 >> i & 1 == 1)
 }
 
-fn tid_of(pid: Pid) -> Tid {
+/// gdbstub's thread id for a Linux thread.
+pub(crate) fn tid_of(pid: Pid) -> Tid {
     NonZeroUsize::new(pid.as_raw() as usize).expect("thread ids are positive")
 }
 
@@ -426,10 +427,7 @@ impl MultiThreadBase for ProcessTarget {
 impl ThreadExtraInfo for ProcessTarget {
     fn thread_extra_info(&self, tid: Tid, buf: &mut [u8]) -> Result<usize, Self::Error> {
         let name = std::fs::read_to_string(format!("/proc/{}/task/{}/comm", self.pid, tid.get())).unwrap_or_default();
-        let name = name.trim_end().as_bytes();
-        let n = name.len().min(buf.len());
-        buf[..n].copy_from_slice(&name[..n]);
-        Ok(n)
+        Ok(copy_window(name.trim_end().as_bytes(), 0, buf.len(), buf))
     }
 }
 
@@ -437,9 +435,7 @@ impl SingleRegisterAccess<Tid> for ProcessTarget {
     fn read_register(&mut self, tid: Tid, reg: RegNumber, buf: &mut [u8]) -> TargetResult<usize, Self> {
         let regs = read_all_registers(pid_of(tid)).map_err(|_| TargetError::NonFatal)?;
         let bytes = regs.register_bytes(reg.0).ok_or(TargetError::NonFatal)?;
-        let n = bytes.len().min(buf.len());
-        buf[..n].copy_from_slice(&bytes[..n]);
-        Ok(n)
+        Ok(copy_window(&bytes, 0, buf.len(), buf))
     }
 
     fn write_register(&mut self, tid: Tid, reg: RegNumber, value: &[u8]) -> TargetResult<(), Self> {
