@@ -9,6 +9,8 @@
 //! * [`target`] — registers, memory, software breakpoints, threads, resume
 //!   actions (ptrace);
 //! * [`server`] — the connection loop, the framer, ptrace stops → stop replies;
+//! * [`loader`] — the dynamic linker's library list (`qXfer:libraries-svr4`)
+//!   and memory regions (`qMemoryRegionInfo`);
 //! * [`signals`] — GDB's signal numbering on the wire vs Linux's.
 //!
 //! Live process control (launch) comes from `retrace-collector`; replay
@@ -16,6 +18,7 @@
 //! never decode Intel PT itself or carry its own launch code.
 
 pub mod arch;
+pub mod loader;
 pub mod server;
 pub mod signals;
 pub mod target;

@@ -114,7 +114,7 @@ fn escape_and_frame(payload: &[u8]) -> Vec<u8> {
     packet
 }
 
-fn hex(text: &str) -> String {
+pub(crate) fn hex(text: &str) -> String {
     text.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -188,6 +188,14 @@ fn intercept(body: &[u8], target: &ProcessTarget) -> Option<Vec<u8>> {
             )
         }
         b"QEnableErrorStrings" => Some(b"OK".to_vec()),
+        _ if body.starts_with(b"qMemoryRegionInfo:") => {
+            let address = std::str::from_utf8(&body[b"qMemoryRegionInfo:".len()..]).ok().and_then(|a| u64::from_str_radix(a, 16).ok());
+            Some(match (address, retrace_collector::process::read_maps(target.pid)) {
+                (Some(address), Ok(maps)) => crate::loader::memory_region_info(&maps, address).into_bytes(),
+                (None, _) => b"E16".to_vec(),
+                (_, Err(_)) => b"E01".to_vec(),
+            })
+        }
         _ => None,
     }
 }
@@ -389,6 +397,19 @@ pub fn serve(listener: &TcpListener, mut target: ProcessTarget) -> Result<Sessio
                                         Connection::flush(inner.borrow_conn())?;
                                     }
                                     continue;
+                                }
+                                if body == b"k" {
+                                    // LLDB's kill waits for the exit stop reply
+                                    // (`X09`, as lldb-server sends); gdbstub in
+                                    // extended mode would answer `OK`. (GDB sends vKill.)
+                                    kill_program(&target);
+                                    let conn = inner.borrow_conn();
+                                    if !no_ack {
+                                        Connection::write(conn, b'+')?;
+                                    }
+                                    Connection::write_all(conn, &escape_and_frame(b"X09"))?;
+                                    Connection::flush(conn)?;
+                                    return Ok(SessionEnd::Killed);
                                 }
                                 let reply = if malformed(&body) {
                                     tracing::warn!(packet = %String::from_utf8_lossy(&body), "malformed packet");

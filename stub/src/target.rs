@@ -19,6 +19,7 @@ use gdbstub::target::ext::breakpoints::{
 };
 use gdbstub::target::ext::auxv::{Auxv, AuxvOps};
 use gdbstub::target::ext::exec_file::{ExecFile, ExecFileOps};
+use gdbstub::target::ext::libraries::{LibrariesSvr4, LibrariesSvr4Ops};
 use gdbstub::target::ext::extended_mode::{
     Args, AttachKind, CurrentActivePid, CurrentActivePidOps, ExtendedMode, ExtendedModeOps, ShouldTerminate,
 };
@@ -350,6 +351,10 @@ impl Target for ProcessTarget {
         Some(self)
     }
 
+    fn support_libraries_svr4(&mut self) -> Option<LibrariesSvr4Ops<'_, Self>> {
+        Some(self)
+    }
+
     fn support_extended_mode(&mut self) -> Option<ExtendedModeOps<'_, Self>> {
         Some(self)
     }
@@ -572,6 +577,22 @@ impl Auxv for ProcessTarget {
     fn get_auxv(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
         let auxv = std::fs::read(format!("/proc/{}/auxv", self.pid)).map_err(TargetError::Io)?;
         Ok(copy_window(&auxv, offset, length, buf))
+    }
+}
+
+/// The dynamic linker's link map. Before it has run there is none: an error
+/// reply, after which GDB and LLDB wait for the rendezvous breakpoint and ask
+/// again (lldb-server answers the same way).
+impl LibrariesSvr4 for ProcessTarget {
+    fn get_libraries_svr4(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        let auxv = std::fs::read(format!("/proc/{}/auxv", self.pid)).map_err(TargetError::Io)?;
+        match crate::loader::library_list(&auxv, &crate::loader::ProcessMemory(self.pid)) {
+            Ok(xml) => Ok(copy_window(xml.as_bytes(), offset, length, buf)),
+            Err(error) => {
+                tracing::debug!(%error, "no library list");
+                Err(TargetError::NonFatal)
+            }
+        }
     }
 }
 

@@ -485,3 +485,63 @@ fn gdb_info_threads_shows_thread_names() {
     assert!(out.contains("exited normally"), "{out}");
     assert_eq!(wait_exit(stub), Some(0));
 }
+
+/// Builds `shlib_main` against its own `libretracedemo.so` (rpath = its dir).
+fn shared_library_program() -> (PathBuf, PathBuf) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("shlib");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libretracedemo.so");
+    let source = retrace_tests::recordings::programs_dir().join("shlib_lib.c");
+    let out = Command::new("gcc").args(["-g", "-O0", "-shared", "-fPIC", "-o"]).arg(&lib).arg(source).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let program = dir.join("shlib_main");
+    let main_source = retrace_tests::recordings::programs_dir().join("shlib_main.c");
+    let out = Command::new("gcc").args(["-g", "-O0", "-o"]).arg(&program).arg(main_source).arg("-L").arg(&dir).args(["-lretracedemo", &rpath]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (program, lib)
+}
+
+#[test]
+fn library_list_memory_regions_and_kill_for_both_clients() {
+    if !tools("lldb-22") || !tools("gdb") {
+        return;
+    }
+    let (program, lib) = shared_library_program();
+    let lib = lib.to_str().unwrap();
+
+    // LLDB: the library list (LLDB asks for it at each rendezvous stop) puts
+    // the breakpoint in the library; `memory region` names the mapping; kill
+    // reports signal 9 (lldb-server's `X09`).
+    let (stub, port) = start_stub(&program);
+    let mut lldb = Command::new("lldb-22");
+    lldb.arg("-b")
+        .args(["-o", "log enable gdb-remote packets", "-o", &format!("gdb-remote {port}"), "-o", "b demo_mix", "-o", "c"])
+        .args(["-o", "bt", "-o", "memory region $pc", "-o", "kill"]);
+    let out = run_with_timeout(lldb, 60);
+    assert!(out.contains("libretracedemo.so`demo_mix(a=0, b=0) at shlib_lib.c:3"), "{out}");
+    assert!(out.contains("shlib_main`main at shlib_main.c:6"), "{out}");
+    let listed = out.lines().filter(|l| l.contains("read packet: $") && l.contains(&format!("<library name=\"{lib}\""))).count();
+    assert!(listed >= 1, "LLDB never received a library list naming {lib}:\n{out}");
+    let region = out.lines().find(|l| l.starts_with("[0x")).unwrap_or_default();
+    assert!(region.contains(") r-x ") && region.contains(&format!(" {lib}")), "memory region line: {region:?}\n{out}");
+    assert!(out.contains("exited with status = 9 (0x00000009) killed"), "{out}");
+    assert!(!out.contains("unexpected response"), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+
+    // GDB: the same list through qXfer, read by GDB's own parser (no warnings)
+    // and shown by `info sharedlibrary`.
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", "set debug remote 1", "-ex", &format!("target remote 127.0.0.1:{port}")])
+        .args(["-ex", "break demo_mix", "-ex", "continue", "-ex", "bt", "-ex", "info sharedlibrary", "-ex", "kill"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    assert!(out.contains("demo_mix (a=0, b=0) at"), "{out}");
+    assert!(out.contains("qXfer:libraries-svr4:read"), "GDB did not ask for the list:\n{out}");
+    assert!(!out.contains("while parsing target library list"), "{out}");
+    let shown = out.lines().find(|l| l.ends_with(lib)).unwrap_or_default();
+    assert!(shown.starts_with("0x") && shown.contains("Yes"), "info sharedlibrary line: {shown:?}\n{out}");
+    assert!(out.contains("killed"), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+}
