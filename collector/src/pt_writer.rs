@@ -218,6 +218,26 @@ impl ThreadPtWriter {
         self.disabled();
     }
 
+    /// The tracing hardware's internal buffer overflowed after the last
+    /// instruction: pending TNT bits are written, then OVF. With
+    /// `resume_ip`, tracing resumed while enabled at that IP (OVF + FUP);
+    /// without, it resumed disabled and the next instruction re-enables it
+    /// with TIP.PGE. Returns are not compressed across the overflow.
+    pub fn overflow(&mut self, resume_ip: Option<u64>) {
+        if !self.enabled {
+            return;
+        }
+        self.flush_tnt();
+        self.emit(Packet::Ovf);
+        match resume_ip {
+            Some(ip) => {
+                self.encoder.encode_ip(IpPacketKind::Fup, Some(ip));
+                self.returns.clear();
+            }
+            None => self.disabled(),
+        }
+    }
+
     /// Packet generation stopped. Returns are not compressed against calls
     /// made before it (decoders differ on whether their return stack survives
     /// a disabled stretch: libipt keeps it, others clear it), so start afresh.

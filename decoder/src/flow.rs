@@ -44,7 +44,12 @@ impl std::fmt::Display for Event {
     }
 }
 
-/// What went wrong in the flow.
+/// What went wrong in the flow. `Display` gives LLDB's error-item text:
+/// libipt's `pt_errstr` wording, then `: 0x%016x` with the address of the
+/// instruction that could not be decoded when there is one; [`detail`]
+/// says more.
+///
+/// [`detail`]: FlowError::detail
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlowError {
     /// A packet could not be decoded.
@@ -54,26 +59,72 @@ pub enum FlowError {
     /// The bytes at this address are not a valid instruction.
     BadInstruction(u64),
     /// The next packet does not answer what the code needs (e.g. a TIP where
-    /// a conditional branch needs a TNT bit).
-    Mismatch(&'static str),
-    /// A compressed return (TNT bit) was not taken, or had no matching call.
-    BadReturnCompression,
+    /// a conditional branch needs a TNT bit) at the instruction at `ip`.
+    Mismatch {
+        /// What the code needed.
+        expected: &'static str,
+        /// The instruction that needed it, when there is one.
+        ip: Option<u64>,
+    },
+    /// A return at this address met a taken TNT bit with no call to return to.
+    ReturnWithoutCall(u64),
+    /// A return at this address met a not-taken TNT bit.
+    BadReturnCompression(u64),
     /// Internal buffer overflow in the tracing hardware: packets were lost.
     Overflow,
     /// Too many instructions without reaching a packet (a loop of direct jumps).
     NoProgress(u64),
 }
 
+impl FlowError {
+    /// The address LLDB appends to the message, if any.
+    pub fn ip(&self) -> Option<u64> {
+        match *self {
+            FlowError::NoMemory(ip)
+            | FlowError::BadInstruction(ip)
+            | FlowError::ReturnWithoutCall(ip)
+            | FlowError::BadReturnCompression(ip)
+            | FlowError::NoProgress(ip) => Some(ip),
+            FlowError::Mismatch { ip, .. } => ip,
+            FlowError::Packet(_) | FlowError::Overflow => None,
+        }
+    }
+
+    /// libipt's `pt_errstr` text for the closest error code.
+    pub fn libipt_message(&self) -> &'static str {
+        use crate::packet::PacketErrorKind as K;
+        match self {
+            FlowError::Packet(K::Truncated { .. }) => "reached end of trace stream",
+            FlowError::Packet(K::UnknownOpcode(_) | K::UnknownExtendedOpcode(_)) => "unknown opcode",
+            FlowError::Packet(K::Malformed { .. }) => "unknown packet",
+            FlowError::NoMemory(_) => "no memory mapped at this address",
+            FlowError::BadInstruction(_) => "unknown instruction",
+            FlowError::Mismatch { .. } => "trace stream does not match query",
+            FlowError::ReturnWithoutCall(_) => "compressed return without call",
+            FlowError::BadReturnCompression(_) => "bad compressed return",
+            FlowError::Overflow => "overflow",
+            FlowError::NoProgress(_) => "anomalous trace: no packet consumed for too long",
+        }
+    }
+
+    /// A longer explanation than LLDB's text.
+    pub fn detail(&self) -> String {
+        match self {
+            FlowError::Packet(kind) => format!("bad packet: {kind}"),
+            FlowError::Mismatch { expected, .. } => format!("the trace does not match the code: {expected}"),
+            FlowError::Overflow => "overflow packet: the tracing hardware lost packets".into(),
+            FlowError::NoProgress(_) => format!("{MAX_STRAIGHT_LINE} instructions without a branch that consumes trace"),
+            other => other.libipt_message().into(),
+        }
+    }
+}
+
 impl std::fmt::Display for FlowError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FlowError::Packet(kind) => write!(f, "bad packet: {kind}"),
-            FlowError::NoMemory(ip) => write!(f, "no memory mapped at this address: {ip:#x}"),
-            FlowError::BadInstruction(ip) => write!(f, "invalid instruction at {ip:#x}"),
-            FlowError::Mismatch(what) => write!(f, "trace stream does not match query: {what}"),
-            FlowError::BadReturnCompression => write!(f, "bad return compression"),
-            FlowError::Overflow => write!(f, "overflow packet: trace data was lost"),
-            FlowError::NoProgress(ip) => write!(f, "no packet consumed for too long at {ip:#x}"),
+        f.write_str(self.libipt_message())?;
+        match self.ip() {
+            Some(ip) if ip != 0 => write!(f, ": {ip:#018x}"),
+            _ => Ok(()),
         }
     }
 }
@@ -229,7 +280,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         loop {
             let (at, packet) = match self.packets.next_packet() {
                 Ok(Some(item)) => item,
-                Ok(None) => return Err((self.packets.offset(), FlowError::Mismatch("trace ends inside PSB+"))),
+                Ok(None) => return Err((self.packets.offset(), FlowError::Mismatch { expected: "PSBEND before the end of the trace", ip: None })),
                 Err(e) => return Err((e.offset, FlowError::Packet(e.kind))),
             };
             match packet {
@@ -325,9 +376,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     }
 
     /// The target of an indirect transfer: TIP → `At`, TIP.PGD → disabled.
-    fn indirect(&mut self) -> Flow<Next> {
+    fn indirect(&mut self, at: u64) -> Flow<Next> {
         if self.tnt_len > 0 {
-            return Err((self.offset(), FlowError::Mismatch("TNT bits left at an indirect branch")));
+            return Err((self.offset(), FlowError::Mismatch { expected: "no TNT bits left at an indirect branch", ip: Some(at) }));
         }
         match self.fetch()? {
             Some((_, Packet::Tip(tip))) => match tip.ip {
@@ -340,10 +391,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             }
             Some((offset, Packet::Psb)) => {
                 self.peeked = Some((offset, Packet::Psb));
-                Err((offset, FlowError::Mismatch("PSB where a TIP was expected")))
+                Err((offset, FlowError::Mismatch { expected: "a TIP, not a PSB", ip: Some(at) }))
             }
-            Some((offset, Packet::Ovf)) => Err((offset, FlowError::Overflow)),
-            Some((offset, _)) => Err((offset, FlowError::Mismatch("expected a TIP"))),
+            Some((offset, _)) => Err((offset, FlowError::Mismatch { expected: "a TIP", ip: Some(at) })),
             None => Ok(Next::End),
         }
     }
@@ -357,10 +407,43 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 Ok(Next::Disabled)
             }
             Some((_, Packet::Tip(tip))) => {
-                tip.ip.map(Next::At).ok_or((fup_offset, FlowError::Mismatch("async branch without target")))
+                tip.ip.map(Next::At).ok_or((fup_offset, FlowError::Mismatch { expected: "an asynchronous branch target", ip: None }))
             }
-            Some((offset, _)) => Err((offset, FlowError::Mismatch("FUP not followed by TIP or TIP.PGD"))),
+            Some((offset, _)) => Err((offset, FlowError::Mismatch { expected: "TIP or TIP.PGD after a FUP", ip: None })),
             None => Ok(Next::End),
+        }
+    }
+
+    /// Recovers from an overflow (the OVF at `offset` already consumed), as
+    /// libipt does: an error item; TNT bits and the return stack are gone;
+    /// if a FUP follows with only timing packets between, tracing resumed
+    /// at its IP, otherwise it resumed disabled (a TIP.PGE or PSB+ says
+    /// where it starts again).
+    fn overflow(&mut self, offset: usize) -> Flow<Next> {
+        self.history.push_extra(Extra::Error { offset, error: FlowError::Overflow });
+        self.tnt_len = 0;
+        self.returns.clear();
+        loop {
+            let Some((at, packet)) = (match self.packets.next_packet() {
+                Ok(item) => item,
+                Err(e) => return Err((e.offset, FlowError::Packet(e.kind))),
+            }) else {
+                return Ok(Next::End);
+            };
+            match packet {
+                Packet::Fup(fup) => return Ok(fup.ip.map_or(Next::Disabled, Next::At)),
+                Packet::Tsc(tsc) => self.tick(tsc),
+                Packet::Pad
+                | Packet::Mnt(_)
+                | Packet::Cbr(_)
+                | Packet::Tma { .. }
+                | Packet::Mtc(_)
+                | Packet::Cyc(_) => {}
+                other => {
+                    self.peeked = Some((at, other));
+                    return Ok(Next::Disabled);
+                }
+            }
         }
     }
 
@@ -375,7 +458,6 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 Some(ip) => Ok(Some(Binding::Psb { ip, offset })),
                 None => Ok(None),
             },
-            Some((offset, Packet::Ovf)) => Err((offset, FlowError::Overflow)),
             _ => Ok(None),
         }
     }
@@ -412,6 +494,22 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 self.peeked = None;
                 self.psb_plus(offset)?;
                 return Ok(Next::Disabled);
+            }
+            if self.tnt_len == 0 {
+                if let Some((offset, Packet::Ovf)) = self.peek()? {
+                    // libipt reports the overflow as soon as the TNT bits
+                    // before it are used up: here, at a block start.
+                    self.peeked = None;
+                    match self.overflow(offset)? {
+                        Next::At(resume) => {
+                            ip = resume;
+                            via = None;
+                            straight = 0;
+                            continue;
+                        }
+                        other => return Ok(other),
+                    }
+                }
             }
             let binding = self.binding()?;
             if straight >= MAX_STRAIGHT_LINE {
@@ -479,7 +577,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                             next
                         }
                         None if self.peeked.is_none() => return Ok(Next::End),
-                        None => return Err((self.offset(), FlowError::Mismatch("expected a TNT bit"))),
+                        None => return Err((self.offset(), FlowError::Mismatch { expected: "a TNT bit", ip: Some(last_ip) })),
                     }
                 }
                 FlowKind::Return => {
@@ -487,10 +585,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     match self.tnt_bit()? {
                         Some(true) => match self.returns.pop_back() {
                             Some(address) => address,
-                            None => return Err((self.offset(), FlowError::BadReturnCompression)),
+                            None => return Err((self.offset(), FlowError::ReturnWithoutCall(last_ip))),
                         },
-                        Some(false) => return Err((self.offset(), FlowError::BadReturnCompression)),
-                        None => match self.indirect()? {
+                        Some(false) => return Err((self.offset(), FlowError::BadReturnCompression(last_ip))),
+                        None => match self.indirect(last_ip)? {
                             Next::At(target) => target,
                             other => return Ok(other),
                         },
@@ -501,14 +599,14 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     if block.last.kind == FlowKind::IndirectCall {
                         self.push_return(next);
                     }
-                    match self.indirect()? {
+                    match self.indirect(last_ip)? {
                         Next::At(target) => target,
                         other => return Ok(other),
                     }
                 }
                 FlowKind::Syscall | FlowKind::FarTransfer => {
                     straight = 0;
-                    match self.indirect()? {
+                    match self.indirect(last_ip)? {
                         Next::At(target) => target,
                         other => return Ok(other),
                     }
@@ -536,9 +634,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         Some(ip) => Next::At(ip),
                         None => Next::Disabled,
                     },
-                    Some((offset, Packet::Ovf)) => return Err((offset, FlowError::Overflow)),
+                    Some((offset, Packet::Ovf)) => self.overflow(offset)?,
                     Some((offset, Packet::TntShort(_) | Packet::TntLong(_))) => {
-                        return Err((offset, FlowError::Mismatch("TNT while tracing is disabled")))
+                        return Err((offset, FlowError::Mismatch { expected: "no TNT while tracing is disabled", ip: None }))
                     }
                     Some(_) => Next::Disabled, // FUP/TIP/PGD while disabled: nothing to execute
                 },

@@ -128,7 +128,9 @@ proptest! {
         let mut last_ip = 0u64;
         for ((offset, got), (want, want_offset)) in decoded.iter().zip(packets.iter().zip(&offsets)) {
             prop_assert_eq!(offset, want_offset);
-            if *want == Packet::Psb {
+            if matches!(want, Packet::Psb | Packet::Ovf) {
+                // PSB resets IP compression; so does OVF (libipt resets its
+                // query decoder there and hardware sends the next IP in full).
                 last_ip = 0;
             }
             match (got.ip(), want.ip()) {

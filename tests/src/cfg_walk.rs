@@ -40,14 +40,22 @@ pub struct WalkOptions {
     pub psb_period: usize,
     /// Interleave timing packets (CYC, MTC, TSC, CBR) as hardware does.
     pub timing: bool,
+    /// About one in this many branches that write a packet is followed by
+    /// an internal buffer overflow (OVF), `0` for none. Half resolve with
+    /// tracing on (OVF + FUP: the walk goes on at the branch target or at
+    /// a random function, the skipped part lost), half with tracing off
+    /// (OVF, then TIP.PGE at a random function).
+    pub overflow_one_in: u64,
 }
 
 /// A generated trace and the instructions it encodes.
 pub struct Walk {
     /// The Intel PT stream.
     pub trace: Vec<u8>,
-    /// Every executed instruction, in order.
+    /// Every executed instruction a decoder can know of, in order.
     pub executed: Vec<u64>,
+    /// For each overflow, the number of instructions in `executed` before it.
+    pub overflows: Vec<usize>,
 }
 
 fn insn_at(image: &Image, ip: u64) -> Option<InsnInfo> {
@@ -62,6 +70,7 @@ pub fn walk(image: &Image, entries: &[u64], options: WalkOptions) -> Walk {
     let mut writer = ThreadPtWriter::new(options.psb_period);
     let mut executed = Vec::with_capacity(options.instructions as usize);
     let mut stack: Vec<u64> = Vec::new();
+    let mut overflows = Vec::new();
     let mut tsc = 1_000_000u64;
     // Instructions passed since the last packet-producing one: a decoder binds
     // an asynchronous stop (FUP) to the first time its IP is reached after the
@@ -143,7 +152,23 @@ pub fn walk(image: &Image, entries: &[u64], options: WalkOptions) -> Walk {
             }
         }
         ip = next;
+        if makes_packets && writer.is_enabled() && options.overflow_one_in > 0 && rng.one_in(options.overflow_one_in) {
+            overflows.push(executed.len());
+            since_packet.clear();
+            stack.clear();
+            match rng.below(3) {
+                0 => writer.overflow(Some(ip)),
+                1 => {
+                    ip = random_entry(&mut rng);
+                    writer.overflow(Some(ip));
+                }
+                _ => {
+                    writer.overflow(None);
+                    ip = random_entry(&mut rng);
+                }
+            }
+        }
     }
     writer.disable_async(ip);
-    Walk { trace: writer.into_bytes(), executed }
+    Walk { trace: writer.into_bytes(), executed, overflows }
 }

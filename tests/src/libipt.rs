@@ -47,6 +47,16 @@ extern "C" {
         model: u32,
         errors: *mut u64,
     ) -> i64;
+    fn shim_blk_items(
+        trace: *const u8,
+        len: usize,
+        sections: *const RawFileSection,
+        count: usize,
+        family: u32,
+        model: u32,
+        out: *mut u64,
+        cap: usize,
+    ) -> i64;
     fn shim_new(buf: *const u8, len: usize) -> *mut RawDecoder;
     fn shim_free(decoder: *mut RawDecoder);
     fn shim_sync_forward(decoder: *mut RawDecoder) -> c_int;
@@ -189,6 +199,42 @@ pub fn insn_addresses(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -
         if (n as usize) <= cap {
             out.truncate(n as usize);
             return (out, errors);
+        }
+        cap = n as usize;
+    }
+}
+
+/// What libipt's block decoder reported, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockItem {
+    /// `ninsn` sequential instructions from `ip` to `end_ip`.
+    Block { ip: u64, end_ip: u64, ninsn: u64 },
+    /// A decode error (libipt error code, positive) at a trace offset;
+    /// decoding resumed at the next PSB.
+    Error { code: i32, offset: u64 },
+    /// An overflow event; `None`: it resolved with tracing disabled.
+    Overflow { resume_ip: Option<u64> },
+}
+
+/// libipt's block decoder over `trace`, item by item.
+pub fn block_items(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> Vec<BlockItem> {
+    let (_paths, raw) = raw_sections(sections);
+    let mut cap = trace.len() + 1024;
+    loop {
+        let mut out = vec![0u64; cap * 4];
+        let n = unsafe { shim_blk_items(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, out.as_mut_ptr(), cap) };
+        assert!(n >= 0, "libipt setup failed ({n})");
+        if (n as usize) <= cap {
+            return out
+                .chunks_exact(4)
+                .take(n as usize)
+                .map(|q| match q[0] {
+                    1 => BlockItem::Block { ip: q[1], end_ip: q[2], ninsn: q[3] },
+                    2 => BlockItem::Error { code: q[1] as i32, offset: q[2] },
+                    3 => BlockItem::Overflow { resume_ip: (q[1] != 0).then_some(q[1]) },
+                    tag => panic!("shim item tag {tag}"),
+                })
+                .collect();
         }
         cap = n as usize;
     }

@@ -200,6 +200,11 @@ impl<'a> PacketDecoder<'a> {
     /// Updates last-IP and block context after a packet.
     #[inline(always)]
     fn track(&mut self, packet: &Packet) {
+        // An overflow resets IP compression, as a PSB does (libipt resets
+        // its query decoder at OVF; the next IP is sent in full).
+        if let Packet::Ovf = packet {
+            self.last_ip = 0;
+        }
         match packet {
             Packet::Bbp { size, .. } => self.block = Some(*size),
             Packet::Psb => {

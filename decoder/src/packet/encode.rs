@@ -148,6 +148,9 @@ impl PacketEncoder {
     pub fn encode(&mut self, packet: &Packet) -> Result<usize, EncodeError> {
         let start = self.bytes.len();
         self.write(packet)?;
+        if let Packet::Ovf = packet {
+            self.last_ip = 0; // the next IP goes out in full (see the decoder)
+        }
         match packet {
             Packet::Psb => {
                 self.last_ip = 0;
