@@ -70,6 +70,9 @@ pub struct ThreadPtWriter {
     last_psb: usize,
     psb_period: usize,
     instructions: u64,
+    /// An event packet (TIP.PGE, TIP.PGD, FUP, OVF) was written and no TNT
+    /// or TIP since: the periodic PSB waits (see [`Self::executed`]).
+    awaiting_flow: bool,
 }
 
 /// Default distance between PSBs, in bytes.
@@ -87,6 +90,7 @@ impl ThreadPtWriter {
             last_psb: 0,
             psb_period,
             instructions: 0,
+            awaiting_flow: false,
         }
     }
 
@@ -116,6 +120,7 @@ impl ThreadPtWriter {
 
     fn flush_tnt(&mut self) {
         if self.tnt.len > 0 {
+            self.awaiting_flow = false;
             let tnt = std::mem::replace(&mut self.tnt, Tnt { bits: 0, len: 0 });
             self.emit(Packet::TntShort(tnt));
         }
@@ -153,6 +158,7 @@ impl ThreadPtWriter {
         self.emit(Packet::ModeExec { csl: true, csd: false, iflag: false });
         self.encoder.encode_ip(IpPacketKind::TipPge, Some(ip));
         self.enabled = true;
+        self.awaiting_flow = true;
     }
 
     /// The instruction at `ip` (classified as `insn`) executed and control
@@ -178,6 +184,7 @@ impl ThreadPtWriter {
                 }
                 self.flush_tnt();
                 self.encoder.encode_ip(IpPacketKind::Tip, next_ip);
+                self.awaiting_flow = false;
             }
             FlowKind::Return => {
                 if next_ip.is_some() && self.returns.top() == next_ip {
@@ -186,6 +193,7 @@ impl ThreadPtWriter {
                 } else {
                     self.flush_tnt();
                     self.encoder.encode_ip(IpPacketKind::Tip, next_ip);
+                    self.awaiting_flow = false;
                 }
             }
             FlowKind::Syscall | FlowKind::FarTransfer => {
@@ -194,7 +202,12 @@ impl ThreadPtWriter {
                 self.disabled();
             }
         }
-        if self.encoder.len() - self.last_psb >= self.psb_period {
+        // The periodic PSB never directly follows an event packet: LLDB 22
+        // decodes each PSB-to-PSB slice separately and, when a slice ends
+        // right after events, appends the last instruction a second time
+        // and fails on the next branch ("reached end of trace stream").
+        // Pending TNT bits count as a flow packet (the PSB+ flushes them).
+        if self.encoder.len() - self.last_psb >= self.psb_period && (!self.awaiting_flow || self.tnt.len > 0) {
             self.psb_plus(tsc, if self.enabled { next_ip } else { None });
         }
     }
@@ -233,6 +246,7 @@ impl ThreadPtWriter {
             Some(ip) => {
                 self.encoder.encode_ip(IpPacketKind::Fup, Some(ip));
                 self.returns.clear();
+                self.awaiting_flow = true;
             }
             None => self.disabled(),
         }
@@ -243,6 +257,7 @@ impl ThreadPtWriter {
     /// a disabled stretch: libipt keeps it, others clear it), so start afresh.
     fn disabled(&mut self) {
         self.enabled = false;
+        self.awaiting_flow = true;
         self.returns.clear();
     }
 

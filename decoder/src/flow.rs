@@ -162,7 +162,10 @@ pub struct FlowDecoder<'a, M: Memory> {
     tnt_bits: u64,
     tnt_len: u32,
     returns: VecDeque<u64>,
-    tsc: Option<u64>,
+    /// The last TSC value read.
+    time: Option<u64>,
+    /// The last TSC value reported as a clock tick.
+    notified: Option<u64>,
     history: History,
     /// Decode from this PSB offset instead of the first PSB.
     start: Option<usize>,
@@ -200,7 +203,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             tnt_bits: 0,
             tnt_len: 0,
             returns: VecDeque::new(),
-            tsc: None,
+            time: None,
+            notified: None,
             history: History::default(),
             start: None,
             stop_at: None,
@@ -266,10 +270,23 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         self.history.push_extra(Extra::Event(event));
     }
 
+    /// A TSC packet: the time of what follows. It is reported (as a clock
+    /// tick) only with the next event, as LLDB does: libipt stamps each
+    /// event with the time at its packet, and LLDB turns a changed stamp
+    /// into a tick item just before the event.
     fn tick(&mut self, tsc: u64) {
-        if self.tsc != Some(tsc) {
-            self.tsc = Some(tsc);
-            self.event(Event::ClockTick(tsc));
+        self.time = Some(tsc);
+    }
+
+    /// Reports the current time if it changed since the last report (before
+    /// an event, an overflow, a sync point; tracing enabled, CBR and MODE
+    /// are libipt events too, though not items).
+    fn notify_time(&mut self) {
+        if self.time != self.notified {
+            if let Some(tsc) = self.time {
+                self.event(Event::ClockTick(tsc));
+            }
+            self.notified = self.time;
         }
     }
 
@@ -291,6 +308,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 _ => {}
             }
         }
+        self.notify_time();
         self.event(Event::SyncPoint(offset));
         self.tnt_len = 0;
         self.returns.clear();
@@ -334,7 +352,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 | Packet::Fup(_)
                 | Packet::Psb
                 | Packet::Ovf => return Ok(Some((offset, packet))),
-                _ => {} // timing, mode, paging, power and other status packets
+                // libipt events that LLDB does not show, but stamps with time.
+                Packet::Cbr(_) | Packet::ModeExec { .. } => self.notify_time(),
+                _ => {} // timing, paging, power and other status packets
             }
         }
     }
@@ -386,6 +406,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 None => Ok(Next::Disabled),
             },
             Some((_, Packet::TipPgd(_))) => {
+                self.notify_time();
                 self.event(Event::HardwareDisabled);
                 Ok(Next::Disabled)
             }
@@ -403,6 +424,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn async_event(&mut self, fup_offset: usize) -> Flow<Next> {
         match self.fetch()? {
             Some((_, Packet::TipPgd(_))) => {
+                self.notify_time();
                 self.event(Event::SoftwareDisabled);
                 Ok(Next::Disabled)
             }
@@ -420,6 +442,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// at its IP, otherwise it resumed disabled (a TIP.PGE or PSB+ says
     /// where it starts again).
     fn overflow(&mut self, offset: usize) -> Flow<Next> {
+        self.notify_time();
         self.history.push_extra(Extra::Error { offset, error: FlowError::Overflow });
         self.tnt_len = 0;
         self.returns.clear();
@@ -631,7 +654,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     },
                     // The return stack survives a disabled stretch (as in libipt).
                     Some((_, Packet::TipPge(pge))) => match pge.ip {
-                        Some(ip) => Next::At(ip),
+                        Some(ip) => {
+                            self.notify_time();
+                            Next::At(ip)
+                        }
                         None => Next::Disabled,
                     },
                     Some((offset, Packet::Ovf)) => self.overflow(offset)?,

@@ -55,3 +55,31 @@ impl TestBundle {
         (self.description.cpu_info.family, self.description.cpu_info.model)
     }
 }
+
+/// Writes a one-thread bundle (tid 1, pid 1) around `trace` into `dir`:
+/// `threads/1.intelpt_trace` and a trace.json naming `modules` (system path,
+/// load address) in place, with the software-recording CPU. Returns the
+/// trace.json path.
+pub fn write_generated_bundle(dir: &Path, trace: &[u8], modules: &[(&str, u64)]) -> std::path::PathBuf {
+    use retrace_decoder::bundle::{BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress};
+    std::fs::create_dir_all(dir.join("threads")).unwrap();
+    std::fs::write(dir.join("threads/1.intelpt_trace"), trace).unwrap();
+    let bundle = TraceBundle {
+        kind: "intel-pt".into(),
+        cpu_info: CpuInfo::software_recording(),
+        processes: vec![BundleProcess {
+            pid: 1,
+            triple: Some("x86_64-pc-linux-gnu".into()),
+            threads: vec![BundleThread { tid: 1, ipt_trace: Some("threads/1.intelpt_trace".into()) }],
+            modules: modules
+                .iter()
+                .map(|(path, load)| BundleModule { system_path: path.to_string(), file: None, load_address: LoadAddress(*load), uuid: None })
+                .collect(),
+        }],
+        tsc_perf_zero_conversion: None,
+        retrace: None,
+    };
+    let path = dir.join("trace.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&bundle).unwrap()).unwrap();
+    path
+}

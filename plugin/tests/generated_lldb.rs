@@ -1,0 +1,67 @@
+//! Generated traces (random walks over libc's control-flow graph with random
+//! PSB spacing, timing packets and overflows) in LLDB 22 and in retrace:
+//! `retrace dump instructions -a -f --raw` must print what
+//! `lldb-22 … thread trace dump instructions -a -f --raw` prints, line for
+//! line, overflow error items included at the same ids.
+
+use std::path::Path;
+use std::process::Command;
+
+use retrace_decoder::image::Image;
+use retrace_tests::cfg_walk::{function_entries, walk, WalkOptions};
+use retrace_tests::tools::{require, which};
+
+const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+const LOAD: u64 = 0x7f00_0000_0000;
+
+fn retrace_dump(trace_json: &Path, options: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "instructions"]).args(options).arg(trace_json).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn assert_same_text(what: &str, ours: &str, lldb: &str) {
+    if ours != lldb {
+        let (a, b): (Vec<_>, Vec<_>) = (ours.lines().collect(), lldb.lines().collect());
+        let i = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+        let from = i.saturating_sub(4);
+        panic!(
+            "{what}: retrace differs from LLDB at line {i} ({} vs {} lines)\nretrace:\n{}\nLLDB:\n{}",
+            a.len(),
+            b.len(),
+            a[from..(i + 4).min(a.len())].join("\n"),
+            b[from..(i + 4).min(b.len())].join("\n")
+        );
+    }
+}
+
+#[test]
+fn generated_walks_with_overflows_dump_as_in_lldb() {
+    if !require("lldb-22", which("lldb-22").is_some()) {
+        return;
+    }
+    let Ok(bytes) = std::fs::read(LIBC) else {
+        require("libc.so.6 at /lib/x86_64-linux-gnu", false);
+        return;
+    };
+    let entries = function_entries(&bytes, LOAD);
+    let mut image = Image::new();
+    image.add_elf(LIBC, bytes, LOAD).unwrap();
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("generated_lldb");
+    let mut overflows = 0;
+    for seed in 700..706u64 {
+        let psb_period = [512, 2048, 8192][seed as usize % 3];
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period, timing: true, overflow_one_in: 500 });
+        overflows += walked.overflows.len();
+        let dir = root.join(format!("seed{seed}"));
+        let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &walked.trace, &[(LIBC, LOAD)]);
+        let lldb = retrace_tests::lldb::dump_text(&trace_json, 1, "-a -f --raw").unwrap_or_else(|e| panic!("{e}"));
+        let ours = retrace_dump(&trace_json, &["-a", "-f", "--raw"]);
+        assert_same_text(&format!("seed {seed}"), &ours, &lldb);
+        // Events too: clock ticks, sync points, tracing disabled.
+        let lldb = retrace_tests::lldb::dump_text(&trace_json, 1, "-a -f -e --raw").unwrap_or_else(|e| panic!("{e}"));
+        assert_same_text(&format!("seed {seed} with events"), &retrace_dump(&trace_json, &["-a", "-f", "-e", "--raw"]), &lldb);
+        assert_eq!(ours.matches("(error) overflow").count(), walked.overflows.len(), "seed {seed}");
+    }
+    assert!(overflows >= 30, "{overflows} overflows");
+}
