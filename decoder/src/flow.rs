@@ -52,8 +52,9 @@ impl std::fmt::Display for Event {
 /// [`detail`]: FlowError::detail
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlowError {
-    /// A packet could not be decoded.
-    Packet(crate::packet::PacketErrorKind),
+    /// A packet could not be decoded; with the address of the instruction
+    /// whose branch needed the trace up to it, when there is one.
+    Packet(crate::packet::PacketErrorKind, Option<u64>),
     /// No code is known at this address.
     NoMemory(u64),
     /// The bytes at this address are not a valid instruction.
@@ -72,6 +73,12 @@ pub enum FlowError {
     BadReturnCompression(u64),
     /// Internal buffer overflow in the tracing hardware: packets were lost.
     Overflow,
+    /// A flow packet (TNT, TIP) while tracing is disabled.
+    NotEnabled,
+    /// A packet that cannot occur here (e.g. TIP.PGE while tracing is on).
+    BadContext(Option<u64>),
+    /// An event packet needs an IP but its IP is suppressed.
+    IpSuppressed(Option<u64>),
     /// Too many instructions without reaching a packet (a loop of direct jumps).
     NoProgress(u64),
 }
@@ -85,8 +92,8 @@ impl FlowError {
             | FlowError::ReturnWithoutCall(ip)
             | FlowError::BadReturnCompression(ip)
             | FlowError::NoProgress(ip) => Some(ip),
-            FlowError::Mismatch { ip, .. } => ip,
-            FlowError::Packet(_) | FlowError::Overflow => None,
+            FlowError::Mismatch { ip, .. } | FlowError::Packet(_, ip) | FlowError::BadContext(ip) | FlowError::IpSuppressed(ip) => ip,
+            FlowError::Overflow | FlowError::NotEnabled => None,
         }
     }
 
@@ -94,15 +101,18 @@ impl FlowError {
     pub fn libipt_message(&self) -> &'static str {
         use crate::packet::PacketErrorKind as K;
         match self {
-            FlowError::Packet(K::Truncated { .. }) => "reached end of trace stream",
-            FlowError::Packet(K::UnknownOpcode(_) | K::UnknownExtendedOpcode(_)) => "unknown opcode",
-            FlowError::Packet(K::Malformed { .. }) => "unknown packet",
+            FlowError::Packet(K::Truncated { .. }, _) => "reached end of trace stream",
+            FlowError::Packet(K::UnknownOpcode(_) | K::UnknownExtendedOpcode(_), _) => "unknown opcode",
+            FlowError::Packet(K::Malformed { .. }, _) => "unknown packet",
             FlowError::NoMemory(_) => "no memory mapped at this address",
             FlowError::BadInstruction(_) => "unknown instruction",
             FlowError::Mismatch { .. } => "trace stream does not match query",
             FlowError::ReturnWithoutCall(_) => "compressed return without call",
             FlowError::BadReturnCompression(_) => "bad compressed return",
             FlowError::Overflow => "overflow",
+            FlowError::NotEnabled => "expected tracing enabled event",
+            FlowError::BadContext(_) => "unexpected packet context",
+            FlowError::IpSuppressed(_) => "ip has been suppressed",
             FlowError::NoProgress(_) => "anomalous trace: no packet consumed for too long",
         }
     }
@@ -110,7 +120,7 @@ impl FlowError {
     /// A longer explanation than LLDB's text.
     pub fn detail(&self) -> String {
         match self {
-            FlowError::Packet(kind) => format!("bad packet: {kind}"),
+            FlowError::Packet(kind, _) => format!("bad packet: {kind}"),
             FlowError::Mismatch { expected, .. } => format!("the trace does not match the code: {expected}"),
             FlowError::Overflow => "overflow packet: the tracing hardware lost packets".into(),
             FlowError::NoProgress(_) => format!("{MAX_STRAIGHT_LINE} instructions without a branch that consumes trace"),
@@ -148,6 +158,13 @@ pub enum Item {
     },
 }
 
+/// Whether libipt finds this packet error only when it decodes the packet
+/// as an event or a branch, not while reading ahead past status packets: its
+/// read-ahead knows flow and event packets by their opcode and stops there.
+fn decoded_later(kind: &crate::packet::PacketErrorKind) -> bool {
+    matches!(kind, crate::packet::PacketErrorKind::Malformed { packet: "mode" | "ip" | "tnt.8" | "tnt.64" | "ptw" | "psb", .. })
+}
+
 const RETURN_STACK_DEPTH: usize = 64;
 /// Instructions without a branch that consumes trace before the decoder
 /// gives up (a loop of direct jumps says nothing about how often it ran).
@@ -181,6 +198,9 @@ enum Next {
     Disabled,
     /// Stop (end of trace).
     End,
+    /// The last instruction completed, but the event after it could not be
+    /// decoded (reading ahead past its packet failed).
+    Failed(usize, FlowError),
 }
 
 /// Something bound to an IP the flow will reach: an asynchronous event (FUP)
@@ -282,11 +302,17 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// an event, an overflow, a sync point; tracing enabled, CBR and MODE
     /// are libipt events too, though not items).
     fn notify_time(&mut self) {
-        if self.time != self.notified {
-            if let Some(tsc) = self.time {
+        self.notify_time_at(self.time);
+    }
+
+    /// Reports `time`, the time at an event's packet (read before reading
+    /// ahead past it), if it changed since the last report.
+    fn notify_time_at(&mut self, time: Option<u64>) {
+        if time != self.notified {
+            if let Some(tsc) = time {
                 self.event(Event::ClockTick(tsc));
             }
-            self.notified = self.time;
+            self.notified = time;
         }
     }
 
@@ -298,7 +324,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             let (at, packet) = match self.packets.next_packet() {
                 Ok(Some(item)) => item,
                 Ok(None) => return Err((self.packets.offset(), FlowError::Mismatch { expected: "PSBEND before the end of the trace", ip: None })),
-                Err(e) => return Err((e.offset, FlowError::Packet(e.kind))),
+                Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
             };
             match packet {
                 Packet::Psbend => break,
@@ -340,7 +366,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             let (offset, packet) = match self.packets.next_packet() {
                 Ok(Some(item)) => item,
                 Ok(None) => return Ok(None),
-                Err(e) => return Err((e.offset, FlowError::Packet(e.kind))),
+                // A packet cut off by the end of the buffer: the trace ends
+                // before it (libipt's read-ahead treats it so, and LLDB shows
+                // no error; `retrace ptdump` does).
+                Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => return Ok(None),
+                Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
             };
             match packet {
                 Packet::Tsc(tsc) => self.tick(tsc),
@@ -352,8 +382,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 | Packet::Fup(_)
                 | Packet::Psb
                 | Packet::Ovf => return Ok(Some((offset, packet))),
-                // libipt events that LLDB does not show, but stamps with time.
-                Packet::Cbr(_) | Packet::ModeExec { .. } => self.notify_time(),
+                // libipt events that LLDB does not show, but stamps with time
+                // (see `status_event`).
+                Packet::Cbr(_) | Packet::ModeExec { .. } => return Ok(Some((offset, packet))),
                 _ => {} // timing, paging, power and other status packets
             }
         }
@@ -376,12 +407,90 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     self.peeked = None;
                     self.tnt_bits = tnt.bits;
                     self.tnt_len = tnt.len as u32;
+                    self.read_ahead()?;
                 }
                 _ => return Ok(None),
             }
         }
         self.tnt_len -= 1;
+        if self.tnt_len == 0 {
+            self.check_next_event(true)?;
+        }
         Ok(Some(self.tnt_bits >> self.tnt_len & 1 == 1))
+    }
+
+    /// libipt decodes the next event as soon as nothing is left before it
+    /// (after a query that empties the TNT cache or takes a TIP, and after
+    /// each event), and a failure there is the failure of that query or
+    /// event. With tracing `enabled` after what was just consumed, checks
+    /// the event packet ahead the way libipt 2.0.5 rejects it.
+    fn check_next_event(&mut self, enabled: bool) -> Flow<()> {
+        let data = self.packets.data();
+        let Some((offset, packet)) = self.peek().or_else(|e| match e {
+            // A malformed event packet fails its (eager) decoding; a
+            // malformed TNT or TIP waits for the branch that needs it.
+            (at, FlowError::Packet(kind, _)) if decoded_later(&kind) => {
+                let opcode = data.get(at).copied().unwrap_or(0);
+                let query_packet = opcode & 1 == 0 || opcode & 0x1f == 0x0d;
+                if query_packet {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+            e => Err(e),
+        })?
+        else {
+            return Ok(());
+        };
+        match packet {
+            Packet::TipPge(_) if enabled => return Err((offset, FlowError::BadContext(None))),
+            Packet::Fup(fup) if fup.ip.is_none() => return Err((offset, FlowError::IpSuppressed(None))),
+            Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Fup(_) | Packet::ModeExec { .. } | Packet::Cbr(_) => {}
+            _ => return Ok(()), // TNT, TIP, PSB, OVF: not decoded ahead of time
+        }
+        // Decoding the event reads ahead past it, to the next flow or event packet.
+        let mut ahead = self.packets.clone();
+        loop {
+            match ahead.next_packet() {
+                Ok(Some((_, Packet::Pad | Packet::Tsc(_) | Packet::Mtc(_) | Packet::Cyc(_) | Packet::Tma { .. }))) => {}
+                Ok(Some((_, next))) => {
+                    // MODE.Exec binds to the TIP, TIP.PGE or TIP.PGD after it.
+                    let binds = matches!(next, Packet::Tip(_) | Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Cbr(_));
+                    if matches!(packet, Packet::ModeExec { .. }) && !binds {
+                        return Err((offset, FlowError::Mismatch { expected: "a TIP after MODE.Exec", ip: None }));
+                    }
+                    return Ok(());
+                }
+                Ok(None) => return Ok(()),
+                Err(e) if decoded_later(&e.kind) => return Ok(()),
+                Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
+            }
+        }
+    }
+
+    /// Reads ahead to the next flow or event packet after consuming one, as
+    /// libipt's query decoder does: a packet error on the way belongs to
+    /// the query or event that consumed the packet before it.
+    fn read_ahead(&mut self) -> Flow<()> {
+        match self.peek() {
+            Err((_, FlowError::Packet(kind, _))) if decoded_later(&kind) => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// The branch of the last pushed instruction (at `ip`) could not be
+    /// decoded: the instruction is taken back and the error names it.
+    fn query_failed(&mut self, (offset, error): (usize, FlowError), ip: u64) -> (usize, FlowError) {
+        self.history.drop_last_instruction();
+        let error = match error {
+            FlowError::Packet(kind, None) => FlowError::Packet(kind, Some(ip)),
+            FlowError::Mismatch { expected, ip: None } => FlowError::Mismatch { expected, ip: Some(ip) },
+            FlowError::BadContext(None) => FlowError::BadContext(Some(ip)),
+            FlowError::IpSuppressed(None) => FlowError::IpSuppressed(Some(ip)),
+            other => other,
+        };
+        (offset, error)
     }
 
     fn push_return(&mut self, address: u64) {
@@ -396,17 +505,47 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     }
 
     /// The target of an indirect transfer: TIP → `At`, TIP.PGD → disabled.
+    /// A CBR or MODE.Exec (already consumed): a libipt event that LLDB
+    /// does not show, but stamps with the time at its packet.
+    fn status_event(&mut self, packet: Packet) -> Flow<()> {
+        let time = self.time;
+        self.read_ahead()?;
+        // MODE.Exec waits for the TIP it binds to, and is stamped with it.
+        if let Packet::Cbr(_) = packet {
+            self.notify_time_at(time);
+        }
+        Ok(())
+    }
+
+    /// The next packet that is not a status event (those are handled).
+    fn fetch_flow(&mut self) -> Flow<Option<(usize, Packet)>> {
+        loop {
+            match self.fetch()? {
+                Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. }))) => self.status_event(packet)?,
+                other => return Ok(other),
+            }
+        }
+    }
+
     fn indirect(&mut self, at: u64) -> Flow<Next> {
         if self.tnt_len > 0 {
             return Err((self.offset(), FlowError::Mismatch { expected: "no TNT bits left at an indirect branch", ip: Some(at) }));
         }
-        match self.fetch()? {
-            Some((_, Packet::Tip(tip))) => match tip.ip {
-                Some(ip) => Ok(Next::At(ip)),
-                None => Ok(Next::Disabled),
-            },
+        match self.fetch_flow()? {
+            Some((_, Packet::Tip(tip))) => {
+                self.read_ahead()?;
+                self.check_next_event(tip.ip.is_some())?;
+                match tip.ip {
+                    Some(ip) => Ok(Next::At(ip)),
+                    None => Ok(Next::Disabled),
+                }
+            }
             Some((_, Packet::TipPgd(_))) => {
-                self.notify_time();
+                let time = self.time;
+                if let Err((offset, error)) = self.read_ahead().and_then(|()| self.check_next_event(false)) {
+                    return Ok(Next::Failed(offset, error));
+                }
+                self.notify_time_at(time);
                 self.event(Event::HardwareDisabled);
                 Ok(Next::Disabled)
             }
@@ -422,9 +561,13 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// Handles a FUP bound to the current IP (the instruction there has not
     /// executed).
     fn async_event(&mut self, fup_offset: usize) -> Flow<Next> {
-        match self.fetch()? {
+        match self.fetch_flow()? {
             Some((_, Packet::TipPgd(_))) => {
-                self.notify_time();
+                let time = self.time;
+                if let Err((offset, error)) = self.read_ahead().and_then(|()| self.check_next_event(false)) {
+                    return Ok(Next::Failed(offset, error));
+                }
+                self.notify_time_at(time);
                 self.event(Event::SoftwareDisabled);
                 Ok(Next::Disabled)
             }
@@ -449,7 +592,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         loop {
             let Some((at, packet)) = (match self.packets.next_packet() {
                 Ok(item) => item,
-                Err(e) => return Err((e.offset, FlowError::Packet(e.kind))),
+                Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
             }) else {
                 return Ok(Next::End);
             };
@@ -517,6 +660,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 self.peeked = None;
                 self.psb_plus(offset)?;
                 return Ok(Next::Disabled);
+            }
+            if self.tnt_len == 0 && self.peek()?.is_none() {
+                // Nothing left to say where this goes: LLDB stops here too
+                // (libipt reports the end of the stream at this point).
+                return Ok(Next::End);
+            }
+            while self.tnt_len == 0 {
+                // libipt reports a status event once the TNT bits before it
+                // are used up: here.
+                let Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. }))) = self.peek()? else { break };
+                self.peeked = None;
+                self.status_event(packet)?;
             }
             if self.tnt_len == 0 {
                 if let Some((offset, Packet::Ovf)) = self.peek()? {
@@ -590,31 +745,45 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 }
                 FlowKind::CondBranch { target } => {
                     straight = 0;
-                    match self.tnt_bit()? {
-                        Some(true) => {
+                    let bit = self.tnt_bit().map_err(|e| (e, last_ip));
+                    match bit {
+                        Ok(Some(true)) => {
                             via = Some((id, 0));
                             target
                         }
-                        Some(false) => {
+                        Ok(Some(false)) => {
                             via = Some((id, 1));
                             next
                         }
-                        None if self.peeked.is_none() => return Ok(Next::End),
-                        None => return Err((self.offset(), FlowError::Mismatch { expected: "a TNT bit", ip: Some(last_ip) })),
+                        Ok(None) if self.peeked.is_none() => return Ok(Next::End),
+                        Ok(None) => {
+                            let error = (self.offset(), FlowError::Mismatch { expected: "a TNT bit", ip: None });
+                            return Err(self.query_failed(error, last_ip));
+                        }
+                        Err((e, at)) => return Err(self.query_failed(e, at)),
                     }
                 }
                 FlowKind::Return => {
                     straight = 0;
-                    match self.tnt_bit()? {
-                        Some(true) => match self.returns.pop_back() {
+                    let bit = self.tnt_bit();
+                    match bit {
+                        Ok(Some(true)) => match self.returns.pop_back() {
                             Some(address) => address,
-                            None => return Err((self.offset(), FlowError::ReturnWithoutCall(last_ip))),
+                            None => {
+                                let error = (self.offset(), FlowError::ReturnWithoutCall(last_ip));
+                                return Err(self.query_failed(error, last_ip));
+                            }
                         },
-                        Some(false) => return Err((self.offset(), FlowError::BadReturnCompression(last_ip))),
-                        None => match self.indirect(last_ip)? {
-                            Next::At(target) => target,
-                            other => return Ok(other),
+                        Ok(Some(false)) => {
+                            let error = (self.offset(), FlowError::BadReturnCompression(last_ip));
+                            return Err(self.query_failed(error, last_ip));
+                        }
+                        Ok(None) => match self.indirect(last_ip) {
+                            Ok(Next::At(target)) => target,
+                            Ok(other) => return Ok(other),
+                            Err(e) => return Err(self.query_failed(e, last_ip)),
                         },
+                        Err(e) => return Err(self.query_failed(e, last_ip)),
                     }
                 }
                 FlowKind::IndirectJump | FlowKind::IndirectCall => {
@@ -622,16 +791,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     if block.last.kind == FlowKind::IndirectCall {
                         self.push_return(next);
                     }
-                    match self.indirect(last_ip)? {
-                        Next::At(target) => target,
-                        other => return Ok(other),
+                    match self.indirect(last_ip) {
+                        Ok(Next::At(target)) => target,
+                        Ok(other) => return Ok(other),
+                        Err(e) => return Err(self.query_failed(e, last_ip)),
                     }
                 }
                 FlowKind::Syscall | FlowKind::FarTransfer => {
                     straight = 0;
-                    match self.indirect(last_ip)? {
-                        Next::At(target) => target,
-                        other => return Ok(other),
+                    match self.indirect(last_ip) {
+                        Ok(Next::At(target)) => target,
+                        Ok(other) => return Ok(other),
+                        Err(e) => return Err(self.query_failed(e, last_ip)),
                     }
                 }
             };
@@ -644,6 +815,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         loop {
             state = match state {
                 Next::End => return Ok(()),
+                Next::Failed(offset, error) => return Err((offset, error)),
                 Next::At(ip) => self.execute(ip)?,
                 Next::Disabled => match self.fetch()? {
                     None => Next::End,
@@ -655,14 +827,21 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     // The return stack survives a disabled stretch (as in libipt).
                     Some((_, Packet::TipPge(pge))) => match pge.ip {
                         Some(ip) => {
-                            self.notify_time();
+                            let time = self.time;
+                            self.read_ahead()?;
+                            self.check_next_event(true)?;
+                            self.notify_time_at(time);
                             Next::At(ip)
                         }
                         None => Next::Disabled,
                     },
                     Some((offset, Packet::Ovf)) => self.overflow(offset)?,
-                    Some((offset, Packet::TntShort(_) | Packet::TntLong(_))) => {
-                        return Err((offset, FlowError::Mismatch { expected: "no TNT while tracing is disabled", ip: None }))
+                    Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. }))) => {
+                        self.status_event(packet)?;
+                        Next::Disabled
+                    }
+                    Some((offset, Packet::TntShort(_) | Packet::TntLong(_) | Packet::Tip(_))) => {
+                        return Err((offset, FlowError::NotEnabled))
                     }
                     Some(_) => Next::Disabled, // FUP/TIP/PGD while disabled: nothing to execute
                 },

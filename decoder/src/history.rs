@@ -279,6 +279,19 @@ impl History {
         self.executed.push(id);
     }
 
+    /// Takes back the last instruction pushed (its branch could not be
+    /// decoded from the trace, so LLDB does not list it either).
+    pub(crate) fn drop_last_instruction(&mut self) {
+        if let Some(id) = self.executed.pop() {
+            let count = self.table.get(id).count;
+            self.instructions -= count as u64;
+            if count > 1 {
+                let prefix = self.table.prefix(id, count - 1);
+                self.push_block(prefix);
+            }
+        }
+    }
+
     /// Appends the history of the next segment of the same trace. A clock
     /// tick that repeats the last TSC seen is dropped (a continuous decoder
     /// would not have reported it).

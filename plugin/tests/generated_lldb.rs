@@ -65,3 +65,39 @@ fn generated_walks_with_overflows_dump_as_in_lldb() {
     }
     assert!(overflows >= 30, "{overflows} overflows");
 }
+
+/// Corrupted copies (flipped, overwritten, lost and inserted bytes, a cut
+/// end) of walks: retrace must print exactly what LLDB prints, errors at the
+/// same ids. Not yet true: libipt's reactions to some damage (a TIP.PGE while
+/// tracing is on, a FUP with a suppressed IP, PSB+ headers LLDB drops the
+/// rest of the trace after) are not all reproduced; on 2026-11-22, 2 of these
+/// 12 seeds matched fully and the others first differed after 1/3 to nearly
+/// all of their items. Run with `--ignored` to see each first difference.
+#[test]
+#[ignore = "known divergences on corrupted traces; see the comment"]
+fn corrupted_walks_dump_as_in_lldb() {
+    if !require("lldb-22", which("lldb-22").is_some()) {
+        return;
+    }
+    let bytes = std::fs::read(LIBC).unwrap();
+    let entries = function_entries(&bytes, LOAD);
+    let mut image = Image::new();
+    image.add_elf(LIBC, bytes, LOAD).unwrap();
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupted_lldb");
+    let mut differing = Vec::new();
+    for seed in 800..812u64 {
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period: 1024, timing: true, overflow_one_in: 0 });
+        let damaged = retrace_tests::corrupt::corrupt(&walked.trace, seed, 6000);
+        let dir = root.join(format!("seed{seed}"));
+        let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &damaged, &[(LIBC, LOAD)]);
+        let lldb = retrace_tests::lldb::dump_text(&trace_json, 1, "-a -f -e --raw").unwrap_or_else(|e| panic!("{e}"));
+        let ours = retrace_dump(&trace_json, &["-a", "-f", "-e", "--raw"]);
+        let (a, b): (Vec<_>, Vec<_>) = (ours.lines().collect(), lldb.lines().collect());
+        if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len()))) {
+            let from = i.saturating_sub(3);
+            eprintln!("seed {seed}: line {i} of {}/{}\n ours: {:?}\n lldb: {:?}", a.len(), b.len(), &a[from..(i + 3).min(a.len())], &b[from..(i + 3).min(b.len())]);
+            differing.push(seed);
+        }
+    }
+    assert!(differing.is_empty(), "seeds differing from LLDB: {differing:?}");
+}
