@@ -651,42 +651,42 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         // successor whose block id can be cached.
         let mut via: Option<(u32, usize)> = None;
         loop {
-            if self.tnt_len == 0 && matches!(self.peek()?, Some((_, Packet::Psb))) && self.psb_fup_lookahead().is_none() {
-                // A PSB+ saying tracing is off while we trace: take it as is.
-                let (offset, _) = self.peeked.expect("peeked PSB");
-                if self.at_stop(offset) {
-                    return Ok(Next::End);
-                }
-                self.peeked = None;
-                self.psb_plus(offset)?;
-                return Ok(Next::Disabled);
-            }
-            if self.tnt_len == 0 && self.peek()?.is_none() {
-                // Nothing left to say where this goes: LLDB stops here too
-                // (libipt reports the end of the stream at this point).
-                return Ok(Next::End);
-            }
-            while self.tnt_len == 0 {
-                // libipt reports a status event once the TNT bits before it
-                // are used up: here.
-                let Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. }))) = self.peek()? else { break };
-                self.peeked = None;
-                self.status_event(packet)?;
-            }
+            // With no TNT bits pending, whatever packet is next may apply
+            // here (libipt reports events as soon as nothing is before them).
             if self.tnt_len == 0 {
-                if let Some((offset, Packet::Ovf)) = self.peek()? {
-                    // libipt reports the overflow as soon as the TNT bits
-                    // before it are used up: here, at a block start.
-                    self.peeked = None;
-                    match self.overflow(offset)? {
-                        Next::At(resume) => {
-                            ip = resume;
-                            via = None;
-                            straight = 0;
-                            continue;
-                        }
-                        other => return Ok(other),
+                match self.peek()? {
+                    None => {
+                        // Nothing left to say where this goes: LLDB stops here
+                        // too (libipt reports the end of the stream here).
+                        return Ok(Next::End);
                     }
+                    Some((offset, Packet::Psb)) if self.psb_fup_lookahead().is_none() => {
+                        // A PSB+ saying tracing is off while we trace: take it as is.
+                        if self.at_stop(offset) {
+                            return Ok(Next::End);
+                        }
+                        self.peeked = None;
+                        self.psb_plus(offset)?;
+                        return Ok(Next::Disabled);
+                    }
+                    Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. }))) => {
+                        self.peeked = None;
+                        self.status_event(packet)?;
+                        continue;
+                    }
+                    Some((offset, Packet::Ovf)) => {
+                        self.peeked = None;
+                        match self.overflow(offset)? {
+                            Next::At(resume) => {
+                                ip = resume;
+                                via = None;
+                                straight = 0;
+                                continue;
+                            }
+                            other => return Ok(other),
+                        }
+                    }
+                    _ => {}
                 }
             }
             let binding = self.binding()?;
