@@ -457,8 +457,14 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 Ok(Some((_, next))) => {
                     // MODE.Exec binds to the TIP, TIP.PGE or TIP.PGD after it.
                     let binds = matches!(next, Packet::Tip(_) | Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Cbr(_));
-                    if matches!(packet, Packet::ModeExec { .. }) && !binds {
-                        return Err((offset, FlowError::Mismatch { expected: "a TIP after MODE.Exec", ip: None }));
+                    if matches!(packet, Packet::ModeExec { .. }) {
+                        if !binds {
+                            return Err((offset, FlowError::Mismatch { expected: "a TIP after MODE.Exec", ip: None }));
+                        }
+                        if enabled && matches!(next, Packet::TipPge(_)) {
+                            // Decoding MODE.Exec decodes the TIP.PGE it binds to.
+                            return Err((offset, FlowError::BadContext(None)));
+                        }
                     }
                     return Ok(());
                 }
@@ -829,8 +835,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         Some(ip) => {
                             let time = self.time;
                             self.read_ahead()?;
-                            self.check_next_event(true)?;
+                            // The enable event itself is reported (LLDB stamps
+                            // its time) before a failure decoding the next one.
+                            let next_event = self.check_next_event(true);
                             self.notify_time_at(time);
+                            next_event?;
                             Next::At(ip)
                         }
                         None => Next::Disabled,
