@@ -68,10 +68,11 @@ fn generated_walks_with_overflows_dump_as_in_lldb() {
 
 /// Corrupted copies (flipped, overwritten, lost and inserted bytes, a cut
 /// end) of walks: retrace must print exactly what LLDB prints, errors at the
-/// same ids. Not yet true: libipt's reactions to some damage (a MODE.Exec while
-/// tracing is on, a FUP with a suppressed IP, PSB+ headers LLDB drops the
-/// rest of the trace after) are not all reproduced; on 2026-11-22, 2 of these
-/// 12 seeds matched fully and the others first differed after 1/3 to nearly
+/// same ids. Not yet true: libipt's reactions to some damage (a FUP with a
+/// suppressed IP before a branch, the end of a cut trace inside a TNT run,
+/// PSB+ headers after which LLDB drops the rest of the trace) are not all
+/// reproduced; on 2026-11-22, 2 of these 12 seeds matched fully and the
+/// others first differed after 1/3 to nearly
 /// all of their items. Run with `--ignored` to see each first difference.
 #[test]
 #[ignore = "known divergences on corrupted traces; see the comment"]
