@@ -134,6 +134,13 @@ impl ThreadPtWriter {
         }
     }
 
+    /// An indirect transfer to `target` (pending TNT bits go first).
+    fn tip(&mut self, target: Option<u64>) {
+        self.flush_tnt();
+        self.encoder.encode_ip(IpPacketKind::Tip, target);
+        self.awaiting_flow = false;
+    }
+
     fn psb_plus(&mut self, tsc: u64, current_ip: Option<u64>) {
         self.flush_tnt();
         self.last_psb = self.encoder.len();
@@ -182,18 +189,14 @@ impl ThreadPtWriter {
                 if insn.kind == FlowKind::IndirectCall {
                     self.returns.push(fallthrough);
                 }
-                self.flush_tnt();
-                self.encoder.encode_ip(IpPacketKind::Tip, next_ip);
-                self.awaiting_flow = false;
+                self.tip(next_ip);
             }
             FlowKind::Return => {
                 if next_ip.is_some() && self.returns.top() == next_ip {
                     self.returns.pop();
                     self.push_tnt(true);
                 } else {
-                    self.flush_tnt();
-                    self.encoder.encode_ip(IpPacketKind::Tip, next_ip);
-                    self.awaiting_flow = false;
+                    self.tip(next_ip);
                 }
             }
             FlowKind::Syscall | FlowKind::FarTransfer => {

@@ -46,10 +46,8 @@ impl std::fmt::Display for Event {
 
 /// What went wrong in the flow. `Display` gives LLDB's error-item text:
 /// libipt's `pt_errstr` wording, then `: 0x%016x` with the address of the
-/// instruction that could not be decoded when there is one; [`detail`]
-/// says more.
-///
-/// [`detail`]: FlowError::detail
+/// instruction that could not be decoded when there is one (`Debug` keeps
+/// the packet error and what the code expected).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlowError {
     /// A packet could not be decoded; with the address of the instruction
@@ -117,16 +115,6 @@ impl FlowError {
         }
     }
 
-    /// A longer explanation than LLDB's text.
-    pub fn detail(&self) -> String {
-        match self {
-            FlowError::Packet(kind, _) => format!("bad packet: {kind}"),
-            FlowError::Mismatch { expected, .. } => format!("the trace does not match the code: {expected}"),
-            FlowError::Overflow => "overflow packet: the tracing hardware lost packets".into(),
-            FlowError::NoProgress(_) => format!("{MAX_STRAIGHT_LINE} instructions without a branch that consumes trace"),
-            other => other.libipt_message().into(),
-        }
-    }
 }
 
 impl std::fmt::Display for FlowError {
@@ -533,6 +521,20 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
     }
 
+    /// A TIP.PGD (already consumed) disabled tracing: the `event`, stamped
+    /// with the time at its packet — unless decoding past it fails, which
+    /// replaces the event (as in libipt, where the failure is the event
+    /// query's).
+    fn tracing_disabled(&mut self, event: Event) -> Next {
+        let time = self.time;
+        if let Err((offset, error)) = self.read_ahead().and_then(|()| self.check_next_event(false)) {
+            return Next::Failed(offset, error);
+        }
+        self.notify_time_at(time);
+        self.event(event);
+        Next::Disabled
+    }
+
     fn indirect(&mut self, at: u64) -> Flow<Next> {
         if self.tnt_len > 0 {
             return Err((self.offset(), FlowError::Mismatch { expected: "no TNT bits left at an indirect branch", ip: Some(at) }));
@@ -546,15 +548,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     None => Ok(Next::Disabled),
                 }
             }
-            Some((_, Packet::TipPgd(_))) => {
-                let time = self.time;
-                if let Err((offset, error)) = self.read_ahead().and_then(|()| self.check_next_event(false)) {
-                    return Ok(Next::Failed(offset, error));
-                }
-                self.notify_time_at(time);
-                self.event(Event::HardwareDisabled);
-                Ok(Next::Disabled)
-            }
+            Some((_, Packet::TipPgd(_))) => Ok(self.tracing_disabled(Event::HardwareDisabled)),
             Some((offset, Packet::Psb)) => {
                 self.peeked = Some((offset, Packet::Psb));
                 Err((offset, FlowError::Mismatch { expected: "a TIP, not a PSB", ip: Some(at) }))
@@ -568,15 +562,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// executed).
     fn async_event(&mut self, fup_offset: usize) -> Flow<Next> {
         match self.fetch_flow()? {
-            Some((_, Packet::TipPgd(_))) => {
-                let time = self.time;
-                if let Err((offset, error)) = self.read_ahead().and_then(|()| self.check_next_event(false)) {
-                    return Ok(Next::Failed(offset, error));
-                }
-                self.notify_time_at(time);
-                self.event(Event::SoftwareDisabled);
-                Ok(Next::Disabled)
-            }
+            Some((_, Packet::TipPgd(_))) => Ok(self.tracing_disabled(Event::SoftwareDisabled)),
             Some((_, Packet::Tip(tip))) => {
                 tip.ip.map(Next::At).ok_or((fup_offset, FlowError::Mismatch { expected: "an asynchronous branch target", ip: None }))
             }
@@ -751,8 +737,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 }
                 FlowKind::CondBranch { target } => {
                     straight = 0;
-                    let bit = self.tnt_bit().map_err(|e| (e, last_ip));
-                    match bit {
+                    match self.tnt_bit() {
                         Ok(Some(true)) => {
                             via = Some((id, 0));
                             target
@@ -766,13 +751,12 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                             let error = (self.offset(), FlowError::Mismatch { expected: "a TNT bit", ip: None });
                             return Err(self.query_failed(error, last_ip));
                         }
-                        Err((e, at)) => return Err(self.query_failed(e, at)),
+                        Err(e) => return Err(self.query_failed(e, last_ip)),
                     }
                 }
                 FlowKind::Return => {
                     straight = 0;
-                    let bit = self.tnt_bit();
-                    match bit {
+                    match self.tnt_bit() {
                         Ok(Some(true)) => match self.returns.pop_back() {
                             Some(address) => address,
                             None => {
@@ -792,19 +776,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         Err(e) => return Err(self.query_failed(e, last_ip)),
                     }
                 }
-                FlowKind::IndirectJump | FlowKind::IndirectCall => {
+                FlowKind::IndirectJump | FlowKind::IndirectCall | FlowKind::Syscall | FlowKind::FarTransfer => {
                     straight = 0;
                     if block.last.kind == FlowKind::IndirectCall {
                         self.push_return(next);
                     }
-                    match self.indirect(last_ip) {
-                        Ok(Next::At(target)) => target,
-                        Ok(other) => return Ok(other),
-                        Err(e) => return Err(self.query_failed(e, last_ip)),
-                    }
-                }
-                FlowKind::Syscall | FlowKind::FarTransfer => {
-                    straight = 0;
                     match self.indirect(last_ip) {
                         Ok(Next::At(target)) => target,
                         Ok(other) => return Ok(other),

@@ -7,12 +7,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use retrace_decoder::image::Image;
-use retrace_tests::cfg_walk::{function_entries, walk, WalkOptions};
+use retrace_tests::cfg_walk::{libc_image, walk, WalkOptions, LIBC, LIBC_LOAD};
 use retrace_tests::tools::{require, which};
-
-const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
-const LOAD: u64 = 0x7f00_0000_0000;
 
 fn retrace_dump(trace_json: &Path, options: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "instructions"]).args(options).arg(trace_json).output().unwrap();
@@ -20,18 +16,24 @@ fn retrace_dump(trace_json: &Path, options: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Where retrace's text first differs from LLDB's, with the lines around
+/// it; `None` when they are equal.
+fn difference(ours: &str, lldb: &str) -> Option<String> {
+    let (a, b): (Vec<_>, Vec<_>) = (ours.lines().collect(), lldb.lines().collect());
+    let i = a.iter().zip(&b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len())))?;
+    let from = i.saturating_sub(4);
+    Some(format!(
+        "retrace differs from LLDB at line {i} ({} vs {} lines)\nretrace:\n{}\nLLDB:\n{}",
+        a.len(),
+        b.len(),
+        a[from..(i + 4).min(a.len())].join("\n"),
+        b[from..(i + 4).min(b.len())].join("\n")
+    ))
+}
+
 fn assert_same_text(what: &str, ours: &str, lldb: &str) {
-    if ours != lldb {
-        let (a, b): (Vec<_>, Vec<_>) = (ours.lines().collect(), lldb.lines().collect());
-        let i = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
-        let from = i.saturating_sub(4);
-        panic!(
-            "{what}: retrace differs from LLDB at line {i} ({} vs {} lines)\nretrace:\n{}\nLLDB:\n{}",
-            a.len(),
-            b.len(),
-            a[from..(i + 4).min(a.len())].join("\n"),
-            b[from..(i + 4).min(b.len())].join("\n")
-        );
+    if let Some(difference) = difference(ours, lldb) {
+        panic!("{what}: {difference}");
     }
 }
 
@@ -40,13 +42,10 @@ fn generated_walks_with_overflows_dump_as_in_lldb() {
     if !require("lldb-22", which("lldb-22").is_some()) {
         return;
     }
-    let Ok(bytes) = std::fs::read(LIBC) else {
+    let Some((image, entries)) = libc_image() else {
         require("libc.so.6 at /lib/x86_64-linux-gnu", false);
         return;
     };
-    let entries = function_entries(&bytes, LOAD);
-    let mut image = Image::new();
-    image.add_elf(LIBC, bytes, LOAD).unwrap();
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("generated_lldb");
     let mut overflows = 0;
     for seed in 700..706u64 {
@@ -54,7 +53,7 @@ fn generated_walks_with_overflows_dump_as_in_lldb() {
         let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period, timing: true, overflow_one_in: 500 });
         overflows += walked.overflows.len();
         let dir = root.join(format!("seed{seed}"));
-        let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &walked.trace, &[(LIBC, LOAD)]);
+        let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &walked.trace, &[(LIBC, LIBC_LOAD)]);
         let lldb = retrace_tests::lldb::dump_text(&trace_json, 1, "-a -f --raw").unwrap_or_else(|e| panic!("{e}"));
         let ours = retrace_dump(&trace_json, &["-a", "-f", "--raw"]);
         assert_same_text(&format!("seed {seed}"), &ours, &lldb);
@@ -80,23 +79,21 @@ fn corrupted_walks_dump_as_in_lldb() {
     if !require("lldb-22", which("lldb-22").is_some()) {
         return;
     }
-    let bytes = std::fs::read(LIBC).unwrap();
-    let entries = function_entries(&bytes, LOAD);
-    let mut image = Image::new();
-    image.add_elf(LIBC, bytes, LOAD).unwrap();
+    let Some((image, entries)) = libc_image() else {
+        require("libc.so.6 at /lib/x86_64-linux-gnu", false);
+        return;
+    };
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupted_lldb");
     let mut differing = Vec::new();
     for seed in 800..812u64 {
         let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period: 1024, timing: true, overflow_one_in: 0 });
         let damaged = retrace_tests::corrupt::corrupt(&walked.trace, seed, 6000);
         let dir = root.join(format!("seed{seed}"));
-        let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &damaged, &[(LIBC, LOAD)]);
+        let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &damaged, &[(LIBC, LIBC_LOAD)]);
         let lldb = retrace_tests::lldb::dump_text(&trace_json, 1, "-a -f -e --raw").unwrap_or_else(|e| panic!("{e}"));
         let ours = retrace_dump(&trace_json, &["-a", "-f", "-e", "--raw"]);
-        let (a, b): (Vec<_>, Vec<_>) = (ours.lines().collect(), lldb.lines().collect());
-        if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len()))) {
-            let from = i.saturating_sub(3);
-            eprintln!("seed {seed}: line {i} of {}/{}\n ours: {:?}\n lldb: {:?}", a.len(), b.len(), &a[from..(i + 3).min(a.len())], &b[from..(i + 3).min(b.len())]);
+        if let Some(difference) = difference(&ours, &lldb) {
+            eprintln!("seed {seed}: {difference}");
             differing.push(seed);
         }
     }

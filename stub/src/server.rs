@@ -171,6 +171,15 @@ fn malformed(body: &[u8]) -> bool {
     }
 }
 
+/// Acknowledges a packet the framer answers itself and sends `payload`.
+fn answer(conn: &mut BufferedConnection, no_ack: bool, payload: &[u8]) -> std::io::Result<()> {
+    if !no_ack {
+        Connection::write(conn, b'+')?;
+    }
+    Connection::write_all(conn, &escape_and_frame(payload))?;
+    Connection::flush(conn)
+}
+
 /// A reply for packets answered here, or `None` to let gdbstub answer.
 fn intercept(body: &[u8], target: &ProcessTarget) -> Option<Vec<u8>> {
     match body {
@@ -403,12 +412,7 @@ pub fn serve(listener: &TcpListener, mut target: ProcessTarget) -> Result<Sessio
                                     // (`X09`, as lldb-server sends); gdbstub in
                                     // extended mode would answer `OK`. (GDB sends vKill.)
                                     kill_program(&target);
-                                    let conn = inner.borrow_conn();
-                                    if !no_ack {
-                                        Connection::write(conn, b'+')?;
-                                    }
-                                    Connection::write_all(conn, &escape_and_frame(b"X09"))?;
-                                    Connection::flush(conn)?;
+                                    answer(inner.borrow_conn(), no_ack, b"X09")?;
                                     return Ok(SessionEnd::Killed);
                                 }
                                 let reply = if malformed(&body) {
@@ -418,12 +422,7 @@ pub fn serve(listener: &TcpListener, mut target: ProcessTarget) -> Result<Sessio
                                     intercept(&body, &target)
                                 };
                                 if let Some(reply) = reply {
-                                    let conn = inner.borrow_conn();
-                                    if !no_ack {
-                                        Connection::write(conn, b'+')?;
-                                    }
-                                    Connection::write_all(conn, &escape_and_frame(&reply))?;
-                                    Connection::flush(conn)?;
+                                    answer(inner.borrow_conn(), no_ack, &reply)?;
                                 } else {
                                     if body == b"QStartNoAckMode" {
                                         no_ack = true;

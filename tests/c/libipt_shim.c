@@ -305,9 +305,32 @@ int64_t shim_insn_ips(const uint8_t *trace, size_t len, const struct shim_file_s
 	return n;
 }
 
-/* Counts instructions with the block decoder (libipt's fastest). */
-int64_t shim_blk_count(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
-		       size_t count, uint32_t family, uint32_t model, uint64_t *errors)
+/* What the block decoder reported, four u64 per item (see shim_blk_items). */
+struct shim_blk_sink {
+	uint64_t *out;
+	size_t cap;
+	int64_t n;
+};
+
+static void shim_blk_item(struct shim_blk_sink *sink, uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+	if (!sink)
+		return;
+	if ((size_t) sink->n < sink->cap) {
+		sink->out[4 * sink->n] = a;
+		sink->out[4 * sink->n + 1] = b;
+		sink->out[4 * sink->n + 2] = c;
+		sink->out[4 * sink->n + 3] = d;
+	}
+	sink->n += 1;
+}
+
+/* Decodes the whole trace with the block decoder, resyncing after errors.
+ * Returns the number of instructions (or a negative value if setup failed);
+ * *errors counts the errors; items go to `sink` when it is not NULL. */
+static int64_t shim_blk_run(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
+			    size_t count, uint32_t family, uint32_t model, uint64_t *errors,
+			    struct shim_blk_sink *sink)
 {
 	struct pt_config config;
 	struct pt_block_decoder *decoder;
@@ -316,69 +339,6 @@ int64_t shim_blk_count(const uint8_t *trace, size_t len, const struct shim_file_
 	int status;
 
 	*errors = 0;
-	shim_flow_config(&config, trace, len, family, model);
-	decoder = pt_blk_alloc_decoder(&config);
-	if (!decoder)
-		return -1;
-	image = shim_image(sections, count);
-	if (!image || pt_blk_set_image(decoder, image) < 0) {
-		pt_blk_free_decoder(decoder);
-		return -2;
-	}
-	for (;;) {
-		status = pt_blk_sync_forward(decoder);
-		if (status < 0)
-			break;
-		for (;;) {
-			struct pt_block block;
-
-			memset(&block, 0, sizeof(block));
-			while (status & pts_event_pending) {
-				struct pt_event event;
-
-				status = pt_blk_event(decoder, &event, sizeof(event));
-				if (status < 0)
-					break;
-			}
-			if (status < 0)
-				break;
-			status = pt_blk_next(decoder, &block, sizeof(block));
-			n += block.ninsn;
-			if (status < 0)
-				break;
-		}
-		if (status == -pte_eos)
-			break;
-		*errors += 1;
-	}
-	pt_blk_free_decoder(decoder);
-	pt_image_free(image);
-	return n;
-}
-
-/* Decodes with the block decoder and records what it reports, four u64 per
- * item in `out` (at most `cap` items; returns how many there were):
- *   1, ip, end_ip, ninsn    a block of sequential instructions
- *   2, -error, offset, 0    an error (decoding resumes at the next PSB)
- *   3, ip, 0, 0             an overflow event (ip 0: resolved disabled)
- */
-int64_t shim_blk_items(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
-		       size_t count, uint32_t family, uint32_t model, uint64_t *out, size_t cap)
-{
-	struct pt_config config;
-	struct pt_block_decoder *decoder;
-	struct pt_image *image;
-	int64_t n = 0;
-	int status;
-
-#define SHIM_ITEM(a, b, c, d) do { \
-		if ((size_t) n < cap) { \
-			out[4 * n] = (a); out[4 * n + 1] = (b); \
-			out[4 * n + 2] = (c); out[4 * n + 3] = (d); \
-		} \
-		n += 1; \
-	} while (0)
-
 	shim_flow_config(&config, trace, len, family, model);
 	decoder = pt_blk_alloc_decoder(&config);
 	if (!decoder)
@@ -405,23 +365,50 @@ int64_t shim_blk_items(const uint8_t *trace, size_t len, const struct shim_file_
 				if (status < 0)
 					break;
 				if (event.type == ptev_overflow)
-					SHIM_ITEM(3, event.ip_suppressed ? 0 : event.variant.overflow.ip, 0, 0);
+					shim_blk_item(sink, 3, event.ip_suppressed ? 0 : event.variant.overflow.ip, 0, 0);
 			}
 			if (status < 0)
 				break;
 			status = pt_blk_next(decoder, &block, sizeof(block));
+			n += block.ninsn;
 			if (block.ninsn > 0)
-				SHIM_ITEM(1, block.ip, block.end_ip, block.ninsn);
+				shim_blk_item(sink, 1, block.ip, block.end_ip, block.ninsn);
 			if (status < 0)
 				break;
 		}
 		if (status == -pte_eos)
 			break;
-		pt_blk_get_offset(decoder, &offset);
-		SHIM_ITEM(2, (uint64_t) (int64_t) -status, offset, 0);
+		*errors += 1;
+		if (sink) {
+			pt_blk_get_offset(decoder, &offset);
+			shim_blk_item(sink, 2, (uint64_t) (int64_t) -status, offset, 0);
+		}
 	}
 	pt_blk_free_decoder(decoder);
 	pt_image_free(image);
 	return n;
-#undef SHIM_ITEM
+}
+
+/* Counts instructions with the block decoder (libipt's fastest). */
+int64_t shim_blk_count(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
+		       size_t count, uint32_t family, uint32_t model, uint64_t *errors)
+{
+	return shim_blk_run(trace, len, sections, count, family, model, errors, NULL);
+}
+
+/* Decodes with the block decoder and records what it reports, four u64 per
+ * item in `out` (at most `cap` items; returns how many there were):
+ *   1, ip, end_ip, ninsn    a block of sequential instructions
+ *   2, -error, offset, 0    an error (decoding resumes at the next PSB)
+ *   3, ip, 0, 0             an overflow event (ip 0: resolved disabled)
+ */
+int64_t shim_blk_items(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
+		       size_t count, uint32_t family, uint32_t model, uint64_t *out, size_t cap)
+{
+	struct shim_blk_sink sink = { out, cap, 0 };
+	uint64_t errors;
+	int64_t status;
+
+	status = shim_blk_run(trace, len, sections, count, family, model, &errors, &sink);
+	return status < 0 ? status : sink.n;
 }

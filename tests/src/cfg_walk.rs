@@ -29,6 +29,21 @@ pub fn function_entries(elf: &[u8], load_address: u64) -> Vec<u64> {
     entries
 }
 
+/// The library the generated-trace tests walk: Debian's libc.
+pub const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+/// Where the walks place it.
+pub const LIBC_LOAD: u64 = 0x7f00_0000_0000;
+
+/// [`LIBC`] loaded at [`LIBC_LOAD`] and its function entries; `None` when the
+/// file is missing.
+pub fn libc_image() -> Option<(Image, Vec<u64>)> {
+    let bytes = std::fs::read(LIBC).ok()?;
+    let entries = function_entries(&bytes, LIBC_LOAD);
+    let mut image = Image::new();
+    image.add_elf(LIBC, bytes, LIBC_LOAD).ok()?;
+    Some((image, entries))
+}
+
 /// Options for [`walk`].
 #[derive(Debug, Clone, Copy)]
 pub struct WalkOptions {

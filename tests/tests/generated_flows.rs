@@ -4,23 +4,11 @@
 
 use retrace_decoder::flow::{FlowDecoder, Item};
 use retrace_decoder::image::Image;
-use retrace_tests::cfg_walk::{function_entries, walk, WalkOptions};
-
-const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
-const LOAD: u64 = 0x7f00_0000_0000;
-
-fn libc_image() -> Option<(Image, Vec<u64>)> {
-    let bytes = std::fs::read(LIBC).ok()?;
-    let entries = function_entries(&bytes, LOAD);
-    let mut image = Image::new();
-    image.add_elf(LIBC, bytes, LOAD).unwrap();
-    Some((image, entries))
-}
+use retrace_tests::cfg_walk::{libc_image, walk, WalkOptions, LIBC};
 
 fn ours(trace: &[u8], image: &Image) -> (Vec<u64>, usize) {
-    let items = FlowDecoder::new(trace, image).decode_all();
-    let errors = items.iter().filter(|i| matches!(i, Item::Error { .. })).count();
-    (items.iter().filter_map(|i| if let Item::Instruction { ip } = i { Some(*ip) } else { None }).collect(), errors)
+    let (ips, errors) = instructions_and_error_positions(&FlowDecoder::new(trace, image).decode_all());
+    (ips, errors.len())
 }
 
 fn first_difference(a: &[u64], b: &[u64]) -> Option<usize> {
@@ -55,16 +43,7 @@ fn libipt_decodes_the_same_random_walks() {
         retrace_tests::tools::require("libc.so.6 at /lib/x86_64-linux-gnu", false);
         return;
     };
-    let sections: Vec<retrace_tests::libipt::FileSection> = image
-        .sections()
-        .iter()
-        .map(|s| retrace_tests::libipt::FileSection {
-            path: LIBC.into(),
-            offset: s.offset as u64,
-            size: s.len as u64,
-            vaddr: s.start,
-        })
-        .collect();
+    let sections = libc_sections(&image);
     for seed in 100..110 {
         let walked = walk(&image, &entries, WalkOptions { seed, instructions: 50_000, psb_period: 2048, timing: seed % 2 == 0, overflow_one_in: 0 });
         let (theirs, errors) = retrace_tests::libipt::insn_addresses(&walked.trace, &sections, (6, 0x86));
