@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 
 use crate::history::{Extra, History};
 use crate::image::Memory;
-use crate::packet::{Packet, PacketDecoder};
+use crate::packet::{Ip, Packet, PacketDecoder};
 use crate::x86::FlowKind;
 
 /// An event in the instruction flow (LLDB's `TraceEvent` kinds).
@@ -150,7 +150,53 @@ pub enum Item {
 /// as an event or a branch, not while reading ahead past status packets: its
 /// read-ahead knows flow and event packets by their opcode and stops there.
 fn decoded_later(kind: &crate::packet::PacketErrorKind) -> bool {
-    matches!(kind, crate::packet::PacketErrorKind::Malformed { packet: "mode" | "ip" | "tnt.8" | "tnt.64" | "ptw" | "psb", .. })
+    matches!(kind, crate::packet::PacketErrorKind::Malformed { packet: "mode" | "ip" | "tnt.8" | "tnt.64" | "ptw", .. })
+}
+
+/// Whether libipt leaves this malformed packet (at `at`) until it is needed:
+/// TNT, TIP and event packets are known by their opcode when reading ahead,
+/// FUPs are decoded then.
+fn left_for_later(data: &[u8], at: usize, kind: &crate::packet::PacketErrorKind) -> bool {
+    decoded_later(kind) && data.get(at).map(|b| b & 0x1f) != Some(0x1d)
+}
+
+/// Whether the (malformed) packet at `at` answers a query — a TNT or a TIP,
+/// which wait for the branch that needs them — rather than being an event
+/// or a FUP, which libipt decodes as soon as it reads ahead to them.
+fn is_query_packet(data: &[u8], at: usize) -> bool {
+    match data.get(at).copied().unwrap_or(0) {
+        0x02 => data.get(at + 1) == Some(&0xa3), // TNT.64 (PTW and PSB are not)
+        opcode => opcode & 1 == 0 || opcode & 0x1f == 0x0d,
+    }
+}
+
+/// Reads a PSB+ header (the PSB itself already read) as libipt does as soon
+/// as it meets the PSB: only header packets may come before PSBEND (or an
+/// OVF, which also ends it). `Ok(false)` when the trace ends first.
+fn read_psb_header(ahead: &mut PacketDecoder<'_>, psb: usize) -> Flow<bool> {
+    loop {
+        match ahead.next_packet() {
+            Ok(None) => return Ok(false),
+            Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => return Ok(false),
+            Err(e) => return Err((psb, FlowError::Packet(e.kind, None))),
+            Ok(Some((_, packet))) => match packet {
+                Packet::Psbend | Packet::Ovf => return Ok(true),
+                Packet::Pad
+                | Packet::Fup(_)
+                | Packet::Pip { .. }
+                | Packet::ModeExec { .. }
+                | Packet::ModeTsx { .. }
+                | Packet::Tsc(_)
+                | Packet::Cbr(_)
+                | Packet::Tma { .. }
+                | Packet::Mtc(_)
+                | Packet::Cyc(_)
+                | Packet::Vmcs(_)
+                | Packet::Mnt(_) => {}
+                _ => return Err((psb, FlowError::BadContext(None))),
+            },
+        }
+    }
 }
 
 const RETURN_STACK_DEPTH: usize = 64;
@@ -176,6 +222,19 @@ pub struct FlowDecoder<'a, M: Memory> {
     start: Option<usize>,
     /// Stop before consuming the PSB at this offset (segment decoding).
     stop_at: Option<usize>,
+    /// The next event decodes but cannot be applied (e.g. TIP.PGE while
+    /// tracing is on): what came before it stands, and this error comes
+    /// where the event would (libipt fails in `pt_insn_event`, not in the
+    /// query that found the event, so LLDB keeps the instruction before it
+    /// and prints the error without an address).
+    rejected_event: Option<(usize, FlowError)>,
+    /// Reading ahead met the end of the trace before any packet that
+    /// answers a query or is an event (libipt's `pts_eos`): once the TNT
+    /// bits are used up, decoding ends — without the instruction whose
+    /// query got that answer, which LLDB does not list.
+    trace_ends: bool,
+    /// A MODE.Exec was read and waits for the TIP it binds to.
+    mode_exec_pending: bool,
 }
 
 /// Where the decoder stands after handling something.
@@ -189,6 +248,28 @@ enum Next {
     /// The last instruction completed, but the event after it could not be
     /// decoded (reading ahead past its packet failed).
     Failed(usize, FlowError),
+}
+
+/// Whether a TIP.PGD with an IP (tracing stopped by an IP filter) takes
+/// effect after an instruction of this kind: after any branch but a direct
+/// jump or call elsewhere than that IP (libipt's rule; a TIP.PGD without IP
+/// waits for a far transfer).
+fn disables_at(kind: FlowKind, at: u64) -> bool {
+    match kind {
+        FlowKind::Other => false,
+        FlowKind::Jump { target } | FlowKind::Call { target } => target == at,
+        _ => true,
+    }
+}
+
+/// Where libipt's read-ahead stops.
+enum Ahead {
+    /// At a packet that answers a query or is an event.
+    Packet(Packet),
+    /// At a malformed such packet (decoded when it is needed).
+    Malformed,
+    /// At the end of the trace (its length).
+    End(usize),
 }
 
 /// Something bound to an IP the flow will reach: an asynchronous event (FUP)
@@ -216,6 +297,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             history: History::default(),
             start: None,
             stop_at: None,
+            rejected_event: None,
+            trace_ends: false,
+            mode_exec_pending: false,
         }
     }
 
@@ -237,7 +321,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// Decodes the whole stream into a compact [`History`].
     pub fn decode_history(mut self) -> History {
         let mut synced = match self.start {
-            Some(start) => self.packets.sync_set(start),
+            Some(start) => self.packets.sync_set(start) && self.usable_sync_point(),
             None => self.resync(),
         };
         while synced {
@@ -261,6 +345,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
 
     fn resync(&mut self) -> bool {
         self.tnt_len = 0;
+        self.rejected_event = None;
+        self.trace_ends = false;
+        self.mode_exec_pending = false;
         self.returns.clear();
         let synced = match self.peeked.take() {
             // A PSB already read ahead is the next sync point.
@@ -271,7 +358,34 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             }
             None => self.packets.sync_forward().is_some(),
         };
-        synced && !self.stop_at.is_some_and(|stop| self.packets.offset() >= stop)
+        synced && self.usable_sync_point()
+    }
+
+    /// Whether the PSB at the current position starts a usable PSB+ (within
+    /// this decoder's segment). A damaged header is an error item and the
+    /// next PSB is tried: libipt fails to synchronise there and LLDB stops
+    /// decoding the thread, retrace goes on.
+    fn usable_sync_point(&mut self) -> bool {
+        loop {
+            let psb = self.packets.offset();
+            if self.stop_at.is_some_and(|stop| psb >= stop) {
+                return false;
+            }
+            let mut ahead = self.packets.clone();
+            let header = match ahead.next_packet() {
+                Ok(Some((_, Packet::Psb))) => read_psb_header(&mut ahead, psb),
+                _ => Ok(true),
+            };
+            match header {
+                Ok(_) => return true,
+                Err((offset, error)) => {
+                    self.history.push_extra(Extra::Error { offset, error });
+                    if self.packets.sync_forward().is_none() {
+                        return false;
+                    }
+                }
+            }
+        }
     }
 
     fn event(&mut self, event: Event) {
@@ -417,60 +531,106 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         let Some((offset, packet)) = self.peek().or_else(|e| match e {
             // A malformed event packet fails its (eager) decoding; a
             // malformed TNT or TIP waits for the branch that needs it.
-            (at, FlowError::Packet(kind, _)) if decoded_later(&kind) => {
-                let opcode = data.get(at).copied().unwrap_or(0);
-                let query_packet = opcode & 1 == 0 || opcode & 0x1f == 0x0d;
-                if query_packet {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
-            }
+            (at, FlowError::Packet(kind, _)) if decoded_later(&kind) && is_query_packet(data, at) => Ok(None),
             e => Err(e),
         })?
         else {
             return Ok(());
         };
         match packet {
-            Packet::TipPge(_) if enabled => return Err((offset, FlowError::BadContext(None))),
+            Packet::TipPge(_) if enabled => {
+                self.rejected_event = Some((offset, FlowError::BadContext(None)));
+                return Ok(());
+            }
+            Packet::TipPgd(_) if !enabled => {
+                // Decoded, it waits for an instruction to bind to, and the
+                // next instruction query fails: tracing is off.
+                self.rejected_event = Some((offset, FlowError::NotEnabled));
+                return Ok(());
+            }
             Packet::Fup(fup) if fup.ip.is_none() => return Err((offset, FlowError::IpSuppressed(None))),
             Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Fup(_) | Packet::ModeExec { .. } | Packet::Cbr(_) => {}
             _ => return Ok(()), // TNT, TIP, PSB, OVF: not decoded ahead of time
         }
         // Decoding the event reads ahead past it, to the next flow or event packet.
-        let mut ahead = self.packets.clone();
-        loop {
-            match ahead.next_packet() {
-                Ok(Some((_, Packet::Pad | Packet::Tsc(_) | Packet::Mtc(_) | Packet::Cyc(_) | Packet::Tma { .. }))) => {}
-                Ok(Some((_, next))) => {
-                    // MODE.Exec binds to the TIP, TIP.PGE or TIP.PGD after it.
-                    let binds = matches!(next, Packet::Tip(_) | Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Cbr(_));
-                    if matches!(packet, Packet::ModeExec { .. }) {
-                        if !binds {
-                            return Err((offset, FlowError::Mismatch { expected: "a TIP after MODE.Exec", ip: None }));
-                        }
-                        if enabled && matches!(next, Packet::TipPge(_)) {
-                            // Decoding MODE.Exec decodes the TIP.PGE it binds to.
-                            return Err((offset, FlowError::BadContext(None)));
-                        }
-                    }
-                    return Ok(());
+        let ahead = self.packets.clone();
+        match (packet, self.scan_ahead(ahead, None, false)?) {
+            // MODE.Exec binds to the TIP, TIP.PGE or TIP.PGD after it.
+            (Packet::ModeExec { .. }, Ahead::Packet(next)) => {
+                if !matches!(next, Packet::Tip(_) | Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Cbr(_)) {
+                    return Err((offset, FlowError::Mismatch { expected: "a TIP after MODE.Exec", ip: None }));
                 }
-                Ok(None) => return Ok(()),
-                Err(e) if decoded_later(&e.kind) => return Ok(()),
-                Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
+                if enabled && matches!(next, Packet::TipPge(_)) {
+                    // Decoding MODE.Exec decodes the TIP.PGE it binds to.
+                    self.rejected_event = Some((offset, FlowError::BadContext(None)));
+                }
             }
+            // The trace ends before the packet MODE.Exec binds to.
+            (Packet::ModeExec { .. }, Ahead::End(end)) => {
+                return Err((end, FlowError::Packet(crate::packet::PacketErrorKind::Truncated { needed: 1, available: 0 }, None)))
+            }
+            _ => {}
         }
+        Ok(())
     }
 
     /// Reads ahead to the next flow or event packet after consuming one, as
-    /// libipt's query decoder does: a packet error on the way belongs to
-    /// the query or event that consumed the packet before it.
+    /// libipt's query decoder does (see [`Self::scan_ahead`]); a packet
+    /// error on the way belongs to the query or event that consumed the
+    /// packet before it.
     fn read_ahead(&mut self) -> Flow<()> {
-        match self.peek() {
-            Err((_, FlowError::Packet(kind, _))) if decoded_later(&kind) => Ok(()),
-            other => other.map(|_| ()),
+        let data = self.packets.data();
+        let first = match self.peek() {
+            Err((at, FlowError::Packet(kind, _))) if left_for_later(data, at, &kind) => return Ok(()),
+            Err(e) => return Err(e),
+            Ok(None) => {
+                self.trace_ends = true;
+                return Ok(());
+            }
+            Ok(Some(first)) => first,
+        };
+        if matches!(first.1, Packet::Fup(_) | Packet::Psb) {
+            self.scan_ahead(self.packets.clone(), Some(first), true)?;
         }
+        Ok(())
+    }
+
+    /// libipt's read-ahead over `ahead` (after `first`, when that was read
+    /// already): it decodes status packets — timing, FUPs (which must have
+    /// an IP), whole PSB+ headers — up to a packet that answers a query or
+    /// is an event, returned. `None` at a malformed such packet (decoded
+    /// when needed) or at the end of the trace, which, with `note_end`,
+    /// sets [`Self::trace_ends`].
+    fn scan_ahead(&mut self, mut ahead: PacketDecoder<'a>, mut first: Option<(usize, Packet)>, note_end: bool) -> Flow<Ahead> {
+        let data = ahead.data();
+        loop {
+            let (offset, packet) = match first.take().map_or_else(|| ahead.next_packet(), |p| Ok(Some(p))) {
+                Ok(Some(next)) => next,
+                Ok(None) => break,
+                Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => break,
+                Err(e) if left_for_later(data, e.offset, &e.kind) => return Ok(Ahead::Malformed),
+                Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
+            };
+            match packet {
+                Packet::Fup(fup) if fup.ip.is_none() => return Err((offset, FlowError::IpSuppressed(None))),
+                Packet::Psb if !read_psb_header(&mut ahead, offset)? => break,
+                Packet::Fup(_) | Packet::Psb | Packet::Psbend | Packet::Pad | Packet::Tsc(_) | Packet::Mtc(_) | Packet::Cyc(_) | Packet::Tma { .. } => {}
+                _ => return Ok(Ahead::Packet(packet)),
+            }
+        }
+        self.trace_ends |= note_end;
+        Ok(Ahead::End(data.len()))
+    }
+
+    /// After a query: whether it took the last answer the trace has (see
+    /// [`Self::trace_ends`]). If so, the instruction that asked is taken
+    /// back: libipt returns it with `pts_eos` and LLDB stops there.
+    fn last_answer(&mut self) -> bool {
+        let last = self.tnt_len == 0 && self.trace_ends;
+        if last {
+            self.history.drop_last_instruction();
+        }
+        last
     }
 
     /// The branch of the last pushed instruction (at `ip`) could not be
@@ -498,15 +658,15 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         self.peeked.map(|(offset, _)| offset).unwrap_or_else(|| self.packets.offset())
     }
 
-    /// The target of an indirect transfer: TIP → `At`, TIP.PGD → disabled.
     /// A CBR or MODE.Exec (already consumed): a libipt event that LLDB
     /// does not show, but stamps with the time at its packet.
     fn status_event(&mut self, packet: Packet) -> Flow<()> {
         let time = self.time;
         self.read_ahead()?;
-        // MODE.Exec waits for the TIP it binds to, and is stamped with it.
-        if let Packet::Cbr(_) = packet {
-            self.notify_time_at(time);
+        match packet {
+            // MODE.Exec waits for the TIP it binds to, and is stamped with it.
+            Packet::ModeExec { .. } => self.mode_exec_pending = true,
+            _ => self.notify_time_at(time),
         }
         Ok(())
     }
@@ -526,6 +686,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// replaces the event (as in libipt, where the failure is the event
     /// query's).
     fn tracing_disabled(&mut self, event: Event) -> Next {
+        self.mode_exec_pending = false;
         let time = self.time;
         if let Err((offset, error)) = self.read_ahead().and_then(|()| self.check_next_event(false)) {
             return Next::Failed(offset, error);
@@ -535,7 +696,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         Next::Disabled
     }
 
-    fn indirect(&mut self, at: u64) -> Flow<Next> {
+    /// A TIP.PGD without an IP ends only a `far` transfer (SYSCALL, INT,
+    /// IRET…); after a near one it does not answer the query.
+    fn indirect(&mut self, at: u64, far: bool) -> Flow<Next> {
         if self.tnt_len > 0 {
             return Err((self.offset(), FlowError::Mismatch { expected: "no TNT bits left at an indirect branch", ip: Some(at) }));
         }
@@ -543,12 +706,15 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             Some((_, Packet::Tip(tip))) => {
                 self.read_ahead()?;
                 self.check_next_event(tip.ip.is_some())?;
+                if self.last_answer() {
+                    return Ok(Next::End);
+                }
                 match tip.ip {
                     Some(ip) => Ok(Next::At(ip)),
                     None => Ok(Next::Disabled),
                 }
             }
-            Some((_, Packet::TipPgd(_))) => Ok(self.tracing_disabled(Event::HardwareDisabled)),
+            Some((_, Packet::TipPgd(pgd))) if far || pgd.ip.is_some() => Ok(self.tracing_disabled(Event::HardwareDisabled)),
             Some((offset, Packet::Psb)) => {
                 self.peeked = Some((offset, Packet::Psb));
                 Err((offset, FlowError::Mismatch { expected: "a TIP, not a PSB", ip: Some(at) }))
@@ -643,9 +809,15 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         // successor whose block id can be cached.
         let mut via: Option<(u32, usize)> = None;
         loop {
+            if let Some(rejected) = self.rejected_event.take() {
+                return Err(rejected);
+            }
             // With no TNT bits pending, whatever packet is next may apply
             // here (libipt reports events as soon as nothing is before them).
             if self.tnt_len == 0 {
+                if self.trace_ends {
+                    return Ok(Next::End);
+                }
                 match self.peek()? {
                     None => {
                         // Nothing left to say where this goes: LLDB stops here
@@ -719,6 +891,14 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             straight += block.count as u64;
             let last_ip = block.last_ip;
             let next = last_ip.wrapping_add(block.last.len as u64);
+            if self.tnt_len == 0 {
+                if let Some((_, Packet::TipPgd(Ip { ip: Some(at), .. }))) = self.peeked {
+                    if disables_at(block.last.kind, at) {
+                        self.peeked = None;
+                        return Ok(self.tracing_disabled(Event::HardwareDisabled));
+                    }
+                }
+            }
             ip = match block.last.kind {
                 FlowKind::Other => {
                     via = Some((id, 1));
@@ -737,7 +917,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 }
                 FlowKind::CondBranch { target } => {
                     straight = 0;
-                    match self.tnt_bit() {
+                    let bit = self.tnt_bit();
+                    if matches!(bit, Ok(Some(_))) && self.last_answer() {
+                        return Ok(Next::End);
+                    }
+                    match bit {
                         Ok(Some(true)) => {
                             via = Some((id, 0));
                             target
@@ -756,7 +940,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 }
                 FlowKind::Return => {
                     straight = 0;
-                    match self.tnt_bit() {
+                    let bit = self.tnt_bit();
+                    if matches!(bit, Ok(Some(_))) && self.last_answer() {
+                        return Ok(Next::End);
+                    }
+                    match bit {
                         Ok(Some(true)) => match self.returns.pop_back() {
                             Some(address) => address,
                             None => {
@@ -768,7 +956,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                             let error = (self.offset(), FlowError::BadReturnCompression(last_ip));
                             return Err(self.query_failed(error, last_ip));
                         }
-                        Ok(None) => match self.indirect(last_ip) {
+                        Ok(None) => match self.indirect(last_ip, false) {
                             Ok(Next::At(target)) => target,
                             Ok(other) => return Ok(other),
                             Err(e) => return Err(self.query_failed(e, last_ip)),
@@ -781,7 +969,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     if block.last.kind == FlowKind::IndirectCall {
                         self.push_return(next);
                     }
-                    match self.indirect(last_ip) {
+                    let far = matches!(block.last.kind, FlowKind::Syscall | FlowKind::FarTransfer);
+                    match self.indirect(last_ip, far) {
                         Ok(Next::At(target)) => target,
                         Ok(other) => return Ok(other),
                         Err(e) => return Err(self.query_failed(e, last_ip)),
@@ -795,24 +984,29 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn run(&mut self) -> Flow<()> {
         let mut state = Next::Disabled;
         loop {
+            if let Some(rejected) = self.rejected_event.take() {
+                return Err(rejected);
+            }
             state = match state {
                 Next::End => return Ok(()),
                 Next::Failed(offset, error) => return Err((offset, error)),
                 Next::At(ip) => self.execute(ip)?,
-                Next::Disabled => match self.fetch()? {
-                    None => Next::End,
-                    Some((offset, Packet::Psb)) if self.at_stop(offset) => Next::End,
-                    Some((offset, Packet::Psb)) => match self.psb_plus(offset)? {
+                Next::Disabled => match (self.fetch()?, std::mem::take(&mut self.mode_exec_pending)) {
+                    (None, _) => Next::End,
+                    (Some((offset, Packet::Psb)), _) if self.at_stop(offset) => Next::End,
+                    (Some((offset, Packet::Psb)), _) => match self.psb_plus(offset)? {
                         Some(ip) => Next::At(ip),
                         None => Next::Disabled,
                     },
                     // The return stack survives a disabled stretch (as in libipt).
-                    Some((_, Packet::TipPge(pge))) => match pge.ip {
+                    (Some((_, Packet::TipPge(pge))), _) => match pge.ip {
                         Some(ip) => {
                             let time = self.time;
                             self.read_ahead()?;
-                            // The enable event itself is reported (LLDB stamps
-                            // its time) before a failure decoding the next one.
+                            // The MODE.Exec that comes with a TIP.PGE is a
+                            // second libipt event, after the enable event: a
+                            // failure decoding what follows is that event's,
+                            // and LLDB has stamped the enable event's time.
                             let next_event = self.check_next_event(true);
                             self.notify_time_at(time);
                             next_event?;
@@ -820,15 +1014,22 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         }
                         None => Next::Disabled,
                     },
-                    Some((offset, Packet::Ovf)) => self.overflow(offset)?,
-                    Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. }))) => {
+                    (Some((offset, Packet::Ovf)), _) => self.overflow(offset)?,
+                    (Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. }))), _) => {
                         self.status_event(packet)?;
                         Next::Disabled
                     }
-                    Some((offset, Packet::TntShort(_) | Packet::TntLong(_) | Packet::Tip(_))) => {
+                    // A MODE.Exec binds to this TIP: without an IP, that
+                    // libipt event applies here and is stamped, then the
+                    // next instruction query fails.
+                    (Some((offset, Packet::Tip(Ip { ip: None, .. }))), true) => {
+                        self.notify_time();
+                        return Err((offset, FlowError::NotEnabled));
+                    }
+                    (Some((offset, Packet::TntShort(_) | Packet::TntLong(_) | Packet::Tip(_) | Packet::TipPgd(_))), _) => {
                         return Err((offset, FlowError::NotEnabled))
                     }
-                    Some(_) => Next::Disabled, // FUP/TIP/PGD while disabled: nothing to execute
+                    (Some(_), _) => Next::Disabled, // a FUP while disabled: nothing to execute
                 },
             };
         }

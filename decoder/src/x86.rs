@@ -82,7 +82,12 @@ impl InsnInfo {
 /// `ip`). `None` when the bytes are not a complete valid instruction.
 pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
     let mut decoder = Decoder::with_ip(mode.bitness(), bytes, ip, DecoderOptions::NONE);
-    let insn = decoder.decode();
+    let mut insn = decoder.decode();
+    if insn.is_invalid() && mode == ExecMode::Bits64 && bytes.first().is_some_and(|b| LEGACY_ONLY_OPCODES.contains(b)) {
+        // libipt's length decoder takes these as their 32-bit selves (LLDB
+        // lists `pop %ss` in 64-bit code); so does the flow.
+        insn = Decoder::with_ip(32, bytes, ip, DecoderOptions::NONE).decode();
+    }
     if insn.is_invalid() {
         return None;
     }
@@ -106,6 +111,12 @@ pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
     };
     Some(InsnInfo { len: insn.len() as u8, kind })
 }
+
+/// One-byte opcodes that exist in 32-bit code but not in 64-bit code
+/// (push/pop of segment registers, BCD adjustment, PUSHA/POPA, INTO, SALC,
+/// far CALL/JMP with an immediate pointer, the 0x82 alias of group 1).
+const LEGACY_ONLY_OPCODES: [u8; 20] =
+    [0x06, 0x07, 0x0e, 0x16, 0x17, 0x1e, 0x1f, 0x27, 0x2f, 0x37, 0x3f, 0x60, 0x61, 0x82, 0x9a, 0xce, 0xd4, 0xd5, 0xd6, 0xea];
 
 fn is_far_indirect(code: Code) -> bool {
     matches!(
@@ -138,6 +149,9 @@ mod tests {
         assert_eq!(kind(&[0xcc]), FlowKind::FarTransfer); // int3
         assert_eq!(kind(&[0xcd, 0x80]), FlowKind::FarTransfer); // int $0x80
         assert_eq!(kind(&[0xcb]), FlowKind::FarTransfer); // lret
+        assert_eq!(kind(&[0x17]), FlowKind::Other); // pop %ss: not in 64-bit code, but libipt decodes it
+        assert_eq!(classify(&[0x17], 0x1000, ExecMode::Bits64).unwrap().len, 1);
+        assert_eq!(kind(&[0x9a, 1, 2, 3, 4, 5, 6]), FlowKind::FarTransfer); // lcall $0x605,$0x4030201
         assert_eq!(kind(&[0x48, 0xcf]), FlowKind::FarTransfer); // iretq
         assert_eq!(kind(&[0xff, 0x18]), FlowKind::FarTransfer); // lcall *(%rax)
         assert_eq!(kind(&[0x90]), FlowKind::Other);
