@@ -553,16 +553,23 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             _ => return Ok(()), // TNT, TIP, PSB, OVF: not decoded ahead of time
         }
         // Decoding the event reads ahead past it, to the next flow or event packet.
-        let ahead = self.packets.clone();
-        match (packet, self.scan_ahead(ahead, None, false)?) {
+        let mut ahead = self.packets.clone();
+        match (packet, self.scan_ahead(&mut ahead, None, false)?) {
             // MODE.Exec binds to the TIP, TIP.PGE or TIP.PGD after it.
             (Packet::ModeExec { .. }, Ahead::Packet(next)) => {
                 if !matches!(next, Packet::Tip(_) | Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Cbr(_)) {
                     return Err((offset, FlowError::Mismatch { expected: "a TIP after MODE.Exec", ip: None }));
                 }
-                if enabled && matches!(next, Packet::TipPge(_)) {
-                    // Decoding MODE.Exec decodes the TIP.PGE it binds to.
-                    self.rejected_event = Some((offset, FlowError::BadContext(None)));
+                // Decoding MODE.Exec decodes the packet it binds to. A
+                // TIP.PGE gives its enable event first (which cannot apply
+                // while tracing is on); a TIP or TIP.PGD gives the MODE.Exec
+                // event and is read past.
+                if matches!(next, Packet::TipPge(_)) {
+                    if enabled {
+                        self.rejected_event = Some((offset, FlowError::BadContext(None)));
+                    }
+                } else {
+                    self.scan_ahead(&mut ahead, None, false)?;
                 }
             }
             // The trace ends before the packet MODE.Exec binds to.
@@ -590,7 +597,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             Ok(Some(first)) => first,
         };
         if matches!(first.1, Packet::Fup(_) | Packet::Psb) {
-            self.scan_ahead(self.packets.clone(), Some(first), true)?;
+            self.scan_ahead(&mut self.packets.clone(), Some(first), true)?;
         }
         Ok(())
     }
@@ -601,7 +608,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// is an event, returned. `None` at a malformed such packet (decoded
     /// when needed) or at the end of the trace, which, with `note_end`,
     /// sets [`Self::trace_ends`].
-    fn scan_ahead(&mut self, mut ahead: PacketDecoder<'a>, mut first: Option<(usize, Packet)>, note_end: bool) -> Flow<Ahead> {
+    fn scan_ahead(&mut self, ahead: &mut PacketDecoder<'a>, mut first: Option<(usize, Packet)>, note_end: bool) -> Flow<Ahead> {
         let data = ahead.data();
         loop {
             let (offset, packet) = match first.take().map_or_else(|| ahead.next_packet(), |p| Ok(Some(p))) {
@@ -613,7 +620,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             };
             match packet {
                 Packet::Fup(fup) if fup.ip.is_none() => return Err((offset, FlowError::IpSuppressed(None))),
-                Packet::Psb if !read_psb_header(&mut ahead, offset)? => break,
+                Packet::Psb if !read_psb_header(ahead, offset)? => break,
                 Packet::Fup(_) | Packet::Psb | Packet::Psbend | Packet::Pad | Packet::Tsc(_) | Packet::Mtc(_) | Packet::Cyc(_) | Packet::Tma { .. } => {}
                 _ => return Ok(Ahead::Packet(packet)),
             }
