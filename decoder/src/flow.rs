@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use crate::history::{Extra, History};
 use crate::image::Memory;
 use crate::packet::{Ip, Packet, PacketDecoder};
-use crate::x86::FlowKind;
+use crate::x86::{ExecMode, FlowKind};
 
 /// An event in the instruction flow (LLDB's `TraceEvent` kinds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,12 +170,31 @@ fn is_query_packet(data: &[u8], at: usize) -> bool {
     }
 }
 
+/// The next packet as libipt 2.0.5 sees it: packets it does not know (those
+/// of PEBS-via-PT blocks, control-flow events and triggers, newer than it)
+/// are unknown opcodes.
+fn next_packet(packets: &mut PacketDecoder<'_>) -> Result<Option<(usize, Packet)>, crate::packet::PacketError> {
+    use crate::packet::{PacketError, PacketErrorKind};
+    let next = packets.next_packet()?;
+    match next {
+        Some((offset, Packet::Bbp { .. } | Packet::Bip { .. } | Packet::Bep { .. } | Packet::Cfe { .. } | Packet::Evd { .. } | Packet::Trig { .. })) => {
+            let data = packets.data();
+            let kind = match data[offset] {
+                0x02 => PacketErrorKind::UnknownExtendedOpcode(data.get(offset + 1).copied().unwrap_or(0)),
+                opcode => PacketErrorKind::UnknownOpcode(opcode),
+            };
+            Err(PacketError { offset, kind })
+        }
+        other => Ok(other),
+    }
+}
+
 /// Reads a PSB+ header (the PSB itself already read) as libipt does as soon
 /// as it meets the PSB: only header packets may come before PSBEND (or an
 /// OVF, which also ends it). `Ok(false)` when the trace ends first.
 fn read_psb_header(ahead: &mut PacketDecoder<'_>, psb: usize) -> Flow<bool> {
     loop {
-        match ahead.next_packet() {
+        match next_packet(ahead) {
             Ok(None) => return Ok(false),
             Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => return Ok(false),
             Err(e) => return Err((psb, FlowError::Packet(e.kind, None))),
@@ -233,8 +252,15 @@ pub struct FlowDecoder<'a, M: Memory> {
     /// bits are used up, decoding ends — without the instruction whose
     /// query got that answer, which LLDB does not list.
     trace_ends: bool,
-    /// A MODE.Exec was read and waits for the TIP it binds to.
-    mode_exec_pending: bool,
+    /// What waits for the next TIP, TIP.PGE or TIP.PGD, oldest first
+    /// (libipt's queue of events bound to TIP).
+    tip_queue: Vec<BoundToTip>,
+    /// Tracing is off: MODE.TSX is an event of its own (libipt), not
+    /// something bound to a FUP.
+    disabled: bool,
+    /// The execution mode code is decoded in (`None`: unknown, before any
+    /// MODE.Exec since the last sync point, or reserved).
+    mode: Option<ExecMode>,
 }
 
 /// Where the decoder stands after handling something.
@@ -260,6 +286,15 @@ fn disables_at(kind: FlowKind, at: u64) -> bool {
         FlowKind::Jump { target } | FlowKind::Call { target } => target == at,
         _ => true,
     }
+}
+
+/// An event libipt holds until the next TIP, TIP.PGE or TIP.PGD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BoundToTip {
+    /// A MODE.Exec, with the mode it gives.
+    ExecMode(Option<ExecMode>),
+    /// A FUP read while tracing is off (an asynchronous branch).
+    AsyncBranch,
 }
 
 /// Where libipt's read-ahead stops.
@@ -299,7 +334,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             stop_at: None,
             rejected_event: None,
             trace_ends: false,
-            mode_exec_pending: false,
+            tip_queue: Vec::new(),
+            disabled: false,
+            mode: None,
         }
     }
 
@@ -347,7 +384,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         self.tnt_len = 0;
         self.rejected_event = None;
         self.trace_ends = false;
-        self.mode_exec_pending = false;
+        self.tip_queue.clear();
+        self.mode = None;
         self.returns.clear();
         let synced = match self.peeked.take() {
             // A PSB already read ahead is the next sync point.
@@ -372,7 +410,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 return false;
             }
             let mut ahead = self.packets.clone();
-            let header = match ahead.next_packet() {
+            let header = match next_packet(&mut ahead) {
                 Ok(Some((_, Packet::Psb))) => read_psb_header(&mut ahead, psb),
                 _ => Ok(true),
             };
@@ -423,7 +461,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn psb_plus(&mut self, offset: usize) -> Flow<Option<u64>> {
         let mut ip = None;
         loop {
-            let (at, packet) = match self.packets.next_packet() {
+            let (at, packet) = match next_packet(&mut self.packets) {
                 Ok(Some(item)) => item,
                 Ok(None) => return Err((self.packets.offset(), FlowError::Mismatch { expected: "PSBEND before the end of the trace", ip: None })),
                 Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
@@ -432,6 +470,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 Packet::Psbend => break,
                 Packet::Tsc(tsc) => self.tick(tsc),
                 Packet::Fup(fup) => ip = fup.ip,
+                Packet::ModeExec { csl, csd, .. } => self.mode = ExecMode::from_mode_exec(csl, csd),
                 Packet::Ovf => return Err((at, FlowError::Overflow)),
                 _ => {}
             }
@@ -448,7 +487,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn psb_fup_lookahead(&self) -> Option<u64> {
         let mut ahead = self.packets.clone();
         let mut ip = None;
-        while let Ok(Some((_, packet))) = ahead.next_packet() {
+        while let Ok(Some((_, packet))) = next_packet(&mut ahead) {
             match packet {
                 Packet::Psbend => break,
                 Packet::Fup(fup) => ip = fup.ip,
@@ -465,7 +504,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             return Ok(Some(item));
         }
         loop {
-            let (offset, packet) = match self.packets.next_packet() {
+            let (offset, packet) = match next_packet(&mut self.packets) {
                 Ok(Some(item)) => item,
                 Ok(None) => return Ok(None),
                 // A packet cut off by the end of the buffer: the trace ends
@@ -487,6 +526,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 // libipt events that LLDB does not show, but stamps with time
                 // (see `status_event`).
                 Packet::Cbr(_) | Packet::ModeExec { .. } => return Ok(Some((offset, packet))),
+                Packet::ModeTsx { .. } if self.disabled => return Ok(Some((offset, packet))),
                 _ => {} // timing, paging, power and other status packets
             }
         }
@@ -554,11 +594,22 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
         // Decoding the event reads ahead past it, to the next flow or event packet.
         let mut ahead = self.packets.clone();
-        match (packet, self.scan_ahead(&mut ahead, None, false)?) {
-            // MODE.Exec binds to the TIP, TIP.PGE or TIP.PGD after it.
+        let mut next = self.scan_ahead(&mut ahead, None, false)?;
+        if let Packet::ModeExec { .. } = packet {
+            // Further MODE.Exec packets queue up with this one.
+            while let Ahead::Packet(Packet::ModeExec { .. }) = next {
+                next = self.scan_ahead(&mut ahead, None, false)?;
+            }
+        }
+        match (packet, next) {
+            // MODE.Exec binds to the TIP, TIP.PGE or TIP.PGD after it; a
+            // TNT there does not answer the event query.
             (Packet::ModeExec { .. }, Ahead::Packet(next)) => {
-                if !matches!(next, Packet::Tip(_) | Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Cbr(_)) {
+                if matches!(next, Packet::TntShort(_) | Packet::TntLong(_)) {
                     return Err((offset, FlowError::Mismatch { expected: "a TIP after MODE.Exec", ip: None }));
+                }
+                if !matches!(next, Packet::Tip(_) | Packet::TipPge(_) | Packet::TipPgd(_)) {
+                    return Ok(());
                 }
                 // Decoding MODE.Exec decodes the packet it binds to. A
                 // TIP.PGE gives its enable event first (which cannot apply
@@ -611,7 +662,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn scan_ahead(&mut self, ahead: &mut PacketDecoder<'a>, mut first: Option<(usize, Packet)>, note_end: bool) -> Flow<Ahead> {
         let data = ahead.data();
         loop {
-            let (offset, packet) = match first.take().map_or_else(|| ahead.next_packet(), |p| Ok(Some(p))) {
+            let (offset, packet) = match first.take().map_or_else(|| next_packet(ahead), |p| Ok(Some(p))) {
                 Ok(Some(next)) => next,
                 Ok(None) => break,
                 Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => break,
@@ -665,6 +716,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         self.peeked.map(|(offset, _)| offset).unwrap_or_else(|| self.packets.offset())
     }
 
+    /// A TIP, TIP.PGE or TIP.PGD was consumed: what was queued for it
+    /// applies (a MODE.Exec sets the mode the code is decoded in).
+    fn take_tip_queue(&mut self) -> Vec<BoundToTip> {
+        let queued = std::mem::take(&mut self.tip_queue);
+        for bound in &queued {
+            if let BoundToTip::ExecMode(mode) = *bound {
+                self.mode = mode;
+            }
+        }
+        queued
+    }
+
     /// A CBR or MODE.Exec (already consumed): a libipt event that LLDB
     /// does not show, but stamps with the time at its packet.
     fn status_event(&mut self, packet: Packet) -> Flow<()> {
@@ -672,7 +735,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         self.read_ahead()?;
         match packet {
             // MODE.Exec waits for the TIP it binds to, and is stamped with it.
-            Packet::ModeExec { .. } => self.mode_exec_pending = true,
+            Packet::ModeExec { csl, csd, .. } => self.tip_queue.push(BoundToTip::ExecMode(ExecMode::from_mode_exec(csl, csd))),
             _ => self.notify_time_at(time),
         }
         Ok(())
@@ -693,7 +756,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// replaces the event (as in libipt, where the failure is the event
     /// query's).
     fn tracing_disabled(&mut self, event: Event) -> Next {
-        self.mode_exec_pending = false;
+        self.take_tip_queue();
+        self.disabled = true;
         let time = self.time;
         if let Err((offset, error)) = self.read_ahead().and_then(|()| self.check_next_event(false)) {
             return Next::Failed(offset, error);
@@ -711,6 +775,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
         match self.fetch_flow()? {
             Some((_, Packet::Tip(tip))) => {
+                self.take_tip_queue();
                 self.read_ahead()?;
                 self.check_next_event(tip.ip.is_some())?;
                 if self.last_answer() {
@@ -737,6 +802,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         match self.fetch_flow()? {
             Some((_, Packet::TipPgd(_))) => Ok(self.tracing_disabled(Event::SoftwareDisabled)),
             Some((_, Packet::Tip(tip))) => {
+                self.take_tip_queue();
                 tip.ip.map(Next::At).ok_or((fup_offset, FlowError::Mismatch { expected: "an asynchronous branch target", ip: None }))
             }
             Some((offset, _)) => Err((offset, FlowError::Mismatch { expected: "TIP or TIP.PGD after a FUP", ip: None })),
@@ -755,7 +821,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         self.tnt_len = 0;
         self.returns.clear();
         loop {
-            let Some((at, packet)) = (match self.packets.next_packet() {
+            let Some((at, packet)) = (match next_packet(&mut self.packets) {
                 Ok(item) => item,
                 Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
             }) else {
@@ -866,7 +932,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             }
             let found = match via.take() {
                 Some((from, slot)) => self.history.table.successor(from, slot, ip, self.memory),
-                None => self.history.table.block_at(ip, self.memory),
+                None => self.history.table.block_at(ip, self.mode, self.memory),
             };
             let id = found.map_err(|e| (self.offset(), e))?;
             if let Some(binding) = binding {
@@ -994,11 +1060,12 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             if let Some(rejected) = self.rejected_event.take() {
                 return Err(rejected);
             }
+            self.disabled = matches!(state, Next::Disabled);
             state = match state {
                 Next::End => return Ok(()),
                 Next::Failed(offset, error) => return Err((offset, error)),
                 Next::At(ip) => self.execute(ip)?,
-                Next::Disabled => match (self.fetch()?, std::mem::take(&mut self.mode_exec_pending)) {
+                Next::Disabled => match (self.fetch()?, self.tip_queue.first().copied()) {
                     (None, _) => Next::End,
                     (Some((offset, Packet::Psb)), _) if self.at_stop(offset) => Next::End,
                     (Some((offset, Packet::Psb)), _) => match self.psb_plus(offset)? {
@@ -1006,9 +1073,20 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         None => Next::Disabled,
                     },
                     // The return stack survives a disabled stretch (as in libipt).
-                    (Some((_, Packet::TipPge(pge))), _) => match pge.ip {
+                    (Some((offset, Packet::TipPge(pge))), _) => match pge.ip {
                         Some(ip) => {
                             let time = self.time;
+                            let queued = self.take_tip_queue();
+                            // libipt gives the enable event, then what was
+                            // queued for this TIP.PGE: an asynchronous branch
+                            // cannot bind to it (after a MODE.Exec, the
+                            // enable event has been stamped by then).
+                            if let Some(k) = queued.iter().position(|q| *q == BoundToTip::AsyncBranch) {
+                                if k > 0 {
+                                    self.notify_time_at(time);
+                                }
+                                return Err((offset, FlowError::BadContext(None)));
+                            }
                             self.read_ahead()?;
                             // The MODE.Exec that comes with a TIP.PGE is a
                             // second libipt event, after the enable event: a
@@ -1022,21 +1100,25 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         None => Next::Disabled,
                     },
                     (Some((offset, Packet::Ovf)), _) => self.overflow(offset)?,
-                    (Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. }))), _) => {
+                    (Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. } | Packet::ModeTsx { .. }))), _) => {
                         self.status_event(packet)?;
                         Next::Disabled
                     }
                     // A MODE.Exec binds to this TIP: without an IP, that
                     // libipt event applies here and is stamped, then the
                     // next instruction query fails.
-                    (Some((offset, Packet::Tip(Ip { ip: None, .. }))), true) => {
+                    (Some((offset, Packet::Tip(Ip { ip: None, .. }))), Some(BoundToTip::ExecMode(_))) => {
                         self.notify_time();
                         return Err((offset, FlowError::NotEnabled));
                     }
                     (Some((offset, Packet::TntShort(_) | Packet::TntLong(_) | Packet::Tip(_) | Packet::TipPgd(_))), _) => {
                         return Err((offset, FlowError::NotEnabled))
                     }
-                    (Some(_), _) => Next::Disabled, // a FUP while disabled: nothing to execute
+                    (Some((_, Packet::Fup(Ip { ip: Some(_), .. }))), _) => {
+                        self.tip_queue.push(BoundToTip::AsyncBranch);
+                        Next::Disabled
+                    }
+                    (Some(_), _) => Next::Disabled,
                 },
             };
         }
@@ -1115,6 +1197,7 @@ mod tests {
         let mut enc = PacketEncoder::new();
         enc.encode(&Packet::Psb).unwrap();
         enc.encode(&Packet::Tsc(100)).unwrap();
+        enc.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
         enc.encode(&Packet::Psbend).unwrap();
         enc.encode_ip(IpPacketKind::TipPge, Some(0x1000));
         enc.encode(&Packet::TntShort(Tnt::from_outcomes([false, true]))).unwrap(); // jne not taken, ret compressed
@@ -1135,6 +1218,7 @@ mod tests {
         image.add_raw("loop", 0x1000, vec![0xeb, 0xfe]); // jmp .
         let mut enc = PacketEncoder::new();
         enc.encode(&Packet::Psb).unwrap();
+        enc.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
         enc.encode(&Packet::Psbend).unwrap();
         enc.encode_ip(IpPacketKind::TipPge, Some(0x1000));
         enc.encode(&Packet::TntShort(Tnt::from_outcomes([true]))).unwrap();
@@ -1147,11 +1231,13 @@ mod tests {
     fn missing_memory_is_an_error_item_and_decoding_resumes_at_next_psb() {
         let mut enc = PacketEncoder::new();
         enc.encode(&Packet::Psb).unwrap();
+        enc.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
         enc.encode(&Packet::Psbend).unwrap();
         enc.encode_ip(IpPacketKind::TipPge, Some(0x9000)); // nothing mapped there
         let second_psb = enc.len();
         enc.encode(&Packet::Psb).unwrap();
         enc.encode_ip(IpPacketKind::Fup, Some(0x1002));
+        enc.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
         enc.encode(&Packet::Psbend).unwrap();
         enc.encode_ip(IpPacketKind::Fup, Some(0x1003));
         enc.encode_ip(IpPacketKind::TipPgd, None);

@@ -29,6 +29,8 @@ pub struct Block {
     lens: u32,
     /// The last instruction (its kind decides where control goes next).
     pub last: InsnInfo,
+    /// The execution mode its instructions were decoded in.
+    pub mode: ExecMode,
 }
 
 /// A fast hasher for code addresses (multiplicative; addresses are not
@@ -65,8 +67,9 @@ pub struct BlockTable {
     /// Cached successors per block: [taken or only target, fall-through].
     successors: Vec<[u32; 2]>,
     lens: Vec<u8>,
-    by_start: AddressMap<u64, u32>,
-    partials: AddressMap<(u64, u32), u32>,
+    /// Blocks by start address, one map per execution mode.
+    by_start: [AddressMap<u64, u32>; 3],
+    partials: AddressMap<(u64, u32, ExecMode), u32>,
 }
 
 impl BlockTable {
@@ -89,7 +92,7 @@ impl BlockTable {
     pub fn memory_bytes(&self) -> usize {
         self.blocks.capacity() * std::mem::size_of::<Block>()
             + self.lens.capacity()
-            + (self.by_start.capacity() + self.partials.capacity()) * 24
+            + (self.by_start.iter().map(|m| m.capacity()).sum::<usize>() + self.partials.capacity()) * 24
     }
 
     /// The addresses of a block's instructions.
@@ -112,9 +115,14 @@ impl BlockTable {
         self.addresses(id).position(|a| a == ip).map(|i| i as u32)
     }
 
-    /// The block starting at `ip`, discovering it from `memory` if needed.
-    pub fn block_at(&mut self, ip: u64, memory: &impl Memory) -> Result<u32, FlowError> {
-        if let Some(&id) = self.by_start.get(&ip) {
+    /// The block starting at `ip` in execution `mode`, discovering it from
+    /// `memory` if needed. An unknown mode (none given yet, or a reserved
+    /// one) decodes nothing, as in libipt.
+    pub fn block_at(&mut self, ip: u64, mode: Option<ExecMode>, memory: &impl Memory) -> Result<u32, FlowError> {
+        let Some(mode) = mode else {
+            return Err(FlowError::BadInstruction(ip));
+        };
+        if let Some(&id) = self.by_start[mode as usize].get(&ip) {
             return Ok(id);
         }
         let first_len = self.lens.len();
@@ -123,7 +131,7 @@ impl BlockTable {
         let mut bytes = [0u8; 15];
         for _ in 0..MAX_BLOCK {
             let n = memory.read(at, &mut bytes);
-            let insn = match (n, classify(&bytes[..n], at, ExecMode::Bits64)) {
+            let insn = match (n, classify(&bytes[..n], at, mode)) {
                 (_, Some(insn)) => insn,
                 (0, None) if last.is_none() => return Err(FlowError::NoMemory(at)),
                 (_, None) if last.is_none() => return Err(FlowError::BadInstruction(at)),
@@ -139,21 +147,22 @@ impl BlockTable {
         let (last_ip, last) = last.expect("at least one instruction");
         let id = self.blocks.len() as u32;
         let count = (self.lens.len() - first_len) as u32;
-        self.blocks.push(Block { start: ip, last_ip, count, lens: first_len as u32, last });
+        self.blocks.push(Block { start: ip, last_ip, count, lens: first_len as u32, last, mode });
         self.successors.push([UNKNOWN; 2]);
-        self.by_start.insert(ip, id);
+        self.by_start[mode as usize].insert(ip, id);
         Ok(id)
     }
 
     /// The block at `target` reached from block `from` through successor
     /// slot `slot` (0: taken/only target, 1: fall-through), cached.
     #[inline]
+    /// The successor is decoded in the mode of `from`.
     pub fn successor(&mut self, from: u32, slot: usize, target: u64, memory: &impl Memory) -> Result<u32, FlowError> {
         let cached = self.successors[from as usize][slot];
         if cached != UNKNOWN {
             return Ok(cached);
         }
-        let id = self.block_at(target, memory)?;
+        let id = self.block_at(target, Some(self.blocks[from as usize].mode), memory)?;
         self.successors[from as usize][slot] = id;
         Ok(id)
     }
@@ -164,7 +173,7 @@ impl BlockTable {
         if count == block.count {
             return id;
         }
-        if let Some(&prefix) = self.partials.get(&(block.start, count)) {
+        if let Some(&prefix) = self.partials.get(&(block.start, count, block.mode)) {
             return prefix;
         }
         let addresses: Vec<u64> = self.addresses(id).take(count as usize).collect();
@@ -178,8 +187,9 @@ impl BlockTable {
             count,
             lens: block.lens,
             last: InsnInfo { len, kind: FlowKind::Other },
+            mode: block.mode,
         });
-        self.partials.insert((block.start, count), prefix);
+        self.partials.insert((block.start, count, block.mode), prefix);
         prefix
     }
 }
@@ -435,16 +445,16 @@ mod tests {
         // nop; mov %rax,%rbx (3 bytes); nop; jmp .-7
         image.add_raw("code", 0x1000, vec![0x90, 0x48, 0x89, 0xc3, 0x90, 0xeb, 0xf9, 0xcc]);
         let mut table = BlockTable::default();
-        let id = table.block_at(0x1000, &image).unwrap();
+        let id = table.block_at(0x1000, Some(ExecMode::Bits64), &image).unwrap();
         assert_eq!(table.addresses(id).collect::<Vec<_>>(), [0x1000, 0x1001, 0x1004, 0x1005]);
         assert_eq!(table.get(id).last.kind, FlowKind::Jump { target: 0x1000 });
-        assert_eq!(table.block_at(0x1000, &image).unwrap(), id); // cached
+        assert_eq!(table.block_at(0x1000, Some(ExecMode::Bits64), &image).unwrap(), id); // cached
         assert_eq!(table.index_of(id, 0x1004), Some(2));
         assert_eq!(table.index_of(id, 0x1002), None); // not an instruction boundary
         let prefix = table.prefix(id, 2);
         assert_eq!(table.addresses(prefix).collect::<Vec<_>>(), [0x1000, 0x1001]);
         assert_eq!(table.prefix(id, 2), prefix);
-        assert_eq!(table.block_at(0x3000, &image), Err(FlowError::NoMemory(0x3000)));
+        assert_eq!(table.block_at(0x3000, Some(ExecMode::Bits64), &image), Err(FlowError::NoMemory(0x3000)));
     }
 
     #[test]
@@ -452,7 +462,7 @@ mod tests {
         let mut image = Image::new();
         image.add_raw("code", 0x1000, vec![0x90, 0xc3]);
         let mut history = History::default();
-        let id = history.table.block_at(0x1000, &image).unwrap();
+        let id = history.table.block_at(0x1000, Some(ExecMode::Bits64), &image).unwrap();
         history.push_extra(Extra::Event(Event::SyncPoint(0)));
         history.push_block(id);
         history.push_extra(Extra::Event(Event::HardwareDisabled));

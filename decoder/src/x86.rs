@@ -19,6 +19,16 @@ pub enum ExecMode {
 }
 
 impl ExecMode {
+    /// The mode a MODE.Exec packet gives (`None`: the reserved CS.L = CS.D = 1).
+    pub fn from_mode_exec(csl: bool, csd: bool) -> Option<ExecMode> {
+        match (csl, csd) {
+            (true, false) => Some(ExecMode::Bits64),
+            (true, true) => None,
+            (false, true) => Some(ExecMode::Bits32),
+            (false, false) => Some(ExecMode::Bits16),
+        }
+    }
+
     fn bitness(self) -> u32 {
         match self {
             ExecMode::Bits64 => 64,
@@ -101,9 +111,9 @@ pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
         }
         FlowControl::Next | FlowControl::XbeginXabortXend | FlowControl::Exception => FlowKind::Other,
         _ if far_operand => FlowKind::FarTransfer,
-        FlowControl::ConditionalBranch => FlowKind::CondBranch { target: insn.near_branch_target() },
-        FlowControl::UnconditionalBranch => FlowKind::Jump { target: insn.near_branch_target() },
-        FlowControl::Call => FlowKind::Call { target: insn.near_branch_target() },
+        FlowControl::ConditionalBranch => FlowKind::CondBranch { target: branch_target(&insn) },
+        FlowControl::UnconditionalBranch => FlowKind::Jump { target: branch_target(&insn) },
+        FlowControl::Call => FlowKind::Call { target: branch_target(&insn) },
         FlowControl::IndirectBranch => FlowKind::IndirectJump,
         FlowControl::IndirectCall => FlowKind::IndirectCall,
         FlowControl::Return => FlowKind::Return,
@@ -117,6 +127,19 @@ pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
 /// far CALL/JMP with an immediate pointer, the 0x82 alias of group 1).
 const LEGACY_ONLY_OPCODES: [u8; 20] =
     [0x06, 0x07, 0x0e, 0x16, 0x17, 0x1e, 0x1f, 0x27, 0x2f, 0x37, 0x3f, 0x60, 0x61, 0x82, 0x9a, 0xce, 0xd4, 0xd5, 0xd6, 0xea];
+
+/// A direct branch's target as libipt computes it: the next instruction's
+/// address plus the displacement, in 64-bit arithmetic whatever the mode
+/// (iced wraps it to the operand size).
+fn branch_target(insn: &iced_x86::Instruction) -> u64 {
+    let next = insn.next_ip();
+    let displacement = match insn.op0_kind() {
+        OpKind::NearBranch16 => (insn.near_branch16().wrapping_sub(next as u16) as i16) as i64,
+        OpKind::NearBranch32 => (insn.near_branch32().wrapping_sub(next as u32) as i32) as i64,
+        _ => return insn.near_branch_target(),
+    };
+    next.wrapping_add(displacement as u64)
+}
 
 fn is_far_indirect(code: Code) -> bool {
     matches!(
@@ -152,6 +175,9 @@ mod tests {
         assert_eq!(kind(&[0x17]), FlowKind::Other); // pop %ss: not in 64-bit code, but libipt decodes it
         assert_eq!(classify(&[0x17], 0x1000, ExecMode::Bits64).unwrap().len, 1);
         assert_eq!(kind(&[0x9a, 1, 2, 3, 4, 5, 6]), FlowKind::FarTransfer); // lcall $0x605,$0x4030201
+        // 32-bit code above 4 GiB (a corrupted MODE.Exec): the target is not wrapped.
+        let jmp = classify(&[0xeb, 0xdf], 0x7f00_000d_4417, ExecMode::Bits32).unwrap();
+        assert_eq!(jmp.kind, FlowKind::Jump { target: 0x7f00_000d_43f8 });
         assert_eq!(kind(&[0x48, 0xcf]), FlowKind::FarTransfer); // iretq
         assert_eq!(kind(&[0xff, 0x18]), FlowKind::FarTransfer); // lcall *(%rax)
         assert_eq!(kind(&[0x90]), FlowKind::Other);
