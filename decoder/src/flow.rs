@@ -79,6 +79,11 @@ pub enum FlowError {
     IpSuppressed(Option<u64>),
     /// Too many instructions without reaching a packet (a loop of direct jumps).
     NoProgress(u64),
+    /// Not a defect of the trace: LLDB 22 decodes each PSB-to-PSB slice on
+    /// its own and, when the instruction at the next slice's start is a
+    /// branch, reports the end of its slice there ("reached end of trace
+    /// stream"). Only with [`FlowOptions::lldb_psb_slices`].
+    SliceEnd(u64),
 }
 
 impl FlowError {
@@ -89,7 +94,8 @@ impl FlowError {
             | FlowError::BadInstruction(ip)
             | FlowError::ReturnWithoutCall(ip)
             | FlowError::BadReturnCompression(ip)
-            | FlowError::NoProgress(ip) => Some(ip),
+            | FlowError::NoProgress(ip)
+            | FlowError::SliceEnd(ip) => Some(ip),
             FlowError::Mismatch { ip, .. } | FlowError::Packet(_, ip) | FlowError::BadContext(ip) | FlowError::IpSuppressed(ip) => ip,
             FlowError::Overflow | FlowError::NotEnabled => None,
         }
@@ -99,7 +105,7 @@ impl FlowError {
     pub fn libipt_message(&self) -> &'static str {
         use crate::packet::PacketErrorKind as K;
         match self {
-            FlowError::Packet(K::Truncated { .. }, _) => "reached end of trace stream",
+            FlowError::Packet(K::Truncated { .. }, _) | FlowError::SliceEnd(_) => "reached end of trace stream",
             FlowError::Packet(K::UnknownOpcode(_) | K::UnknownExtendedOpcode(_), _) => "unknown opcode",
             FlowError::Packet(K::Malformed { .. }, _) => "unknown packet",
             FlowError::NoMemory(_) => "no memory mapped at this address",
@@ -218,6 +224,15 @@ fn read_psb_header(ahead: &mut PacketDecoder<'_>, psb: usize) -> Flow<bool> {
     }
 }
 
+/// How a [`FlowDecoder`] presents what it finds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowOptions {
+    /// Reproduce LLDB 22's PSB-slice artifact: an error item
+    /// ([`FlowError::SliceEnd`]) before a PSB+ whose IP holds a branch, so
+    /// that item ids are LLDB's. Off, the flow has no such items.
+    pub lldb_psb_slices: bool,
+}
+
 const RETURN_STACK_DEPTH: usize = 64;
 /// Instructions without a branch that consumes trace before the decoder
 /// gives up (a loop of direct jumps says nothing about how often it ran).
@@ -261,6 +276,7 @@ pub struct FlowDecoder<'a, M: Memory> {
     /// The execution mode code is decoded in (`None`: unknown, before any
     /// MODE.Exec since the last sync point, or reserved).
     mode: Option<ExecMode>,
+    options: FlowOptions,
 }
 
 /// Where the decoder stands after handling something.
@@ -337,6 +353,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             tip_queue: Vec::new(),
             disabled: false,
             mode: None,
+            options: FlowOptions::default(),
         }
     }
 
@@ -349,6 +366,12 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         decoder.start = Some(start);
         decoder.stop_at = stop;
         decoder
+    }
+
+    /// The same decoder with these options.
+    pub fn with_options(mut self, options: FlowOptions) -> Self {
+        self.options = options;
+        self
     }
 
     fn at_stop(&self, offset: usize) -> bool {
@@ -865,6 +888,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         match binding {
             Binding::Async { offset, .. } => self.async_event(offset),
             Binding::Psb { ip, offset } => {
+                if self.options.lldb_psb_slices && self.needs_query_at(ip) {
+                    self.history.push_extra(Extra::Error { offset, error: FlowError::SliceEnd(ip) });
+                }
                 if self.at_stop(offset) {
                     self.peeked = Some((offset, Packet::Psb));
                     return Ok(Next::End);
@@ -872,6 +898,17 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 self.psb_plus(offset)?;
                 Ok(Next::At(ip))
             }
+        }
+    }
+
+    /// Whether the instruction at `ip` takes its next IP from the trace.
+    fn needs_query_at(&mut self, ip: u64) -> bool {
+        match self.history.table.block_at(ip, self.mode, self.memory) {
+            Ok(id) => {
+                let block = self.history.table.get(id);
+                block.count == 1 && !matches!(block.last.kind, FlowKind::Other | FlowKind::Jump { .. } | FlowKind::Call { .. })
+            }
+            Err(_) => false,
         }
     }
 
@@ -1131,10 +1168,15 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
 /// a PSB), and the histories are joined. The result equals
 /// [`FlowDecoder::decode_history`]'s.
 pub fn decode_parallel<M: Memory + Sync>(trace: &[u8], memory: &M, threads: usize) -> History {
+    decode_parallel_with(trace, memory, threads, FlowOptions::default())
+}
+
+/// [`decode_parallel`] with [`FlowOptions`].
+pub fn decode_parallel_with<M: Memory + Sync>(trace: &[u8], memory: &M, threads: usize, options: FlowOptions) -> History {
     let psbs: Vec<usize> = crate::packet::sync::psb_offsets(trace).collect();
     let threads = threads.max(1).min(psbs.len().max(1));
     if threads <= 1 || psbs.len() < 2 {
-        return FlowDecoder::new(trace, memory).decode_history();
+        return FlowDecoder::new(trace, memory).with_options(options).decode_history();
     }
     // Contiguous ranges of PSB segments, of about equal byte size.
     let mut cuts = vec![0usize];
@@ -1153,7 +1195,9 @@ pub fn decode_parallel<M: Memory + Sync>(trace: &[u8], memory: &M, threads: usiz
     let histories: Vec<History> = std::thread::scope(|scope| {
         let workers: Vec<_> = ranges
             .iter()
-            .map(|&(start, stop)| scope.spawn(move || FlowDecoder::for_segment(trace, memory, start, stop).decode_history()))
+            .map(|&(start, stop)| {
+                scope.spawn(move || FlowDecoder::for_segment(trace, memory, start, stop).with_options(options).decode_history())
+            })
             .collect();
         workers.into_iter().map(|w| w.join().expect("decoder thread")).collect()
     });

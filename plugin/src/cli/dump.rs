@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use std::collections::HashMap;
 
-use retrace_decoder::flow::{decode_parallel, Item};
+use retrace_decoder::flow::{decode_parallel_with, FlowOptions, Item};
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 
 use super::CliError;
@@ -20,6 +20,7 @@ pub struct InstructionsArgs {
     pub raw: bool,
     pub events: bool,
     pub tid: Option<u64>,
+    pub options: FlowOptions,
 }
 
 pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCode, CliError> {
@@ -35,7 +36,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
         if args.tid.is_some_and(|tid| tid != thread.tid) {
             continue;
         }
-        let items: Vec<Item> = decode_parallel(&thread.trace, &loaded.image, cores()).items().collect();
+        let items: Vec<Item> = decode_parallel_with(&thread.trace, &loaded.image, cores(), args.options).items().collect();
         writeln!(out, "thread #{}: tid = {}", index + 1, thread.tid)?;
         let visible = |item: &Item| args.events || !matches!(item, Item::Event(_));
         let order: Box<dyn Iterator<Item = (usize, &Item)>> = if args.forwards {
@@ -161,13 +162,13 @@ fn branch_comment(symbols: &Symbolizer, ip: u64, target: u64) -> Option<String> 
 }
 
 /// `retrace dump info`: per thread, the trace size and what it decodes to.
-pub fn info(trace_json: &Path, json: bool) -> Result<ExitCode, CliError> {
+pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitCode, CliError> {
     let loaded = bundle::load(trace_json).map_err(|e| CliError::Message(e.to_string()))?;
     let cpu = &loaded.description.cpu_info;
     let mut threads = Vec::new();
     for (index, thread) in loaded.threads.iter().enumerate() {
         let start = std::time::Instant::now();
-        let items: Vec<Item> = decode_parallel(&thread.trace, &loaded.image, cores()).items().collect();
+        let items: Vec<Item> = decode_parallel_with(&thread.trace, &loaded.image, cores(), options).items().collect();
         let seconds = start.elapsed().as_secs_f64();
         let instructions = items.iter().filter(|i| matches!(i, Item::Instruction { .. })).count();
         let events = items.iter().filter(|i| matches!(i, Item::Event(_))).count();

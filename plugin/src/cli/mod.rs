@@ -109,6 +109,8 @@ enum DumpCommand {
         /// JSON output.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        decode: DecodeFlags,
     },
     /// The executed instructions of each thread, as LLDB's
     /// `thread trace dump instructions` prints them (same item ids: events
@@ -136,7 +138,27 @@ enum DumpCommand {
         /// Include events (clock ticks, sync points, tracing disabled).
         #[arg(short, long)]
         events: bool,
+        #[command(flatten)]
+        decode: DecodeFlags,
     },
+}
+
+/// How traces are decoded for the dump commands.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct DecodeFlags {
+    /// Leave out LLDB 22's artifacts. By default the items are LLDB's, ids
+    /// included: LLDB decodes each PSB-to-PSB slice of a trace on its own
+    /// and reports "reached end of trace stream" at a slice boundary whose
+    /// first instruction is a branch, though nothing is missing there.
+    #[arg(long)]
+    pub no_lldb_quirks: bool,
+}
+
+impl DecodeFlags {
+    /// The decoder options these flags ask for.
+    pub fn options(self) -> retrace_decoder::flow::FlowOptions {
+        retrace_decoder::flow::FlowOptions { lldb_psb_slices: !self.no_lldb_quirks }
+    }
 }
 
 /// An error that ends the command.
@@ -174,9 +196,10 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Ptdump { file, json, no_sync } => ptdump::run(&file, json, no_sync),
         Command::Encode { script, output } => encode::run(&script, &output),
-        Command::Dump(DumpCommand::Info { trace_json, json }) => dump::info(&trace_json, json),
-        Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events }) => {
-            dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid })
+        Command::Dump(DumpCommand::Info { trace_json, json, decode }) => dump::info(&trace_json, json, decode.options()),
+        Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events, decode }) => {
+            let options = decode.options();
+            dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid, options })
         }
         Command::Record { backend, mode, output, max_insns, aslr, insn_log, json, command } => {
             record::run(record::Args { backend, mode, output, max_insns, aslr, insn_log, json, command })
