@@ -176,6 +176,17 @@ fn is_query_packet(data: &[u8], at: usize) -> bool {
     }
 }
 
+/// Whether the packet at `at` may appear in a PSB+ header, by its opcode:
+/// PAD, FUP, MODE, TSC, MTC, CYC and the extended PIP, CBR, TMA, VMCS, MNT,
+/// PSBEND, OVF.
+fn is_header_opcode(data: &[u8], at: usize) -> bool {
+    match data.get(at).copied().unwrap_or(0) {
+        0x00 | 0x99 | 0x19 | 0x59 => true,
+        0x02 => matches!(data.get(at + 1), Some(0x43 | 0x03 | 0x73 | 0xc8 | 0xc3 | 0x23 | 0xf3)),
+        opcode => opcode & 0x1f == 0x1d || opcode & 0x03 == 0x03,
+    }
+}
+
 /// The next packet as libipt 2.0.5 sees it: packets it does not know (those
 /// of PEBS-via-PT blocks, control-flow events and triggers, newer than it)
 /// are unknown opcodes.
@@ -199,10 +210,15 @@ fn next_packet(packets: &mut PacketDecoder<'_>) -> Result<Option<(usize, Packet)
 /// as it meets the PSB: only header packets may come before PSBEND (or an
 /// OVF, which also ends it). `Ok(false)` when the trace ends first.
 fn read_psb_header(ahead: &mut PacketDecoder<'_>, psb: usize) -> Flow<bool> {
+    use crate::packet::PacketErrorKind as K;
     loop {
         match next_packet(ahead) {
             Ok(None) => return Ok(false),
-            Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => return Ok(false),
+            Err(e) if matches!(e.kind, K::Truncated { .. }) => return Ok(false),
+            // libipt checks the opcode before decoding the packet.
+            Err(e) if !matches!(e.kind, K::UnknownOpcode(_) | K::UnknownExtendedOpcode(_)) && !is_header_opcode(ahead.data(), e.offset) => {
+                return Err((psb, FlowError::BadContext(None)))
+            }
             Err(e) => return Err((psb, FlowError::Packet(e.kind, None))),
             Ok(Some((_, packet))) => match packet {
                 Packet::Psbend | Packet::Ovf => return Ok(true),
@@ -718,7 +734,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// decoded: the instruction is taken back and the error names it.
     fn query_failed(&mut self, (offset, error): (usize, FlowError), ip: u64) -> (usize, FlowError) {
         self.history.drop_last_instruction();
+        let at_psb = matches!(self.peeked, Some((_, Packet::Psb)));
         let error = match error {
+            // In LLDB the query meets the end of its PSB slice instead.
+            FlowError::Mismatch { .. } if at_psb && self.options.lldb_psb_slices => FlowError::SliceEnd(ip),
             FlowError::Packet(kind, None) => FlowError::Packet(kind, Some(ip)),
             FlowError::Mismatch { expected, ip: None } => FlowError::Mismatch { expected, ip: Some(ip) },
             FlowError::BadContext(None) => FlowError::BadContext(Some(ip)),
@@ -948,6 +967,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         self.status_event(packet)?;
                         continue;
                     }
+                    // A TIP.PGD that a MODE.Exec is queued for gives that
+                    // event (stamped, applied at once: it has no IP) and
+                    // does not stop tracing (libipt).
+                    Some((_, Packet::TipPgd(_))) if matches!(self.tip_queue.first(), Some(BoundToTip::ExecMode(_))) => {
+                        self.peeked = None;
+                        let time = self.time;
+                        self.take_tip_queue();
+                        self.read_ahead()?;
+                        self.check_next_event(true)?;
+                        self.notify_time_at(time);
+                        continue;
+                    }
                     Some((offset, Packet::Ovf)) => {
                         self.peeked = None;
                         match self.overflow(offset)? {
@@ -1147,6 +1178,21 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     (Some((offset, Packet::Tip(Ip { ip: None, .. }))), Some(BoundToTip::ExecMode(_))) => {
                         self.notify_time();
                         return Err((offset, FlowError::NotEnabled));
+                    }
+                    // A TIP.PGD while tracing is off gives what was queued
+                    // for it instead: a MODE.Exec event (stamped; tracing
+                    // stays off), or an asynchronous disable, which cannot
+                    // apply.
+                    (Some((_, Packet::TipPgd(_))), Some(BoundToTip::ExecMode(_))) => {
+                        let time = self.time;
+                        self.take_tip_queue();
+                        self.read_ahead()?;
+                        self.check_next_event(false)?;
+                        self.notify_time_at(time);
+                        Next::Disabled
+                    }
+                    (Some((offset, Packet::TipPgd(_))), Some(BoundToTip::AsyncBranch)) => {
+                        return Err((offset, FlowError::BadContext(None)));
                     }
                     (Some((offset, Packet::TntShort(_) | Packet::TntLong(_) | Packet::Tip(_) | Packet::TipPgd(_))), _) => {
                         return Err((offset, FlowError::NotEnabled))

@@ -118,9 +118,11 @@ fn lldb_stopped_at_damaged_psb(ours: &str, lldb: &str) -> Option<bool> {
     let (a, b): (Vec<_>, Vec<_>) = (ours.lines().collect(), lldb.lines().collect());
     let (&last, kept) = b.split_last()?;
     let prefix = kept.len();
-    let psb_error = a.get(prefix)?;
+    let psb_error = a.get(prefix..)?.iter().find(|line| !line.ends_with("...missing instructions"))?;
+    // LLDB's last item is the error that met the damaged PSB, or there is
+    // none (the first PSB is damaged).
     let stopped = last == "    no more data"
-        && kept.last()?.contains(": (error) ")
+        && (kept.last()?.contains(": (error) ") || prefix == 1)
         && a.len() > prefix + 1
         && a[..prefix] == *kept
         && psb_error.contains(": (error) ")
