@@ -79,6 +79,8 @@ pub enum FlowError {
     IpSuppressed(Option<u64>),
     /// Too many instructions without reaching a packet (a loop of direct jumps).
     NoProgress(u64),
+    /// A TIP without an IP answered the branch at this address.
+    NoIp(Option<u64>),
     /// Not a defect of the trace: LLDB 22 decodes each PSB-to-PSB slice on
     /// its own and, when the instruction at the next slice's start is a
     /// branch, reports the end of its slice there ("reached end of trace
@@ -96,7 +98,11 @@ impl FlowError {
             | FlowError::BadReturnCompression(ip)
             | FlowError::NoProgress(ip)
             | FlowError::SliceEnd(ip) => Some(ip),
-            FlowError::Mismatch { ip, .. } | FlowError::Packet(_, ip) | FlowError::BadContext(ip) | FlowError::IpSuppressed(ip) => ip,
+            FlowError::Mismatch { ip, .. }
+            | FlowError::Packet(_, ip)
+            | FlowError::BadContext(ip)
+            | FlowError::IpSuppressed(ip)
+            | FlowError::NoIp(ip) => ip,
             FlowError::Overflow | FlowError::NotEnabled => None,
         }
     }
@@ -117,6 +123,7 @@ impl FlowError {
             FlowError::NotEnabled => "expected tracing enabled event",
             FlowError::BadContext(_) => "unexpected packet context",
             FlowError::IpSuppressed(_) => "ip has been suppressed",
+            FlowError::NoIp(_) => "no ip",
             FlowError::NoProgress(_) => "anomalous trace: no packet consumed for too long",
         }
     }
@@ -742,6 +749,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             FlowError::Mismatch { expected, ip: None } => FlowError::Mismatch { expected, ip: Some(ip) },
             FlowError::BadContext(None) => FlowError::BadContext(Some(ip)),
             FlowError::IpSuppressed(None) => FlowError::IpSuppressed(Some(ip)),
+            FlowError::NoIp(None) => FlowError::NoIp(Some(ip)),
             other => other,
         };
         (offset, error)
@@ -815,18 +823,24 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         if self.tnt_len > 0 {
             return Err((self.offset(), FlowError::Mismatch { expected: "no TNT bits left at an indirect branch", ip: Some(at) }));
         }
-        match self.fetch_flow()? {
-            Some((_, Packet::Tip(tip))) => {
+        let mut next = self.fetch_flow()?;
+        if let Some((_, Packet::TntShort(tnt) | Packet::TntLong(tnt))) = next {
+            // libipt caches one TNT packet met while looking for the TIP.
+            self.tnt_bits = tnt.bits;
+            self.tnt_len = tnt.len as u32;
+            self.read_ahead()?;
+            next = self.fetch_flow()?;
+        }
+        match next {
+            Some((offset, Packet::Tip(tip))) => {
                 self.take_tip_queue();
                 self.read_ahead()?;
                 self.check_next_event(tip.ip.is_some())?;
                 if self.last_answer() {
                     return Ok(Next::End);
                 }
-                match tip.ip {
-                    Some(ip) => Ok(Next::At(ip)),
-                    None => Ok(Next::Disabled),
-                }
+                // The branch needs an IP to go on (libipt: "no ip").
+                tip.ip.map(Next::At).ok_or((offset, FlowError::NoIp(None)))
             }
             Some((_, Packet::TipPgd(pgd))) if far || pgd.ip.is_some() => Ok(self.tracing_disabled(Event::HardwareDisabled)),
             Some((offset, Packet::Psb)) => {
@@ -915,6 +929,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     return Ok(Next::End);
                 }
                 self.psb_plus(offset)?;
+                self.check_next_event(true)?;
                 Ok(Next::At(ip))
             }
         }
@@ -1121,6 +1136,17 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
     }
 
+    /// [`Self::fetch`] while tracing is off: a malformed TNT or TIP is not
+    /// decoded (libipt stops before it by its opcode) and the instruction
+    /// query that follows fails, tracing being off.
+    fn fetch_while_disabled(&mut self) -> Flow<Option<(usize, Packet)>> {
+        let data = self.packets.data();
+        self.fetch().map_err(|e| match e {
+            (at, FlowError::Packet(kind, _)) if decoded_later(&kind) && is_query_packet(data, at) => (at, FlowError::NotEnabled),
+            e => e,
+        })
+    }
+
     /// Decodes from the current sync point to the end of the trace.
     fn run(&mut self) -> Flow<()> {
         let mut state = Next::Disabled;
@@ -1133,13 +1159,14 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 Next::End => return Ok(()),
                 Next::Failed(offset, error) => return Err((offset, error)),
                 Next::At(ip) => self.execute(ip)?,
-                Next::Disabled => match (self.fetch()?, self.tip_queue.first().copied()) {
+                Next::Disabled => match (self.fetch_while_disabled()?, self.tip_queue.first().copied()) {
                     (None, _) => Next::End,
                     (Some((offset, Packet::Psb)), _) if self.at_stop(offset) => Next::End,
-                    (Some((offset, Packet::Psb)), _) => match self.psb_plus(offset)? {
-                        Some(ip) => Next::At(ip),
-                        None => Next::Disabled,
-                    },
+                    (Some((offset, Packet::Psb)), _) => {
+                        let ip = self.psb_plus(offset)?;
+                        self.check_next_event(ip.is_some())?;
+                        ip.map_or(Next::Disabled, Next::At)
+                    }
                     // The return stack survives a disabled stretch (as in libipt).
                     (Some((offset, Packet::TipPge(pge))), _) => match pge.ip {
                         Some(ip) => {

@@ -99,6 +99,15 @@ pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
         insn = Decoder::with_ip(32, bytes, ip, DecoderOptions::NONE).decode();
     }
     if insn.is_invalid() {
+        // libipt only measures instructions: encodings reserved by the
+        // architecture (a LOCK where none may be, FF /7, FE /2…) still have
+        // a length, and are not branches.
+        insn = Decoder::with_ip(mode.bitness(), bytes, ip, DecoderOptions::NO_INVALID_CHECK).decode();
+        if insn.is_invalid() {
+            return reserved_group_member(bytes, ip, mode);
+        }
+    }
+    if insn.is_invalid() {
         return None;
     }
     let far_operand = (0..insn.op_count()).any(|i| matches!(insn.op_kind(i), OpKind::FarBranch16 | OpKind::FarBranch32))
@@ -120,6 +129,27 @@ pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
         FlowControl::Interrupt => FlowKind::FarTransfer,
     };
     Some(InsnInfo { len: insn.len() as u8, kind })
+}
+
+/// The length of a reserved member of the INC/DEC groups (FE /2–/7, FF /7),
+/// measured as INC with the same operand; a plain instruction for the flow.
+fn reserved_group_member(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
+    let prefixes = bytes.iter().take_while(|b| matches!(b, 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3)).count();
+    let rex = usize::from(mode == ExecMode::Bits64 && bytes.get(prefixes).is_some_and(|b| b & 0xf0 == 0x40));
+    let opcode = prefixes + rex;
+    let modrm = *bytes.get(opcode + 1)?;
+    let reserved = match bytes[opcode] {
+        0xfe => modrm & 0x38 >= 0x10,
+        0xff => modrm & 0x38 == 0x38,
+        _ => false,
+    };
+    if !reserved {
+        return None;
+    }
+    let mut patched = bytes.to_vec();
+    patched[opcode + 1] = modrm & !0x38;
+    let insn = Decoder::with_ip(mode.bitness(), &patched, ip, DecoderOptions::NO_INVALID_CHECK).decode();
+    (!insn.is_invalid()).then(|| InsnInfo { len: insn.len() as u8, kind: FlowKind::Other })
 }
 
 /// One-byte opcodes that exist in 32-bit code but not in 64-bit code
@@ -174,6 +204,7 @@ mod tests {
         assert_eq!(kind(&[0xcb]), FlowKind::FarTransfer); // lret
         assert_eq!(kind(&[0x17]), FlowKind::Other); // pop %ss: not in 64-bit code, but libipt decodes it
         assert_eq!(classify(&[0x17], 0x1000, ExecMode::Bits64).unwrap().len, 1);
+        assert_eq!(classify(&[0xff, 0xff, 0x48], 0x1000, ExecMode::Bits64).map(|i| (i.len, i.kind)), Some((2, FlowKind::Other))); // FF /7
         assert_eq!(kind(&[0x9a, 1, 2, 3, 4, 5, 6]), FlowKind::FarTransfer); // lcall $0x605,$0x4030201
         // 32-bit code above 4 GiB (a corrupted MODE.Exec): the target is not wrapped.
         let jmp = classify(&[0xeb, 0xdf], 0x7f00_000d_4417, ExecMode::Bits32).unwrap();
