@@ -729,6 +729,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// After a query: whether it took the last answer the trace has (see
     /// [`Self::trace_ends`]). If so, the instruction that asked is taken
     /// back: libipt returns it with `pts_eos` and LLDB stops there.
+    #[inline]
     fn last_answer(&mut self) -> bool {
         let last = self.tnt_len == 0 && self.trace_ends;
         if last {
@@ -953,12 +954,12 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         // successor whose block id can be cached.
         let mut via: Option<(u32, usize)> = None;
         loop {
-            if let Some(rejected) = self.rejected_event.take() {
-                return Err(rejected);
-            }
             // With no TNT bits pending, whatever packet is next may apply
             // here (libipt reports events as soon as nothing is before them).
             if self.tnt_len == 0 {
+                if let Some(rejected) = self.rejected_event.take() {
+                    return Err(rejected);
+                }
                 if self.trace_ends {
                     return Ok(Next::End);
                 }

@@ -29,8 +29,6 @@ pub struct Block {
     lens: u32,
     /// The last instruction (its kind decides where control goes next).
     pub last: InsnInfo,
-    /// The execution mode its instructions were decoded in.
-    pub mode: ExecMode,
 }
 
 /// A fast hasher for code addresses (multiplicative; addresses are not
@@ -67,6 +65,9 @@ pub struct BlockTable {
     /// Cached successors per block: [taken or only target, fall-through].
     successors: Vec<[u32; 2]>,
     lens: Vec<u8>,
+    /// The execution mode each block was decoded in (kept apart from
+    /// [`Block`], which the hot path copies).
+    modes: Vec<ExecMode>,
     /// Blocks by start address, one map per execution mode.
     by_start: [AddressMap<u64, u32>; 3],
     partials: AddressMap<(u64, u32, ExecMode), u32>,
@@ -91,6 +92,7 @@ impl BlockTable {
     /// Bytes used by the table.
     pub fn memory_bytes(&self) -> usize {
         self.blocks.capacity() * std::mem::size_of::<Block>()
+            + self.modes.capacity()
             + self.lens.capacity()
             + (self.by_start.iter().map(|m| m.capacity()).sum::<usize>() + self.partials.capacity()) * 24
     }
@@ -147,7 +149,8 @@ impl BlockTable {
         let (last_ip, last) = last.expect("at least one instruction");
         let id = self.blocks.len() as u32;
         let count = (self.lens.len() - first_len) as u32;
-        self.blocks.push(Block { start: ip, last_ip, count, lens: first_len as u32, last, mode });
+        self.blocks.push(Block { start: ip, last_ip, count, lens: first_len as u32, last });
+        self.modes.push(mode);
         self.successors.push([UNKNOWN; 2]);
         self.by_start[mode as usize].insert(ip, id);
         Ok(id)
@@ -162,7 +165,7 @@ impl BlockTable {
         if cached != UNKNOWN {
             return Ok(cached);
         }
-        let id = self.block_at(target, Some(self.blocks[from as usize].mode), memory)?;
+        let id = self.block_at(target, Some(self.modes[from as usize]), memory)?;
         self.successors[from as usize][slot] = id;
         Ok(id)
     }
@@ -173,7 +176,8 @@ impl BlockTable {
         if count == block.count {
             return id;
         }
-        if let Some(&prefix) = self.partials.get(&(block.start, count, block.mode)) {
+        let mode = self.modes[id as usize];
+        if let Some(&prefix) = self.partials.get(&(block.start, count, mode)) {
             return prefix;
         }
         let addresses: Vec<u64> = self.addresses(id).take(count as usize).collect();
@@ -187,9 +191,9 @@ impl BlockTable {
             count,
             lens: block.lens,
             last: InsnInfo { len, kind: FlowKind::Other },
-            mode: block.mode,
         });
-        self.partials.insert((block.start, count, block.mode), prefix);
+        self.modes.push(mode);
+        self.partials.insert((block.start, count, mode), prefix);
         prefix
     }
 }
