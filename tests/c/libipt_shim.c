@@ -305,6 +305,70 @@ int64_t shim_insn_ips(const uint8_t *trace, size_t len, const struct shim_file_s
 	return n;
 }
 
+/* Decodes with the instruction decoder driven as LLDB 22 drives it (events
+ * first, an instruction returned with pts_eos is not listed, a failed event
+ * is an error without address), over the whole trace, resyncing after each
+ * error and stopping where synchronisation fails. Items, two u64 each, in
+ * `out` (at most `cap`; returns how many there were):
+ *   ip, 0          an instruction
+ *   ip, -error     an error (ip 0: none), then a resync
+ */
+int64_t shim_insn_items(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
+			size_t count, uint32_t family, uint32_t model, uint64_t *out, size_t cap)
+{
+	struct pt_config config;
+	struct pt_insn_decoder *decoder;
+	struct pt_image *image;
+	int64_t n = 0;
+	int status;
+
+	shim_flow_config(&config, trace, len, family, model);
+	decoder = pt_insn_alloc_decoder(&config);
+	if (!decoder)
+		return -1;
+	image = shim_image(sections, count);
+	if (!image || pt_insn_set_image(decoder, image) < 0) {
+		pt_insn_free_decoder(decoder);
+		return -2;
+	}
+#define SHIM_ITEM(a, b) do { if ((size_t) n < cap) { out[2 * n] = (a); out[2 * n + 1] = (b); } n += 1; } while (0)
+	for (;;) {
+		status = pt_insn_sync_forward(decoder);
+		if (status < 0)
+			break;
+		for (;;) {
+			struct pt_insn insn;
+
+			while (status & pts_event_pending) {
+				struct pt_event event;
+
+				status = pt_insn_event(decoder, &event, sizeof(event));
+				if (status < 0)
+					break;
+			}
+			if (status < 0) {
+				SHIM_ITEM(0, (uint64_t) (int64_t) status);
+				break;
+			}
+			if (status & pts_eos)
+				break;
+			memset(&insn, 0, sizeof(insn));
+			status = pt_insn_next(decoder, &insn, sizeof(insn));
+			if (status < 0) {
+				SHIM_ITEM(insn.ip, (uint64_t) (int64_t) status);
+				break;
+			}
+			if (status & pts_eos)
+				break;
+			SHIM_ITEM(insn.ip, 0);
+		}
+	}
+#undef SHIM_ITEM
+	pt_insn_free_decoder(decoder);
+	pt_image_free(image);
+	return n;
+}
+
 /* What the block decoder reported, four u64 per item (see shim_blk_items). */
 struct shim_blk_sink {
 	uint64_t *out;
@@ -372,7 +436,7 @@ static int64_t shim_blk_run(const uint8_t *trace, size_t len, const struct shim_
 			status = pt_blk_next(decoder, &block, sizeof(block));
 			n += block.ninsn;
 			if (block.ninsn > 0)
-				shim_blk_item(sink, 1, block.ip, block.end_ip, block.ninsn);
+				shim_blk_item(sink, 1, block.ip, block.end_ip, block.ninsn | ((uint64_t) block.mode << 32));
 			if (status < 0)
 				break;
 		}
@@ -398,7 +462,8 @@ int64_t shim_blk_count(const uint8_t *trace, size_t len, const struct shim_file_
 
 /* Decodes with the block decoder and records what it reports, four u64 per
  * item in `out` (at most `cap` items; returns how many there were):
- *   1, ip, end_ip, ninsn    a block of sequential instructions
+ *   1, ip, end_ip, ninsn | mode << 32    a block of sequential instructions
+ *                           (mode: libipt's pt_exec_mode)
  *   2, -error, offset, 0    an error (decoding resumes at the next PSB)
  *   3, ip, 0, 0             an overflow event (ip 0: resolved disabled)
  */

@@ -47,6 +47,16 @@ extern "C" {
         model: u32,
         errors: *mut u64,
     ) -> i64;
+    fn shim_insn_items(
+        trace: *const u8,
+        len: usize,
+        sections: *const RawFileSection,
+        count: usize,
+        family: u32,
+        model: u32,
+        out: *mut u64,
+        cap: usize,
+    ) -> i64;
     fn shim_blk_items(
         trace: *const u8,
         len: usize,
@@ -204,11 +214,45 @@ pub fn insn_addresses(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -
     }
 }
 
+/// What libipt's instruction decoder reported, driven as LLDB 22 drives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsnItem {
+    /// An instruction.
+    Instruction(u64),
+    /// An error (libipt error code, positive) at the instruction at `ip`
+    /// (`None`: an event failed); decoding resumed at the next PSB.
+    Error { code: i32, ip: Option<u64> },
+}
+
+/// libipt's instruction decoder over the whole of `trace`, as LLDB drives it
+/// (see `shim_insn_items`); it stops where synchronisation fails.
+pub fn insn_items(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> Vec<InsnItem> {
+    let (_paths, raw) = raw_sections(sections);
+    let mut cap = trace.len() * 16 + 1024;
+    loop {
+        let mut out = vec![0u64; cap * 2];
+        let n = unsafe { shim_insn_items(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, out.as_mut_ptr(), cap) };
+        assert!(n >= 0, "libipt setup failed ({n})");
+        if (n as usize) <= cap {
+            return out
+                .chunks_exact(2)
+                .take(n as usize)
+                .map(|q| match q[1] as i64 {
+                    0 => InsnItem::Instruction(q[0]),
+                    status => InsnItem::Error { code: -status as i32, ip: (q[0] != 0).then_some(q[0]) },
+                })
+                .collect();
+        }
+        cap = n as usize;
+    }
+}
+
 /// What libipt's block decoder reported, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockItem {
-    /// `ninsn` sequential instructions from `ip` to `end_ip`.
-    Block { ip: u64, end_ip: u64, ninsn: u64 },
+    /// `ninsn` sequential instructions from `ip` to `end_ip`, decoded in
+    /// `bits`-bit mode (0: unknown).
+    Block { ip: u64, end_ip: u64, ninsn: u64, bits: u32 },
     /// A decode error (libipt error code, positive) at a trace offset;
     /// decoding resumed at the next PSB.
     Error { code: i32, offset: u64 },
@@ -229,7 +273,7 @@ pub fn block_items(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> V
                 .chunks_exact(4)
                 .take(n as usize)
                 .map(|q| match q[0] {
-                    1 => BlockItem::Block { ip: q[1], end_ip: q[2], ninsn: q[3] },
+                    1 => BlockItem::Block { ip: q[1], end_ip: q[2], ninsn: q[3] & 0xffff_ffff, bits: [0, 16, 32, 64][(q[3] >> 32) as usize & 3] },
                     2 => BlockItem::Error { code: q[1] as i32, offset: q[2] },
                     3 => BlockItem::Overflow { resume_ip: (q[1] != 0).then_some(q[1]) },
                     tag => panic!("shim item tag {tag}"),
