@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod bundle;
+pub mod calls;
 pub mod flow;
 pub mod history;
 pub mod image;

@@ -10,16 +10,37 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
 
 /// What is known about one address.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct SymbolContext {
     /// The module's file name (basename), if the address is in a module.
     pub module: Option<Arc<str>>,
     /// The containing function: name and start address.
     pub function: Option<(Arc<str>, u64)>,
+    /// The function is described by debug info (a DWARF subprogram), not
+    /// only by a symbol: LLDB then shows its source position.
+    pub debug_function: bool,
     /// Source position: file basename, line, column (line > 0).
     pub line: Option<(Arc<str>, u32, u32)>,
     /// The innermost inlined function at the address, if any.
     pub inlined: Option<Arc<str>>,
+    /// The innermost inlined block at the address (its DWARF entry), if any.
+    pub inlined_block: Option<InlinedBlock>,
+    /// Load addresses `[start, end)` of the line-table row the address is
+    /// in (LLDB's line entry range), when it has one.
+    pub line_range: Option<(u64, u64)>,
+}
+
+/// An inlined function's block of code (a `DW_TAG_inlined_subroutine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InlinedBlock {
+    /// Identifies the block: its entry's offset in `.debug_info`.
+    pub id: u64,
+    /// Load address of its lowest range (LLDB's range 0): its entry point
+    /// for call trees.
+    pub entry: u64,
+    /// Load address of the start of the range containing the address: the
+    /// base of the offset LLDB prints after `[inlined] f`.
+    pub range_start: u64,
 }
 
 impl SymbolContext {
@@ -33,14 +54,21 @@ impl SymbolContext {
         }
         if let Some(inlined) = &self.inlined {
             text.push_str(&format!(" [inlined] {inlined}"));
-        }
-        if let Some((file, line, column)) = &self.line {
-            text.push_str(&format!(" at {file}:{line}"));
-            if *column > 0 {
-                text.push_str(&format!(":{column}"));
+            if let Some(block) = self.inlined_block.filter(|b| address > b.range_start) {
+                text.push_str(&format!(" + {}", address - block.range_start));
             }
         }
+        if let Some(position) = self.position() {
+            text.push_str(&position);
+        }
         text
+    }
+
+    /// ` at file:line[:column]` when the function has debug info and the
+    /// address a line.
+    pub fn position(&self) -> Option<String> {
+        let (file, line, column) = self.line.as_ref().filter(|_| self.debug_function)?;
+        Some(if *column > 0 { format!(" at {file}:{line}:{column}") } else { format!(" at {file}:{line}") })
     }
 
     /// LLDB's rule for printing a new context line: a different module,
@@ -49,7 +77,7 @@ impl SymbolContext {
         if self.module != other.module || self.function != other.function {
             return false;
         }
-        self.function.is_none() || self.line == other.line
+        !self.debug_function || self.line == other.line
     }
 }
 
@@ -171,6 +199,13 @@ impl Symbolizer {
         });
     }
 
+    /// The module containing `address` and the address in that module's
+    /// file (before it was placed).
+    pub fn file_address(&self, address: u64) -> Option<(Arc<str>, u64)> {
+        let module = self.modules.iter().find(|m| m.start <= address && address < m.end)?;
+        Some((module.name.clone(), address.wrapping_sub(module.slide)))
+    }
+
     /// The data symbol containing `address`: name and offset into it.
     pub fn data_symbol(&self, address: u64) -> Option<(Arc<str>, u64)> {
         let module = self.modules.iter().find(|m| m.start <= address && address < m.end)?;
@@ -195,19 +230,32 @@ impl Symbolizer {
         // The debug info's names: the (outermost) function, as LLDB shows it,
         // and the innermost inlined function.
         let mut inlined = None;
+        let mut inlined_block = None;
+        let mut debug_function = false;
         if let (Some((name, _)), Some(lines)) = (&mut function, &module.lines) {
             if let Ok(mut frames) = lines.find_frames(probe).skip_all_loads() {
                 let mut names = Vec::new();
+                let mut innermost = None;
                 while let Ok(Some(frame)) = frames.next() {
-                    if let Some(Ok(raw)) = frame.function.as_ref().map(|f| f.raw_name()) {
+                    if innermost.is_none() {
+                        innermost = Some(frame.dw_die_offset);
+                    }
+                    // LLDB makes no functions of assembler units' subprograms.
+                    let function = frame.function.as_ref().filter(|f| f.language != Some(gimli::DW_LANG_Mips_Assembler));
+                    if let Some(Ok(raw)) = function.map(|f| f.raw_name()) {
                         names.push(Arc::<str>::from(&*raw));
                     }
                 }
                 if let Some(outer) = names.last() {
                     *name = outer.clone();
+                    debug_function = true;
                 }
                 if names.len() > 1 {
                     inlined = names.first().cloned();
+                    inlined_block = innermost
+                        .flatten()
+                        .and_then(|offset| inlined_block_at(lines, probe, offset))
+                        .map(|b| InlinedBlock { id: b.id, entry: b.entry.wrapping_add(module.slide), range_start: b.range_start.wrapping_add(module.slide) });
                 }
             }
         }
@@ -217,6 +265,37 @@ impl Symbolizer {
             let file = location.file?.rsplit('/').next()?.into();
             Some((file, line, location.column.unwrap_or(0)))
         });
-        SymbolContext { module: Some(module.name.clone()), function, line, inlined }
+        let line_range = module.lines.as_ref().and_then(|lines| {
+            let (start, len, _) = lines.find_location_range(probe, probe + 1).ok()?.next()?;
+            Some((start.wrapping_add(module.slide), (start + len).wrapping_add(module.slide)))
+        });
+        SymbolContext { module: Some(module.name.clone()), function, debug_function, line, inlined, inlined_block, line_range }
     }
+}
+
+/// The inlined block whose entry is at `offset` in the unit that covers
+/// `probe`, with link-time addresses.
+fn inlined_block_at(lines: &addr2line::Context<Reader>, probe: u64, offset: gimli::UnitOffset<usize>) -> Option<InlinedBlock> {
+    let unit = lines.find_dwarf_and_unit(probe).skip_all_loads()?;
+    let entry = unit.entry(offset).ok()?;
+    let mut iter = unit.die_ranges(&entry).ok()?;
+    let mut ranges = Vec::new();
+    while let Ok(Some(range)) = iter.next() {
+        if range.begin < range.end {
+            ranges.push((range.begin, range.end));
+        }
+    }
+    // LLDB joins ranges that touch or overlap.
+    ranges.sort_unstable();
+    let mut joined: Vec<(u64, u64)> = Vec::new();
+    for (begin, end) in ranges {
+        match joined.last_mut() {
+            Some(last) if begin <= last.1 => last.1 = last.1.max(end),
+            _ => joined.push((begin, end)),
+        }
+    }
+    let lowest = joined.first()?.0;
+    let containing = joined.iter().find(|(begin, end)| *begin <= probe && probe < *end).map(|r| r.0);
+    let id = unit.header.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64) + offset.0 as u64;
+    Some(InlinedBlock { id, entry: lowest, range_start: containing? })
 }

@@ -158,6 +158,26 @@ fn reserved_group_member(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnIn
 const LEGACY_ONLY_OPCODES: [u8; 20] =
     [0x06, 0x07, 0x0e, 0x16, 0x17, 0x1e, 0x1f, 0x27, 0x2f, 0x37, 0x3f, 0x60, 0x61, 0x82, 0x9a, 0xce, 0xd4, 0xd5, 0xd6, 0xea];
 
+/// How the instruction at `ip` moves between functions, as LLDB classifies
+/// it for call trees: near and far calls, `syscall`/`sysenter` and software
+/// interrupts call; near and far returns, `iret`, `sysret`/`sysexit` return.
+pub fn call_effect(bytes: &[u8], ip: u64, mode: ExecMode) -> crate::calls::CallEffect {
+    use crate::calls::CallEffect;
+    let insn = Decoder::with_ip(mode.bitness(), bytes, ip, DecoderOptions::NONE).decode();
+    match insn.mnemonic() {
+        Mnemonic::Syscall | Mnemonic::Sysenter => return CallEffect::Call,
+        Mnemonic::Sysret | Mnemonic::Sysretq | Mnemonic::Sysexit | Mnemonic::Sysexitq | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => {
+            return CallEffect::Return
+        }
+        _ => {}
+    }
+    match insn.flow_control() {
+        FlowControl::Call | FlowControl::IndirectCall | FlowControl::Interrupt => CallEffect::Call,
+        FlowControl::Return => CallEffect::Return,
+        _ => CallEffect::Other,
+    }
+}
+
 /// A direct branch's target as libipt computes it: the next instruction's
 /// address plus the displacement, in 64-bit arithmetic whatever the mode
 /// (iced wraps it to the operand size).

@@ -175,6 +175,30 @@ fn assert_retrace_dump_equals_lldb(bundle: &Path, threads: usize) {
     }
 }
 
+/// `retrace dump function-calls` (text and `--json`) must print what LLDB's
+/// `thread trace dump function-calls` (`-j`) prints, thread by thread.
+fn assert_function_calls_equal_lldb(bundle: &Path, threads: usize) {
+    let trace_json = bundle.join("trace.json");
+    for (ours_flag, lldb_flag) in [(None, ""), (Some("--json"), "-j ")] {
+        let mut lldb = Command::new("lldb-22");
+        lldb.arg("-b").arg("-o").arg(format!("trace load {}", trace_json.display()));
+        for index in 1..=threads {
+            lldb.arg("-o").arg(format!("thread trace dump function-calls {lldb_flag}{index}"));
+        }
+        let lldb = lldb.output().expect("lldb-22");
+        let lldb: String = String::from_utf8_lossy(&lldb.stdout).lines().filter(|l| !l.starts_with("(lldb) ")).map(|l| format!("{l}\n")).collect();
+        let ours = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "function-calls"]).args(ours_flag).arg(&trace_json).output().unwrap();
+        assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+        let ours = String::from_utf8(ours.stdout).unwrap();
+        assert!(lldb.contains("[call tree #0]") || lldb.contains("tracedSegments"), "{}: LLDB printed no call tree:\n{lldb}", bundle.display());
+        if ours != lldb {
+            let (a, b): (Vec<_>, Vec<_>) = (ours.lines().collect(), lldb.lines().collect());
+            let i = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+            panic!("{}: function calls {ours_flag:?} differ from LLDB at line {i}: retrace {:?}, LLDB {:?}", bundle.display(), a.get(i), b.get(i));
+        }
+    }
+}
+
 fn native_exit_code(program: &Path) -> i32 {
     Command::new(program).env_clear().status().expect("run natively").code().expect("exit code")
 }
@@ -211,6 +235,7 @@ fn check_program_with(name: &str, extra: &[&str], expect_threads: usize, determi
         let n = assert_lldb_matches_ground_truth(&bundle, &recorded);
         if link == "static" {
             assert_symbol_context_lines_equal_lldb(&bundle, expect_threads);
+            assert_function_calls_equal_lldb(&bundle, expect_threads);
         }
 
         // Branch stops must give the same Intel PT as single-stepping: LLDB

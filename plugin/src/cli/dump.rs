@@ -90,7 +90,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-fn cores() -> usize {
+pub(crate) fn cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 

@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch.
 
+mod calls;
 mod dump;
 mod encode;
 mod ptdump;
@@ -141,6 +142,31 @@ enum DumpCommand {
         #[command(flatten)]
         decode: DecodeFlags,
     },
+    /// Each thread's function-call trees, as LLDB's
+    /// `thread trace dump function-calls` prints them: per tree, the
+    /// segments of each call (`<start> to <end>  [first id, last id]`),
+    /// calls made from a segment indented below it, a trace starting inside
+    /// a call shown under the callers it returned to, runs of errors as
+    /// `<tracing errors>` trees.
+    ///
+    /// Example: retrace dump function-calls DIR/trace.json --json
+    FunctionCalls {
+        /// The bundle's trace.json.
+        trace_json: PathBuf,
+        /// Only this thread.
+        #[arg(long)]
+        tid: Option<u64>,
+        /// JSON, one line per thread (LLDB's `-j`): an array of trees of
+        /// `tracedSegments` with string ids, `nestedCall`s and
+        /// `untracedPrefixSegment`.
+        #[arg(short, long)]
+        json: bool,
+        /// JSON, indented (LLDB's `-J`).
+        #[arg(short = 'J', long, conflicts_with = "json")]
+        pretty_json: bool,
+        #[command(flatten)]
+        decode: DecodeFlags,
+    },
 }
 
 /// How traces are decoded for the dump commands.
@@ -200,6 +226,14 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events, decode }) => {
             let options = decode.options();
             dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid, options })
+        }
+        Command::Dump(DumpCommand::FunctionCalls { trace_json, tid, json, pretty_json, decode }) => {
+            let format = match (json, pretty_json) {
+                (true, _) => calls::Format::Json,
+                (_, true) => calls::Format::PrettyJson,
+                _ => calls::Format::Text,
+            };
+            calls::run(&trace_json, tid, format, decode.options())
         }
         Command::Record { backend, mode, output, max_insns, aslr, insn_log, json, command } => {
             record::run(record::Args { backend, mode, output, max_insns, aslr, insn_log, json, command })
