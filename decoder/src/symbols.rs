@@ -21,6 +21,8 @@ pub struct SymbolContext {
     pub debug_function: bool,
     /// Source position: file basename, line, column (line > 0).
     pub line: Option<(Arc<str>, u32, u32)>,
+    /// The source file's full path, with [`Self::line`].
+    pub source: Option<Arc<str>>,
     /// The innermost inlined function at the address, if any.
     pub inlined: Option<Arc<str>>,
     /// The innermost inlined block at the address (its DWARF entry), if any.
@@ -259,18 +261,38 @@ impl Symbolizer {
                 }
             }
         }
-        let line = module.lines.as_ref().and_then(|lines| {
+        let located = module.lines.as_ref().and_then(|lines| {
             let location = lines.find_location(probe).ok()??;
             let line = location.line.filter(|&l| l > 0)?;
-            let file = location.file?.rsplit('/').next()?.into();
-            Some((file, line, location.column.unwrap_or(0)))
+            let path = normalize_path(location.file?);
+            let file = path.rsplit('/').next()?.into();
+            Some(((file, line, location.column.unwrap_or(0)), Arc::<str>::from(path)))
         });
+        let (line, source) = match located {
+            Some((line, source)) => (Some(line), Some(source)),
+            None => (None, None),
+        };
         let line_range = module.lines.as_ref().and_then(|lines| {
             let (start, len, _) = lines.find_location_range(probe, probe + 1).ok()?.next()?;
             Some((start.wrapping_add(module.slide), (start + len).wrapping_add(module.slide)))
         });
-        SymbolContext { module: Some(module.name.clone()), function, debug_function, line, inlined, inlined_block, line_range }
+        SymbolContext { module: Some(module.name.clone()), function, debug_function, line, source, inlined, inlined_block, line_range }
     }
+}
+
+/// `a/./b/../c` → `a/c`, lexically (as LLDB shows source paths).
+fn normalize_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "." => {}
+            ".." if parts.last().is_some_and(|p| !p.is_empty() && *p != "..") => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    parts.join("/")
 }
 
 /// The inlined block whose entry is at `offset` in the unit that covers

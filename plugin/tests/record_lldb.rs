@@ -199,6 +199,39 @@ fn assert_function_calls_equal_lldb(bundle: &Path, threads: usize) {
     }
 }
 
+/// `retrace dump instructions -a -f -e --json` must hold LLDB's `-j` items:
+/// ids, addresses, modules, symbols, sources, lines, columns, events and
+/// errors, and the mnemonic — except where LLDB's disassembler gives only a
+/// prefix byte or nothing (its known quirk: `rex64`, `lock`, `fs`, ``).
+fn assert_instruction_json_equals_lldb(bundle: &Path, threads: &[u64]) {
+    const LLDB_PREFIX_ONLY: [&str; 13] = ["", "rex64", "lock", "rep", "repne", "fs", "gs", "data16", "addr32", "cs", "ds", "es", "ss"];
+    let trace_json = bundle.join("trace.json");
+    for (index, tid) in threads.iter().enumerate() {
+        let out = Command::new("lldb-22")
+            .args(["-b", "-o", &format!("trace load {}", trace_json.display()), "-o", &format!("thread trace dump instructions -a -f -e -j {}", index + 1)])
+            .output()
+            .expect("lldb-22");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.starts_with('[')).unwrap_or_else(|| panic!("no JSON from LLDB:\n{text}"));
+        let lldb: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
+        let ours = Command::new(env!("CARGO_BIN_EXE_retrace"))
+            .args(["dump", "instructions", "-a", "-f", "-e", "--json", "--tid", &tid.to_string()])
+            .arg(&trace_json)
+            .output()
+            .unwrap();
+        assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+        let ours: Vec<serde_json::Value> = serde_json::from_slice(&ours.stdout).unwrap();
+        assert_eq!(ours.len(), lldb.len(), "{}: thread {tid}: items", bundle.display());
+        for (mut a, mut b) in ours.into_iter().zip(lldb) {
+            if b["mnemonic"].as_str().is_some_and(|m| LLDB_PREFIX_ONLY.contains(&m)) {
+                a.as_object_mut().unwrap().remove("mnemonic");
+                b.as_object_mut().unwrap().remove("mnemonic");
+            }
+            assert_eq!(a, b, "{}: thread {tid}", bundle.display());
+        }
+    }
+}
+
 fn native_exit_code(program: &Path) -> i32 {
     Command::new(program).env_clear().status().expect("run natively").code().expect("exit code")
 }
@@ -236,6 +269,8 @@ fn check_program_with(name: &str, extra: &[&str], expect_threads: usize, determi
         if link == "static" {
             assert_symbol_context_lines_equal_lldb(&bundle, expect_threads);
             assert_function_calls_equal_lldb(&bundle, expect_threads);
+            let tids: Vec<u64> = recorded["threads"].as_array().unwrap().iter().map(|t| t["tid"].as_u64().unwrap()).collect();
+            assert_instruction_json_equals_lldb(&bundle, &tids);
         }
 
         // Branch stops must give the same Intel PT as single-stepping: LLDB

@@ -21,6 +21,17 @@ pub struct InstructionsArgs {
     pub events: bool,
     pub tid: Option<u64>,
     pub options: FlowOptions,
+    /// LLDB's `-j` (one line) or `-J` (indented) JSON instead of text.
+    pub json: Option<JsonStyle>,
+}
+
+/// How JSON is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonStyle {
+    /// One line (LLDB's `-j`).
+    Compact,
+    /// Two-space indent (LLDB's `-J`).
+    Pretty,
 }
 
 pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCode, CliError> {
@@ -37,57 +48,127 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
             continue;
         }
         let items: Vec<Item> = decode_parallel_with(&thread.trace, &loaded.image, cores(), args.options).items().collect();
-        writeln!(out, "thread #{}: tid = {}", index + 1, thread.tid)?;
-        let visible = |item: &Item| args.events || !matches!(item, Item::Event(_));
-        let order: Box<dyn Iterator<Item = (usize, &Item)>> = if args.forwards {
-            Box::new(items.iter().enumerate())
-        } else {
-            Box::new(items.iter().enumerate().rev())
-        };
-        let mut shown = 0usize;
-        let mut exhausted = true;
-        let mut previous: Option<SymbolContext> = None;
-        let mut previous_was_error = false;
-        let mut contexts: HashMap<u64, SymbolContext> = HashMap::new();
-        for (id, item) in order {
-            if !visible(item) {
-                continue;
-            }
-            if !args.all && shown == args.count && matches!(item, Item::Instruction { .. }) {
-                exhausted = false;
-                break;
-            }
-            match item {
-                Item::Instruction { ip } => {
-                    shown += 1;
-                    if args.raw {
-                        writeln!(out, "    {id}: {ip:#018x}")?;
-                    } else {
-                        let context = contexts.entry(*ip).or_insert_with(|| loaded.symbols.lookup(*ip)).clone();
-                        if !previous.as_ref().is_some_and(|p| p.same_scope(&context)) {
-                            writeln!(out, "  {}", context.describe(*ip))?;
-                        }
-                        previous = Some(context);
-                        let text = disassemble(&loaded.image, &loaded.symbols, *ip);
-                        writeln!(out, "    {id}: {ip:#018x}    {text}")?;
-                    }
-                }
-                Item::Event(event) => writeln!(out, "    {id}: (event) {event}")?,
-                Item::Error { error, .. } => {
-                    if !previous_was_error {
-                        writeln!(out, "    ...missing instructions")?;
-                    }
-                    writeln!(out, "    {id}: (error) {error}")?;
+        let (selected, exhausted) = select(&items, args);
+        match args.json {
+            Some(style) => {
+                let array = serde_json::Value::Array(selected.iter().map(|&(id, item)| item_json(&loaded, id, item, args.raw)).collect());
+                match style {
+                    JsonStyle::Compact => writeln!(out, "{array}")?,
+                    JsonStyle::Pretty => writeln!(out, "{}", serde_json::to_string_pretty(&array).expect("JSON"))?,
                 }
             }
-            previous_was_error = matches!(item, Item::Error { .. });
-        }
-        if exhausted {
-            writeln!(out, "    no more data")?;
+            None => {
+                writeln!(out, "thread #{}: tid = {}", index + 1, thread.tid)?;
+                write_text(&mut out, &loaded, &selected, args.raw)?;
+                if exhausted {
+                    writeln!(out, "    no more data")?;
+                }
+            }
         }
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The items LLDB shows for these options, with their ids, and whether the
+/// end (or the beginning, backwards) of the trace was reached.
+fn select<'i>(items: &'i [Item], args: &InstructionsArgs) -> (Vec<(usize, &'i Item)>, bool) {
+    let order: Box<dyn Iterator<Item = (usize, &Item)>> =
+        if args.forwards { Box::new(items.iter().enumerate()) } else { Box::new(items.iter().enumerate().rev()) };
+    let mut selected = Vec::new();
+    let mut shown = 0usize;
+    for (id, item) in order {
+        if !args.events && matches!(item, Item::Event(_)) {
+            continue;
+        }
+        if matches!(item, Item::Instruction { .. }) {
+            if !args.all && shown == args.count {
+                return (selected, false);
+            }
+            shown += 1;
+        }
+        selected.push((id, item));
+    }
+    (selected, true)
+}
+
+/// LLDB's text: symbol-context lines when the context changes (not with
+/// `raw`), instruction, event and error lines.
+fn write_text(out: &mut impl Write, loaded: &bundle::LoadedBundle, selected: &[(usize, &Item)], raw: bool) -> std::io::Result<()> {
+    let mut previous: Option<SymbolContext> = None;
+    let mut previous_was_error = false;
+    let mut contexts: HashMap<u64, SymbolContext> = HashMap::new();
+    for &(id, item) in selected {
+        match item {
+            Item::Instruction { ip } => {
+                if raw {
+                    writeln!(out, "    {id}: {ip:#018x}")?;
+                } else {
+                    let context = contexts.entry(*ip).or_insert_with(|| loaded.symbols.lookup(*ip)).clone();
+                    if !previous.as_ref().is_some_and(|p| p.same_scope(&context)) {
+                        writeln!(out, "  {}", context.describe(*ip))?;
+                    }
+                    previous = Some(context);
+                    let (_, text) = disassemble(&loaded.image, &loaded.symbols, *ip);
+                    writeln!(out, "    {id}: {ip:#018x}    {text}")?;
+                }
+            }
+            Item::Event(event) => writeln!(out, "    {id}: (event) {event}")?,
+            Item::Error { error, .. } => {
+                if !previous_was_error {
+                    writeln!(out, "    ...missing instructions")?;
+                }
+                writeln!(out, "    {id}: (error) {error}")?;
+            }
+        }
+        previous_was_error = matches!(item, Item::Error { .. });
+    }
+    Ok(())
+}
+
+/// One item in LLDB's JSON: `id`, then for an instruction `loadAddress`
+/// and (unless `raw`) `module`, `symbol`, `mnemonic` and, with a line,
+/// `source`/`line`/`column`; for an event its name and extra key; for an
+/// error its message.
+fn item_json(loaded: &bundle::LoadedBundle, id: usize, item: &Item, raw: bool) -> serde_json::Value {
+    use retrace_decoder::flow::Event;
+    use serde_json::json;
+    let mut object = serde_json::Map::new();
+    object.insert("id".into(), id.into());
+    match item {
+        Item::Instruction { ip } => {
+            object.insert("loadAddress".into(), format!("{ip:#x}").into());
+            if !raw {
+                let context = loaded.symbols.lookup(*ip);
+                let symbol = context.function.as_ref().map(|(name, _)| context.inlined.clone().unwrap_or_else(|| name.clone()));
+                let (mnemonic, _) = disassemble(&loaded.image, &loaded.symbols, *ip);
+                object.insert("module".into(), json!(context.module.as_deref()));
+                object.insert("symbol".into(), json!(symbol.as_deref()));
+                object.insert("mnemonic".into(), json!(mnemonic));
+                if let (Some((_, line, column)), Some(source)) = (&context.line, &context.source) {
+                    object.insert("source".into(), json!(&**source));
+                    object.insert("line".into(), json!(line));
+                    object.insert("column".into(), json!(column));
+                }
+            }
+        }
+        Item::Event(event) => {
+            let (name, extra) = match event {
+                Event::ClockTick(tsc) => ("HW clock tick", Some(("hwClock", json!(tsc)))),
+                Event::SyncPoint(offset) => ("trace synchronization point", Some(("syncPointMetadata", json!(format!("offset = 0x0x{offset:x}"))))),
+                Event::HardwareDisabled => ("hardware disabled tracing", None),
+                Event::SoftwareDisabled => ("software disabled tracing", None),
+            };
+            object.insert("event".into(), name.into());
+            if let Some((key, value)) = extra {
+                object.insert(key.into(), value);
+            }
+        }
+        Item::Error { error, .. } => {
+            object.insert("error".into(), error.to_string().into());
+        }
+    }
+    serde_json::Value::Object(object)
 }
 
 pub(crate) fn cores() -> usize {
@@ -96,7 +177,7 @@ pub(crate) fn cores() -> usize {
 
 /// One instruction as LLDB prints it: AT&T syntax, the mnemonic in 7
 /// columns, and a comment naming branch targets and RIP-relative data.
-fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: u64) -> String {
+fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: u64) -> (Option<String>, String) {
     use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter, OpKind, Register};
     use retrace_decoder::image::Memory;
     let mut bytes = [0u8; 15];
@@ -104,7 +185,7 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
     let mut decoder = Decoder::with_ip(64, &bytes[..n], ip, DecoderOptions::NONE);
     let insn = decoder.decode();
     if insn.is_invalid() {
-        return "<unknown>".into();
+        return (None, "<unknown>".into());
     }
     let mut formatter = GasFormatter::new();
     let options = formatter.options_mut();
@@ -118,6 +199,7 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
     let mut operands = String::new();
     formatter.format_mnemonic(&insn, &mut mnemonic);
     formatter.format_all_operands(&insn, &mut operands);
+    llvm_spelling(&insn, &mut mnemonic, &mut operands);
     // LLDB's layout: the mnemonic in 7 columns (at least one space after it).
     let width = if mnemonic.len() >= 7 { mnemonic.len() + 1 } else { 7 };
     let comment = if insn.op0_kind() == OpKind::NearBranch64 {
@@ -133,9 +215,27 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
     } else {
         None
     };
-    match comment {
+    let text = match comment {
         Some(comment) => format!("{mnemonic:<width$}{operands:<25} ; {comment}"),
         None => format!("{mnemonic:<width$}{operands}"),
+    };
+    (Some(mnemonic), text)
+}
+
+/// Where LLVM's AT&T printer (LLDB's) spells an instruction differently from
+/// iced's: SETcc without a size suffix, `leave`, and `66 90` as `nop`.
+fn llvm_spelling(insn: &iced_x86::Instruction, mnemonic: &mut String, operands: &mut String) {
+    use iced_x86::Mnemonic;
+    let m = insn.mnemonic();
+    if (Mnemonic::Seta as u32..=Mnemonic::Sets as u32).contains(&(m as u32)) {
+        if mnemonic.ends_with('b') {
+            mnemonic.pop();
+        }
+    } else if m == Mnemonic::Leave {
+        *mnemonic = "leave".into();
+    } else if mnemonic == "xchgw" && operands == "%ax, %ax" {
+        *mnemonic = "nop".into();
+        operands.clear();
     }
 }
 

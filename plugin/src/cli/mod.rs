@@ -139,6 +139,15 @@ enum DumpCommand {
         /// Include events (clock ticks, sync points, tracing disabled).
         #[arg(short, long)]
         events: bool,
+        /// JSON, one array per thread on one line (LLDB's `-j`): `id`,
+        /// `loadAddress`, `module`, `symbol`, `mnemonic`, `source`/`line`/
+        /// `column`; events as `event` (+ `hwClock`, `syncPointMetadata`);
+        /// errors as `error`. With --raw only `id` and `loadAddress`.
+        #[arg(short, long)]
+        json: bool,
+        /// JSON, indented (LLDB's `-J`).
+        #[arg(short = 'J', long, conflicts_with = "json")]
+        pretty_json: bool,
         #[command(flatten)]
         decode: DecodeFlags,
     },
@@ -223,9 +232,14 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Ptdump { file, json, no_sync } => ptdump::run(&file, json, no_sync),
         Command::Encode { script, output } => encode::run(&script, &output),
         Command::Dump(DumpCommand::Info { trace_json, json, decode }) => dump::info(&trace_json, json, decode.options()),
-        Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events, decode }) => {
+        Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events, json, pretty_json, decode }) => {
             let options = decode.options();
-            dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid, options })
+            let json = match (json, pretty_json) {
+                (true, _) => Some(dump::JsonStyle::Compact),
+                (_, true) => Some(dump::JsonStyle::Pretty),
+                _ => None,
+            };
+            dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid, options, json })
         }
         Command::Dump(DumpCommand::FunctionCalls { trace_json, tid, json, pretty_json, decode }) => {
             let format = match (json, pretty_json) {
