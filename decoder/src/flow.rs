@@ -300,6 +300,8 @@ pub struct FlowDecoder<'a, M: Memory> {
     /// MODE.Exec since the last sync point, or reserved).
     mode: Option<ExecMode>,
     options: FlowOptions,
+    /// Decoding ended at the PSB at `stop_at`.
+    stopped: bool,
 }
 
 /// Where the decoder stands after handling something.
@@ -377,13 +379,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             disabled: false,
             mode: None,
             options: FlowOptions::default(),
+            stopped: false,
         }
     }
 
     /// A decoder for the segment of `trace` from the PSB at `start` up to
     /// (not including) the PSB at `stop` (`None`: to the end). Decoding the
     /// segments of a trace one by one and appending their histories gives the
-    /// history of the whole trace (see [`decode_parallel`]).
+    /// history of the whole trace (see [`decode_parallel`]). When a damaged
+    /// packet straddles the PSB at `stop`, one decoder would not see that
+    /// PSB; neither does this one: it decodes on to the end of the trace
+    /// ([`History::stopped_at_segment_end`] is then false, and the later
+    /// segments' histories are not needed).
     pub fn for_segment(trace: &'a [u8], memory: &'a M, start: usize, stop: Option<usize>) -> Self {
         let mut decoder = Self::new(trace, memory);
         decoder.start = Some(start);
@@ -397,8 +404,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         self
     }
 
-    fn at_stop(&self, offset: usize) -> bool {
-        self.stop_at == Some(offset)
+    fn at_stop(&mut self, offset: usize) -> bool {
+        let at = self.stop_at == Some(offset);
+        self.stopped |= at;
+        at
     }
 
     /// Decodes the whole stream into a compact [`History`].
@@ -416,6 +425,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 }
             }
         }
+        self.history.timing.read = self.time;
+        self.history.timing.notified = self.notified;
+        self.history.stopped_at_segment_end = self.stop_at.is_some() && self.stopped;
         self.history.shrink_to_fit();
         self.history
     }
@@ -437,7 +449,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             // A PSB already read ahead is the next sync point.
             Some((offset, Packet::Psb)) => self.packets.sync_set(offset),
             Some((offset, _)) => {
-                self.packets.sync_set(offset);
+                self.packets.seek(offset);
                 self.packets.sync_forward().is_some()
             }
             None => self.packets.sync_forward().is_some(),
@@ -452,7 +464,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn usable_sync_point(&mut self) -> bool {
         loop {
             let psb = self.packets.offset();
-            if self.stop_at.is_some_and(|stop| psb >= stop) {
+            if self.at_stop(psb) {
                 return false;
             }
             let mut ahead = self.packets.clone();
@@ -494,6 +506,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// Reports `time`, the time at an event's packet (read before reading
     /// ahead past it), if it changed since the last report.
     fn notify_time_at(&mut self, time: Option<u64>) {
+        if time.is_none() && self.time.is_none() && self.history.timing.first_timeless_event.is_none() {
+            // No TSC read yet: when this is a later part of a trace, the
+            // time read before it belongs here (see `History::append`).
+            self.history.timing.first_timeless_event = Some(self.history.extras_len());
+        }
         if time != self.notified {
             if let Some(tsc) = time {
                 self.event(Event::ClockTick(tsc));
@@ -505,6 +522,13 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// Reads the PSB+ header after a PSB at `offset`; returns the FUP IP
     /// (tracing on) or `None` (tracing off).
     fn psb_plus(&mut self, offset: usize) -> Flow<Option<u64>> {
+        // The same header checks wherever a PSB+ is met (read ahead, synced
+        // to, or reached while tracing is off).
+        read_psb_header(&mut self.packets.clone(), offset)?;
+        // Nothing crosses a PSB (LLDB decodes each PSB-to-PSB slice with a
+        // fresh decoder): the mode is the header's, or unknown.
+        self.mode = None;
+        self.tip_queue.clear();
         let mut ip = None;
         loop {
             let (at, packet) = match next_packet(&mut self.packets) {
@@ -1277,7 +1301,13 @@ pub fn decode_parallel_with<M: Memory + Sync>(trace: &[u8], memory: &M, threads:
     });
     let mut histories = histories.into_iter();
     let mut joined = histories.next().unwrap_or_default();
+    let mut covered = !joined.stopped_at_segment_end();
     for history in histories {
+        // A segment that ran past its end covered the rest of the trace.
+        if covered {
+            break;
+        }
+        covered = !history.stopped_at_segment_end();
         joined.append(history);
     }
     joined
@@ -1343,6 +1373,38 @@ mod tests {
         let items = FlowDecoder::new(enc.bytes(), &image).decode_all();
         assert!(matches!(items.last(), Some(Item::Error { error: FlowError::NoProgress(0x1000), .. })), "{:?}", items.last());
         assert_eq!(ips(&items).len() as u64, MAX_STRAIGHT_LINE);
+    }
+
+    #[test]
+    fn time_read_before_a_psb_carries_into_the_next_segment() {
+        // PSB+ (TSC 100), tracing on and off; TSC 200 with no event after
+        // it; a PSB+ without TSC: one decoder reports 200 at that sync
+        // point, and so must the joined decode of the two PSB ranges.
+        let mode = Packet::ModeExec { csl: true, csd: false, iflag: false };
+        let mut enc = PacketEncoder::new();
+        enc.encode(&Packet::Psb).unwrap();
+        enc.encode(&Packet::Tsc(100)).unwrap();
+        enc.encode(&mode).unwrap();
+        enc.encode(&Packet::Psbend).unwrap();
+        enc.encode(&mode).unwrap();
+        enc.encode_ip(IpPacketKind::TipPge, Some(0x1002));
+        enc.encode_ip(IpPacketKind::Fup, Some(0x1003));
+        enc.encode_ip(IpPacketKind::TipPgd, None);
+        enc.encode(&Packet::Tsc(200)).unwrap();
+        enc.encode(&Packet::Psb).unwrap();
+        enc.encode(&mode).unwrap();
+        enc.encode(&Packet::Psbend).unwrap();
+        enc.encode(&Packet::Tsc(300)).unwrap();
+        enc.encode(&mode).unwrap();
+        enc.encode_ip(IpPacketKind::TipPge, Some(0x1002));
+        enc.encode_ip(IpPacketKind::Fup, Some(0x1003));
+        enc.encode_ip(IpPacketKind::TipPgd, None);
+        let image = image();
+        let sequential = FlowDecoder::new(enc.bytes(), &image).decode_all();
+        let ticks: Vec<&Item> = sequential.iter().filter(|i| matches!(i, Item::Event(Event::ClockTick(_)))).collect();
+        assert_eq!(ticks, [&Item::Event(Event::ClockTick(100)), &Item::Event(Event::ClockTick(200)), &Item::Event(Event::ClockTick(300))]);
+        let parallel: Vec<Item> = decode_parallel(enc.bytes(), &image, 2).items().collect();
+        assert_eq!(parallel, sequential);
     }
 
     #[test]

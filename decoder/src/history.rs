@@ -226,6 +226,23 @@ pub struct History {
     instructions: u64,
     /// Instructions before executed block `i * CHECKPOINT_EVERY`.
     checkpoints: Vec<u64>,
+    /// What joining this history after another needs to know about time.
+    pub(crate) timing: Timing,
+    /// Decoded as a segment, it ended at the next segment's PSB.
+    pub(crate) stopped_at_segment_end: bool,
+}
+
+/// The time as a decoder of part of a trace left it (see
+/// [`History::append`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Timing {
+    /// The index in `extras` of the first event reported before any TSC
+    /// was read.
+    pub first_timeless_event: Option<usize>,
+    /// The last TSC read.
+    pub read: Option<u64>,
+    /// The last TSC reported (as a clock tick).
+    pub notified: Option<u64>,
 }
 
 /// A position in a [`History`]: one executed instruction, movable forwards
@@ -318,17 +335,31 @@ impl History {
             self.table.successors.push([UNKNOWN; 2]);
         }
         self.table.lens.extend_from_slice(&next.table.lens);
-        let last_tsc = self.extras.iter().rev().find_map(|(_, e)| match e {
-            Extra::Event(Event::ClockTick(tsc)) => Some(*tsc),
-            _ => None,
-        });
+        self.table.modes.extend_from_slice(&next.table.modes);
         let base = self.executed.len() as u32;
-        let mut extras = next.extras.into_iter().peekable();
-        if let (Some((0, Extra::Event(Event::ClockTick(tsc)))), Some(last)) = (extras.peek(), last_tsc) {
-            if *tsc == last {
-                extras.next();
+        // Time carries across segments. `next` was decoded without knowing
+        // the time this history ends with: where it first reported an event
+        // before reading any TSC, one decoder would have reported the time
+        // read here if it was not reported yet; and its first clock tick is
+        // no tick if that time was already reported.
+        let unreported = self.timing.read.filter(|&tsc| Some(tsc) != self.timing.notified);
+        let inserted = unreported.filter(|_| next.timing.first_timeless_event.is_some());
+        let reported = inserted.or(self.timing.notified);
+        if let Some(first_tick) = next.extras.iter().position(|(_, e)| matches!(e, Extra::Event(Event::ClockTick(_)))) {
+            if matches!(next.extras[first_tick].1, Extra::Event(Event::ClockTick(tsc)) if Some(tsc) == reported) {
+                next.extras.remove(first_tick);
             }
         }
+        if let (Some(tsc), Some(k)) = (inserted, next.timing.first_timeless_event) {
+            let at = next.extras.get(k).map_or(next.executed.len() as u32, |e| e.0);
+            next.extras.insert(k, (at, Extra::Event(Event::ClockTick(tsc))));
+        }
+        self.timing = Timing {
+            first_timeless_event: self.timing.first_timeless_event,
+            read: next.timing.read.or(self.timing.read),
+            notified: next.timing.notified.or(reported),
+        };
+        let extras = next.extras.into_iter();
         self.extras.extend(extras.map(|(at, extra)| (at + base, extra)));
         self.executed.extend(next.executed.iter().map(|id| id + offset));
         self.instructions += next.instructions;
@@ -380,6 +411,18 @@ impl History {
     /// A cursor at the last instruction.
     pub fn last(&self) -> Option<Cursor<'_>> {
         self.instructions.checked_sub(1).and_then(|i| self.cursor_at(i))
+    }
+
+    /// Decoded as a segment ([`crate::flow::FlowDecoder::for_segment`]), it
+    /// ended at the PSB where the next segment starts (false: it went on to
+    /// the end of the trace, past that PSB, which a damaged packet hid).
+    pub fn stopped_at_segment_end(&self) -> bool {
+        self.stopped_at_segment_end
+    }
+
+    /// The number of events and errors so far.
+    pub(crate) fn extras_len(&self) -> usize {
+        self.extras.len()
     }
 
     /// Records an event or error at the current position.

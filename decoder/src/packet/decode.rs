@@ -168,6 +168,14 @@ impl<'a> PacketDecoder<'a> {
         Some(found)
     }
 
+    /// Moves to `offset` without taking it for a sync point (a following
+    /// [`Self::sync_forward`] still finds a PSB that starts up to 15 bytes
+    /// before it, as after any packet).
+    pub fn seek(&mut self, offset: usize) {
+        self.pos = offset.min(self.data.len());
+        self.exhausted = false;
+    }
+
     /// Moves to an arbitrary offset (which should hold a PSB for the last IP to
     /// be right). Returns `false` when `offset` is past the end.
     pub fn sync_set(&mut self, offset: usize) -> bool {
