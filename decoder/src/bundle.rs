@@ -111,6 +111,27 @@ pub struct TscConversion {
     pub time_zero: String,
 }
 
+impl TscConversion {
+    /// The TSC value in nanoseconds (perf's `mul_u64_u32_shr` conversion,
+    /// in wrapping 64-bit arithmetic as LLDB computes it).
+    pub fn to_nanos(&self, tsc: u64) -> u64 {
+        let shift = u32::from(self.time_shift).min(63);
+        let mult = u64::from(self.time_mult);
+        let quot = tsc >> shift;
+        let rem = tsc & ((1u64 << shift) - 1);
+        self.zero().unwrap_or(0).wrapping_add(quot.wrapping_mul(mult)).wrapping_add(rem.wrapping_mul(mult) >> shift)
+    }
+
+    /// `time_zero` as a number (decimal, or hexadecimal with `0x`).
+    pub fn zero(&self) -> Option<u64> {
+        let text = self.time_zero.trim();
+        match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => text.parse().ok(),
+        }
+    }
+}
+
 /// What recorded the trace (an extra key; LLDB ignores it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

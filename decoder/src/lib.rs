@@ -26,4 +26,5 @@ pub mod history;
 pub mod image;
 pub mod packet;
 pub mod symbols;
+pub mod wallclock;
 pub mod x86;

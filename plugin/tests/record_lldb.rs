@@ -482,6 +482,27 @@ fn lldb_shows_instruction_times() {
     assert!(!text.contains("[unavailable]"), "{text}");
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "times go backwards");
     assert!(times.last().unwrap() > &times[0], "time never advances");
+
+    // retrace prints the same times, item by item (text and JSON).
+    let trace_json = bundle.join("trace.json");
+    let lldb = retrace_tests::lldb::dump_text(&trace_json, 1, "-a -f -e -t --raw").unwrap_or_else(|e| panic!("{e}"));
+    let ours = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "instructions", "-a", "-f", "-e", "-t", "--raw"]).arg(&trace_json).output().unwrap();
+    let ours = String::from_utf8(ours.stdout).unwrap();
+    assert!(lldb.contains(" ns] 0x") && !lldb.contains("[unavailable]"), "{lldb}");
+    if let Some(i) = ours.lines().zip(lldb.lines()).position(|(a, b)| a != b) {
+        panic!("times differ at line {i}: retrace {:?}, LLDB {:?}", ours.lines().nth(i), lldb.lines().nth(i));
+    }
+    assert_eq!(ours.lines().count(), lldb.lines().count());
+    let out = Command::new("lldb-22")
+        .args(["-b", "-o", &format!("trace load {}", trace_json.display()), "-o", "thread trace dump instructions -e -t -j -c 300"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lldb: Vec<serde_json::Value> = serde_json::from_str(text.lines().find(|l| l.starts_with('[')).unwrap()).unwrap();
+    let ours = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "instructions", "-e", "-t", "-j", "-c", "300"]).arg(&trace_json).output().unwrap();
+    let ours: Vec<serde_json::Value> = serde_json::from_slice(&ours.stdout).unwrap();
+    let stamps = |items: &[serde_json::Value]| items.iter().map(|i| (i["id"].clone(), i["timestamp_ns"].clone())).collect::<Vec<_>>();
+    assert_eq!(stamps(&ours), stamps(&lldb));
 }
 
 #[test]

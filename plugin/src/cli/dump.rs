@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions, Item};
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
+use retrace_decoder::wallclock::WallClock;
 
 use super::CliError;
 use crate::bundle;
@@ -23,6 +24,8 @@ pub struct InstructionsArgs {
     pub options: FlowOptions,
     /// LLDB's `-j` (one line) or `-J` (indented) JSON instead of text.
     pub json: Option<JsonStyle>,
+    /// Each item's time (LLDB's `-t`).
+    pub time: bool,
 }
 
 /// How JSON is laid out.
@@ -43,15 +46,30 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
     }
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
+    let decode = |thread: &bundle::LoadedThread| -> Vec<Item> {
+        decode_parallel_with(&thread.trace, &loaded.image, cores(), args.options).items().collect()
+    };
+    // With times: every thread decoded first, as LLDB's time zero is the
+    // earliest first TSC of all threads.
+    let mut decoded: Vec<Option<Vec<Item>>> = loaded.threads.iter().map(|t| args.time.then(|| decode(t))).collect();
+    let conversion = loaded.description.tsc_perf_zero_conversion.clone().filter(|_| args.time);
+    let begin = conversion.as_ref().and_then(|c| {
+        let first = decoded.iter().flatten().filter_map(|items| WallClock::first_tsc(items)).min()?;
+        Some(c.to_nanos(first))
+    });
     for (index, thread) in loaded.threads.iter().enumerate() {
         if args.tid.is_some_and(|tid| tid != thread.tid) {
             continue;
         }
-        let items: Vec<Item> = decode_parallel_with(&thread.trace, &loaded.image, cores(), args.options).items().collect();
+        let items = decoded[index].take().unwrap_or_else(|| decode(thread));
         let (selected, exhausted) = select(&items, args);
+        let clock = conversion.as_ref().map(|c| WallClock::new(&items, c));
+        let time = |id: usize| -> Option<Option<f64>> {
+            args.time.then(|| Some(clock.as_ref()?.time(id, begin?)).flatten())
+        };
         match args.json {
             Some(style) => {
-                let array = serde_json::Value::Array(selected.iter().map(|&(id, item)| item_json(&loaded, id, item, args.raw)).collect());
+                let array = serde_json::Value::Array(selected.iter().map(|&(id, item)| item_json(&loaded, id, item, args.raw, time(id))).collect());
                 match style {
                     JsonStyle::Compact => writeln!(out, "{array}")?,
                     JsonStyle::Pretty => writeln!(out, "{}", serde_json::to_string_pretty(&array).expect("JSON"))?,
@@ -59,7 +77,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
             }
             None => {
                 writeln!(out, "thread #{}: tid = {}", index + 1, thread.tid)?;
-                write_text(&mut out, &loaded, &selected, args.raw)?;
+                write_text(&mut out, &loaded, &selected, args.raw, &time)?;
                 if exhausted {
                     writeln!(out, "    no more data")?;
                 }
@@ -94,15 +112,27 @@ fn select<'i>(items: &'i [Item], args: &InstructionsArgs) -> (Vec<(usize, &'i It
 
 /// LLDB's text: symbol-context lines when the context changes (not with
 /// `raw`), instruction, event and error lines.
-fn write_text(out: &mut impl Write, loaded: &bundle::LoadedBundle, selected: &[(usize, &Item)], raw: bool) -> std::io::Result<()> {
+fn write_text(
+    out: &mut impl Write,
+    loaded: &bundle::LoadedBundle,
+    selected: &[(usize, &Item)],
+    raw: bool,
+    time: &dyn Fn(usize) -> Option<Option<f64>>,
+) -> std::io::Result<()> {
     let mut previous: Option<SymbolContext> = None;
     let mut previous_was_error = false;
     let mut contexts: HashMap<u64, SymbolContext> = HashMap::new();
     for &(id, item) in selected {
+        // `-t`: `[<ns> ns] ` or `[unavailable] ` after the id.
+        let stamp = match time(id) {
+            None => String::new(),
+            Some(Some(ns)) => format!("[{ns:.3} ns] "),
+            Some(None) => "[unavailable] ".into(),
+        };
         match item {
             Item::Instruction { ip } => {
                 if raw {
-                    writeln!(out, "    {id}: {ip:#018x}")?;
+                    writeln!(out, "    {id}: {stamp}{ip:#018x}")?;
                 } else {
                     let context = contexts.entry(*ip).or_insert_with(|| loaded.symbols.lookup(*ip)).clone();
                     if !previous.as_ref().is_some_and(|p| p.same_scope(&context)) {
@@ -110,15 +140,15 @@ fn write_text(out: &mut impl Write, loaded: &bundle::LoadedBundle, selected: &[(
                     }
                     previous = Some(context);
                     let (_, text) = disassemble(&loaded.image, &loaded.symbols, *ip);
-                    writeln!(out, "    {id}: {ip:#018x}    {text}")?;
+                    writeln!(out, "    {id}: {stamp}{ip:#018x}    {text}")?;
                 }
             }
-            Item::Event(event) => writeln!(out, "    {id}: (event) {event}")?,
+            Item::Event(event) => writeln!(out, "    {id}: {stamp}(event) {event}")?,
             Item::Error { error, .. } => {
                 if !previous_was_error {
                     writeln!(out, "    ...missing instructions")?;
                 }
-                writeln!(out, "    {id}: (error) {error}")?;
+                writeln!(out, "    {id}: {stamp}(error) {error}")?;
             }
         }
         previous_was_error = matches!(item, Item::Error { .. });
@@ -130,11 +160,15 @@ fn write_text(out: &mut impl Write, loaded: &bundle::LoadedBundle, selected: &[(
 /// and (unless `raw`) `module`, `symbol`, `mnemonic` and, with a line,
 /// `source`/`line`/`column`; for an event its name and extra key; for an
 /// error its message.
-fn item_json(loaded: &bundle::LoadedBundle, id: usize, item: &Item, raw: bool) -> serde_json::Value {
+fn item_json(loaded: &bundle::LoadedBundle, id: usize, item: &Item, raw: bool, time: Option<Option<f64>>) -> serde_json::Value {
     use retrace_decoder::flow::Event;
     use serde_json::json;
     let mut object = serde_json::Map::new();
     object.insert("id".into(), id.into());
+    if let Some(time) = time {
+        // A string with six decimals, as LLDB writes it (null: unavailable).
+        object.insert("timestamp_ns".into(), json!(time.map(|ns| format!("{ns:.6}"))));
+    }
     match item {
         Item::Instruction { ip } => {
             object.insert("loadAddress".into(), format!("{ip:#x}").into());

@@ -148,6 +148,12 @@ enum DumpCommand {
         /// JSON, indented (LLDB's `-J`).
         #[arg(short = 'J', long, conflicts_with = "json")]
         pretty_json: bool,
+        /// Each item's time (LLDB's `-t`): nanoseconds since the trace's
+        /// earliest clock tick (`[12.500 ns]`), interpolated between ticks
+        /// as LLDB does, from the bundle's `tscPerfZeroConversion`;
+        /// `[unavailable]` before a thread's first tick or without it.
+        #[arg(short = 't', long)]
+        time: bool,
         #[command(flatten)]
         decode: DecodeFlags,
     },
@@ -232,14 +238,14 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Ptdump { file, json, no_sync } => ptdump::run(&file, json, no_sync),
         Command::Encode { script, output } => encode::run(&script, &output),
         Command::Dump(DumpCommand::Info { trace_json, json, decode }) => dump::info(&trace_json, json, decode.options()),
-        Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events, json, pretty_json, decode }) => {
+        Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events, json, pretty_json, time, decode }) => {
             let options = decode.options();
             let json = match (json, pretty_json) {
                 (true, _) => Some(dump::JsonStyle::Compact),
                 (_, true) => Some(dump::JsonStyle::Pretty),
                 _ => None,
             };
-            dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid, options, json })
+            dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid, options, json, time })
         }
         Command::Dump(DumpCommand::FunctionCalls { trace_json, tid, json, pretty_json, decode }) => {
             let format = match (json, pretty_json) {
