@@ -621,6 +621,14 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     self.tnt_len = tnt.len as u32;
                     self.read_ahead()?;
                 }
+                // A FUP with a TNT right after it (a damaged trace): libipt
+                // read the FUP ahead as an asynchronous branch waiting for a
+                // TIP, and takes the TNT bits.
+                Some((_, Packet::Fup(Ip { ip: Some(_), .. }))) if self.tnt_after_peeked() => {
+                    self.peeked = None;
+                    self.tip_queue.push(BoundToTip::AsyncBranch);
+                    return self.tnt_bit();
+                }
                 _ => return Ok(None),
             }
         }
@@ -629,6 +637,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             self.check_next_event(true)?;
         }
         Ok(Some(self.tnt_bits >> self.tnt_len & 1 == 1))
+    }
+
+    /// Whether the packet after the peeked one (past timing packets) is a TNT.
+    fn tnt_after_peeked(&self) -> bool {
+        let mut ahead = self.packets.clone();
+        loop {
+            match next_packet(&mut ahead) {
+                Ok(Some((_, Packet::Pad | Packet::Tsc(_) | Packet::Mtc(_) | Packet::Cyc(_) | Packet::Tma { .. }))) => {}
+                Ok(Some((_, Packet::TntShort(_) | Packet::TntLong(_)))) => return true,
+                _ => return false,
+            }
+        }
     }
 
     /// libipt decodes the next event as soon as nothing is left before it
