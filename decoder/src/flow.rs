@@ -166,6 +166,12 @@ fn decoded_later(kind: &crate::packet::PacketErrorKind) -> bool {
     matches!(kind, crate::packet::PacketErrorKind::Malformed { packet: "mode" | "ip" | "tnt.8" | "tnt.64" | "ptw", .. })
 }
 
+/// A TIP.PGE must say where tracing starts: libipt rejects one without an IP
+/// as a bad packet.
+fn pge_without_ip() -> FlowError {
+    FlowError::Packet(crate::packet::PacketErrorKind::Malformed { packet: "tip.pge", reason: "no IP" }, None)
+}
+
 /// Whether libipt leaves this malformed packet (at `at`) until it is needed:
 /// TNT, TIP and event packets are known by their opcode when reading ahead,
 /// FUPs are decoded then.
@@ -668,6 +674,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             return Ok(());
         };
         match packet {
+            Packet::TipPge(Ip { ip: None, .. }) => return Err((offset, pge_without_ip())),
             Packet::TipPge(_) if enabled => {
                 self.rejected_event = Some((offset, FlowError::BadContext(None)));
                 return Ok(());
@@ -686,8 +693,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         let mut ahead = self.packets.clone();
         let mut next = self.scan_ahead(&mut ahead, None, false)?;
         if let Packet::ModeExec { .. } = packet {
-            // Further MODE.Exec packets queue up with this one.
-            while let Ahead::Packet(Packet::ModeExec { .. }) = next {
+            // Further MODE packets are decoded with this one (MODE.Exec
+            // queues up; MODE.TSX waits for a FUP, or is an event of its
+            // own while tracing is off), reading ahead past each.
+            while let Ahead::Packet(Packet::ModeExec { .. } | Packet::ModeTsx { .. }) = next {
                 next = self.scan_ahead(&mut ahead, None, false)?;
             }
         }
@@ -705,6 +714,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 // TIP.PGE gives its enable event first (which cannot apply
                 // while tracing is on); a TIP or TIP.PGD gives the MODE.Exec
                 // event and is read past.
+                if let Packet::TipPge(Ip { ip: None, .. }) = next {
+                    return Err((offset, pge_without_ip()));
+                }
                 if matches!(next, Packet::TipPge(_)) {
                     if enabled {
                         self.rejected_event = Some((offset, FlowError::BadContext(None)));
@@ -1237,7 +1249,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                             next_event?;
                             Next::At(ip)
                         }
-                        None => Next::Disabled,
+                        None => return Err((offset, pge_without_ip())),
                     },
                     (Some((offset, Packet::Ovf)), _) => self.overflow(offset)?,
                     (Some((_, packet @ (Packet::Cbr(_) | Packet::ModeExec { .. } | Packet::ModeTsx { .. }))), _) => {

@@ -73,6 +73,12 @@ fn generated_walks_with_overflows_dump_as_in_lldb() {
 /// that met it; retrace reports the damaged PSB as an error item of its own
 /// and decodes on from the next PSB. There LLDB's text must be retrace's up
 /// to that point, and retrace's next line that error item.
+///
+/// Seeds 800–871 drove the parity work and all agree; of 872–967, taken
+/// afterwards as a fresh sample, the listed ones still differ (libipt
+/// reactions not yet reproduced: a TIP.PGD met by a branch query, TSCs going
+/// backwards, failures two events ahead, ends of cut traces). The test
+/// checks that exactly those differ, so a fix or a regression shows.
 #[test]
 fn corrupted_walks_dump_as_in_lldb() {
     if !require("lldb-22", which("lldb-22").is_some()) {
@@ -83,7 +89,8 @@ fn corrupted_walks_dump_as_in_lldb() {
         return;
     };
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupted_lldb");
-    let seeds = 800..872u64;
+    const KNOWN_DIVERGENT: [u64; 18] = [883, 886, 894, 898, 899, 901, 902, 904, 905, 910, 914, 918, 920, 924, 936, 939, 956, 961];
+    let seeds = 800..968u64;
     let (mut differing, mut stopped_by_lldb) = (Vec::new(), 0);
     for seed in seeds.clone() {
         let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period: 1024, timing: true, overflow_one_in: 0 });
@@ -102,7 +109,7 @@ fn corrupted_walks_dump_as_in_lldb() {
             }
         }
     }
-    assert!(differing.is_empty(), "seeds differing from LLDB: {differing:?}");
+    assert_eq!(differing, KNOWN_DIVERGENT, "seeds differing from LLDB");
     // Both outcomes occur in these seeds: full agreement and LLDB giving up.
     assert!(stopped_by_lldb >= 1 && stopped_by_lldb < seeds.count(), "{stopped_by_lldb} seeds where LLDB stopped early");
 }
