@@ -882,11 +882,16 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
         let mut next = self.fetch_flow()?;
         if let Some((_, Packet::TntShort(tnt) | Packet::TntLong(tnt))) = next {
-            // libipt caches one TNT packet met while looking for the TIP.
+            // libipt caches one TNT packet met while looking for the TIP;
+            // then only a TIP answers (an event there is no answer).
             self.tnt_bits = tnt.bits;
             self.tnt_len = tnt.len as u32;
             self.read_ahead()?;
             next = self.fetch_flow()?;
+            match next {
+                Some((_, Packet::Tip(_) | Packet::Psb)) | None => {}
+                Some((offset, _)) => return Err((offset, FlowError::Mismatch { expected: "a TIP after a TNT", ip: Some(at) })),
+            }
         }
         match next {
             Some((offset, Packet::Tip(tip))) => {
