@@ -179,6 +179,17 @@ fn left_for_later(data: &[u8], at: usize, kind: &crate::packet::PacketErrorKind)
     decoded_later(kind) && data.get(at).map(|b| b & 0x1f) != Some(0x1d)
 }
 
+/// Whether the packet at `at` is an event packet by its opcode (MODE,
+/// TIP.PGE, TIP.PGD, and the extended PIP, CBR, VMCS, OVF, STOP, MNT,
+/// EXSTOP, MWAIT, PWRE, PWRX, PTW).
+fn is_event_opcode(data: &[u8], at: usize) -> bool {
+    match data.get(at).copied().unwrap_or(0) {
+        0x99 => true,
+        0x02 => data.get(at + 1).is_some_and(|&b| matches!(b, 0x43 | 0x03 | 0xc8 | 0xf3 | 0x83 | 0xc3 | 0x62 | 0xe2 | 0xc2 | 0x22 | 0xa2) || b & 0x1f == 0x12),
+        opcode => matches!(opcode & 0x1f, 0x11 | 0x01),
+    }
+}
+
 /// Whether the (malformed) packet at `at` answers a query — a TNT or a TIP,
 /// which wait for the branch that needs them — rather than being an event
 /// or a FUP, which libipt decodes as soon as it reads ahead to them.
@@ -308,6 +319,8 @@ pub struct FlowDecoder<'a, M: Memory> {
     options: FlowOptions,
     /// Decoding ended at the PSB at `stop_at`.
     stopped: bool,
+    /// The trace ends with a packet cut short, at this offset.
+    cut_packet: Option<usize>,
 }
 
 /// Where the decoder stands after handling something.
@@ -386,6 +399,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             mode: None,
             options: FlowOptions::default(),
             stopped: false,
+            cut_packet: None,
         }
     }
 
@@ -586,7 +600,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 // A packet cut off by the end of the buffer: the trace ends
                 // before it (libipt's read-ahead treats it so, and LLDB shows
                 // no error; `retrace ptdump` does).
-                Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => return Ok(None),
+                Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => {
+                    self.cut_packet = Some(e.offset);
+                    return Ok(None);
+                }
                 Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
             };
             match packet {
@@ -671,7 +688,14 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             e => Err(e),
         })?
         else {
-            return Ok(());
+            // An event packet cut short by the end of the trace: libipt
+            // knows it by its opcode and fails decoding it.
+            return match self.cut_packet {
+                Some(at) if is_event_opcode(data, at) => {
+                    Err((at, FlowError::Packet(crate::packet::PacketErrorKind::Truncated { needed: 0, available: data.len() - at }, None)))
+                }
+                _ => Ok(()),
+            };
         };
         match packet {
             Packet::TipPge(Ip { ip: None, .. }) => return Err((offset, pge_without_ip())),
