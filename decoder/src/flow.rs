@@ -351,8 +351,9 @@ fn disables_at(kind: FlowKind, at: u64) -> bool {
 /// An event libipt holds until the next TIP, TIP.PGE or TIP.PGD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BoundToTip {
-    /// A MODE.Exec, with the mode it gives.
-    ExecMode(Option<ExecMode>),
+    /// A MODE.Exec, with the mode it gives and the time at its packet
+    /// (libipt stamps the event with it).
+    ExecMode(Option<ExecMode>, Option<u64>),
     /// A FUP read while tracing is off (an asynchronous branch).
     AsyncBranch,
 }
@@ -710,7 +711,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 return Ok(());
             }
             Packet::Fup(fup) if fup.ip.is_none() => return Err((offset, FlowError::IpSuppressed(None))),
-            Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Fup(_) | Packet::ModeExec { .. } | Packet::Cbr(_) => {}
+            Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Fup(_) | Packet::ModeExec { .. } | Packet::ModeTsx { .. } | Packet::Cbr(_) => {}
             _ => return Ok(()), // TNT, TIP, PSB, OVF: not decoded ahead of time
         }
         // Decoding the event reads ahead past it, to the next flow or event packet.
@@ -852,7 +853,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn take_tip_queue(&mut self) -> Vec<BoundToTip> {
         let queued = std::mem::take(&mut self.tip_queue);
         for bound in &queued {
-            if let BoundToTip::ExecMode(mode) = *bound {
+            if let BoundToTip::ExecMode(mode, _) = *bound {
                 self.mode = mode;
             }
         }
@@ -866,7 +867,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         self.read_ahead()?;
         match packet {
             // MODE.Exec waits for the TIP it binds to, and is stamped with it.
-            Packet::ModeExec { csl, csd, .. } => self.tip_queue.push(BoundToTip::ExecMode(ExecMode::from_mode_exec(csl, csd))),
+            Packet::ModeExec { csl, csd, .. } => self.tip_queue.push(BoundToTip::ExecMode(ExecMode::from_mode_exec(csl, csd), time)),
             _ => self.notify_time_at(time),
         }
         Ok(())
@@ -1071,7 +1072,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     // A TIP.PGD that a MODE.Exec is queued for gives that
                     // event (stamped, applied at once: it has no IP) and
                     // does not stop tracing (libipt).
-                    Some((_, Packet::TipPgd(_))) if matches!(self.tip_queue.first(), Some(BoundToTip::ExecMode(_))) => {
+                    Some((_, Packet::TipPgd(_))) if matches!(self.tip_queue.first(), Some(BoundToTip::ExecMode(..))) => {
                         self.peeked = None;
                         let time = self.time;
                         self.take_tip_queue();
@@ -1269,12 +1270,21 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                                 return Err((offset, FlowError::BadContext(None)));
                             }
                             self.read_ahead()?;
-                            // The MODE.Exec that comes with a TIP.PGE is a
-                            // second libipt event, after the enable event: a
-                            // failure decoding what follows is that event's,
-                            // and LLDB has stamped the enable event's time.
+                            // The MODE.Exec events queued for a TIP.PGE come
+                            // after the enable event, each stamped with the
+                            // time at its own packet; a failure decoding what
+                            // follows is the last one's (LLDB has stamped the
+                            // others by then).
                             let next_event = self.check_next_event(true);
                             self.notify_time_at(time);
+                            let mut stamps: Vec<Option<u64>> =
+                                queued.iter().filter_map(|q| if let BoundToTip::ExecMode(_, t) = *q { Some(t) } else { None }).collect();
+                            if next_event.is_err() {
+                                stamps.pop();
+                            }
+                            for stamp in stamps {
+                                self.notify_time_at(stamp);
+                            }
                             next_event?;
                             Next::At(ip)
                         }
@@ -1288,7 +1298,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     // A MODE.Exec binds to this TIP: without an IP, that
                     // libipt event applies here and is stamped, then the
                     // next instruction query fails.
-                    (Some((offset, Packet::Tip(Ip { ip: None, .. }))), Some(BoundToTip::ExecMode(_))) => {
+                    (Some((offset, Packet::Tip(Ip { ip: None, .. }))), Some(BoundToTip::ExecMode(..))) => {
                         self.notify_time();
                         return Err((offset, FlowError::NotEnabled));
                     }
@@ -1296,7 +1306,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     // for it instead: a MODE.Exec event (stamped; tracing
                     // stays off), or an asynchronous disable, which cannot
                     // apply.
-                    (Some((_, Packet::TipPgd(_))), Some(BoundToTip::ExecMode(_))) => {
+                    (Some((_, Packet::TipPgd(_))), Some(BoundToTip::ExecMode(..))) => {
                         let time = self.time;
                         self.take_tip_queue();
                         self.read_ahead()?;
