@@ -717,6 +717,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         // Decoding the event reads ahead past it, to the next flow or event packet.
         let mut ahead = self.packets.clone();
         let mut next = self.scan_ahead(&mut ahead, None, false)?;
+        if let Packet::Fup(_) = packet {
+            // libipt reads a FUP as status (an asynchronous branch waiting
+            // for a TIP) and decodes the event after it: a TIP.PGE (after
+            // MODE packets) cannot apply while tracing is on.
+            while let Ahead::Packet(Packet::ModeExec { .. } | Packet::ModeTsx { .. }) = next {
+                next = self.scan_ahead(&mut ahead, None, false)?;
+            }
+            if enabled && matches!(next, Ahead::Packet(Packet::TipPge(_))) {
+                self.rejected_event = Some((offset, FlowError::BadContext(None)));
+            }
+            return Ok(());
+        }
         if let Packet::ModeExec { .. } = packet {
             // Further MODE packets are decoded with this one (MODE.Exec
             // queues up; MODE.TSX waits for a FUP, or is an event of its
