@@ -1316,8 +1316,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     }
                     // A TIP.PGD while tracing is off gives what was queued
                     // for it instead: a MODE.Exec event (stamped; tracing
-                    // stays off), or an asynchronous disable, which cannot
-                    // apply.
+                    // stays off), or an asynchronous disable, which waits
+                    // for its IP, so the next instruction query fails.
                     (Some((_, Packet::TipPgd(_))), Some(BoundToTip::ExecMode(..))) => {
                         let time = self.time;
                         self.take_tip_queue();
@@ -1327,7 +1327,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         Next::Disabled
                     }
                     (Some((offset, Packet::TipPgd(_))), Some(BoundToTip::AsyncBranch)) => {
-                        return Err((offset, FlowError::BadContext(None)));
+                        return Err((offset, FlowError::NotEnabled));
                     }
                     (Some((offset, Packet::TntShort(_) | Packet::TntLong(_) | Packet::Tip(_) | Packet::TipPgd(_))), _) => {
                         return Err((offset, FlowError::NotEnabled))
