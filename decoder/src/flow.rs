@@ -797,7 +797,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// an IP), whole PSB+ headers — up to a packet that answers a query or
     /// is an event, returned. `None` at a malformed such packet (decoded
     /// when needed) or at the end of the trace, which, with `note_end`,
-    /// sets [`Self::trace_ends`].
+    /// sets [`Self::trace_ends`]. Without `note_end` (decoding an event
+    /// ahead) and with LLDB's PSB slices, a PSB ends the trace too.
     fn scan_ahead(&mut self, ahead: &mut PacketDecoder<'a>, mut first: Option<(usize, Packet)>, note_end: bool) -> Flow<Ahead> {
         let data = ahead.data();
         loop {
@@ -810,6 +811,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             };
             match packet {
                 Packet::Fup(fup) if fup.ip.is_none() => return Err((offset, FlowError::IpSuppressed(None))),
+                // Decoding an event ahead, LLDB's slice ends at the PSB.
+                Packet::Psb if !note_end && self.options.lldb_psb_slices => break,
                 Packet::Psb if !read_psb_header(ahead, offset)? => break,
                 Packet::Fup(_) | Packet::Psb | Packet::Psbend | Packet::Pad | Packet::Tsc(_) | Packet::Mtc(_) | Packet::Cyc(_) | Packet::Tma { .. } => {}
                 _ => return Ok(Ahead::Packet(packet)),
