@@ -188,9 +188,10 @@ enum DumpCommand {
 #[derive(Debug, Clone, Copy, clap::Args)]
 pub struct DecodeFlags {
     /// Leave out LLDB 22's artifacts. By default the items are LLDB's, ids
-    /// included: LLDB decodes each PSB-to-PSB slice of a trace on its own
-    /// and reports "reached end of trace stream" at a slice boundary whose
-    /// first instruction is a branch, though nothing is missing there.
+    /// included: LLDB decodes each PSB-to-PSB slice of a trace on its own,
+    /// so it reports "reached end of trace stream" at a slice boundary whose
+    /// first instruction is a branch, and where a query or an event needs
+    /// packets past the boundary, though nothing is missing there.
     #[arg(long)]
     pub no_lldb_quirks: bool,
 }
