@@ -37,15 +37,22 @@ fn assert_same_text(what: &str, ours: &str, lldb: &str) {
     }
 }
 
+/// libc's image and function entries when LLDB 22 and libc are here (a test
+/// is skipped, or fails under CI=true, otherwise).
+fn lldb_and_libc() -> Option<(retrace_decoder::image::Image, Vec<u64>)> {
+    if !require("lldb-22", which("lldb-22").is_some()) {
+        return None;
+    }
+    let found = libc_image();
+    if found.is_none() {
+        require("libc.so.6 at /lib/x86_64-linux-gnu", false);
+    }
+    found
+}
+
 #[test]
 fn generated_walks_with_overflows_dump_as_in_lldb() {
-    if !require("lldb-22", which("lldb-22").is_some()) {
-        return;
-    }
-    let Some((image, entries)) = libc_image() else {
-        require("libc.so.6 at /lib/x86_64-linux-gnu", false);
-        return;
-    };
+    let Some((image, entries)) = lldb_and_libc() else { return };
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("generated_lldb");
     let mut overflows = 0;
     for seed in 700..712u64 {
@@ -81,13 +88,7 @@ fn generated_walks_with_overflows_dump_as_in_lldb() {
 /// checks that exactly those differ, so a fix or a regression shows.
 #[test]
 fn corrupted_walks_dump_as_in_lldb() {
-    if !require("lldb-22", which("lldb-22").is_some()) {
-        return;
-    }
-    let Some((image, entries)) = libc_image() else {
-        require("libc.so.6 at /lib/x86_64-linux-gnu", false);
-        return;
-    };
+    let Some((image, entries)) = lldb_and_libc() else { return };
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupted_lldb");
     const KNOWN_DIVERGENT: [u64; 3] = [901, 914, 939];
     let seeds = 800..968u64;

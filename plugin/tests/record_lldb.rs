@@ -180,13 +180,8 @@ fn assert_retrace_dump_equals_lldb(bundle: &Path, threads: usize) {
 fn assert_function_calls_equal_lldb(bundle: &Path, threads: usize) {
     let trace_json = bundle.join("trace.json");
     for (ours_flag, lldb_flag) in [(None, ""), (Some("--json"), "-j ")] {
-        let mut lldb = Command::new("lldb-22");
-        lldb.arg("-b").arg("-o").arg(format!("trace load {}", trace_json.display()));
-        for index in 1..=threads {
-            lldb.arg("-o").arg(format!("thread trace dump function-calls {lldb_flag}{index}"));
-        }
-        let lldb = lldb.output().expect("lldb-22");
-        let lldb: String = String::from_utf8_lossy(&lldb.stdout).lines().filter(|l| !l.starts_with("(lldb) ")).map(|l| format!("{l}\n")).collect();
+        let commands = (1..=threads).map(|index| format!("thread trace dump function-calls {lldb_flag}{index}"));
+        let lldb = retrace_tests::lldb::trace_commands(&trace_json, commands).unwrap_or_else(|e| panic!("{e}"));
         let ours = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "function-calls"]).args(ours_flag).arg(&trace_json).output().unwrap();
         assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
         let ours = String::from_utf8(ours.stdout).unwrap();
@@ -207,13 +202,8 @@ fn assert_instruction_json_equals_lldb(bundle: &Path, threads: &[u64]) {
     const LLDB_PREFIX_ONLY: [&str; 13] = ["", "rex64", "lock", "rep", "repne", "fs", "gs", "data16", "addr32", "cs", "ds", "es", "ss"];
     let trace_json = bundle.join("trace.json");
     for (index, tid) in threads.iter().enumerate() {
-        let out = Command::new("lldb-22")
-            .args(["-b", "-o", &format!("trace load {}", trace_json.display()), "-o", &format!("thread trace dump instructions -a -f -e -j {}", index + 1)])
-            .output()
-            .expect("lldb-22");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().find(|l| l.starts_with('[')).unwrap_or_else(|| panic!("no JSON from LLDB:\n{text}"));
-        let lldb: Vec<serde_json::Value> = serde_json::from_str(line).unwrap();
+        let lldb = retrace_tests::lldb::json(&trace_json, &format!("thread trace dump instructions -a -f -e -j {}", index + 1))
+            .unwrap_or_else(|e| panic!("{e}"));
         let ours = Command::new(env!("CARGO_BIN_EXE_retrace"))
             .args(["dump", "instructions", "-a", "-f", "-e", "--json", "--tid", &tid.to_string()])
             .arg(&trace_json)
@@ -493,12 +483,7 @@ fn lldb_shows_instruction_times() {
         panic!("times differ at line {i}: retrace {:?}, LLDB {:?}", ours.lines().nth(i), lldb.lines().nth(i));
     }
     assert_eq!(ours.lines().count(), lldb.lines().count());
-    let out = Command::new("lldb-22")
-        .args(["-b", "-o", &format!("trace load {}", trace_json.display()), "-o", "thread trace dump instructions -e -t -j -c 300"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lldb: Vec<serde_json::Value> = serde_json::from_str(text.lines().find(|l| l.starts_with('[')).unwrap()).unwrap();
+    let lldb = retrace_tests::lldb::json(&trace_json, "thread trace dump instructions -e -t -j -c 300").unwrap_or_else(|e| panic!("{e}"));
     let ours = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "instructions", "-e", "-t", "-j", "-c", "300"]).arg(&trace_json).output().unwrap();
     let ours: Vec<serde_json::Value> = serde_json::from_slice(&ours.stdout).unwrap();
     let stamps = |items: &[serde_json::Value]| items.iter().map(|i| (i["id"].clone(), i["timestamp_ns"].clone())).collect::<Vec<_>>();

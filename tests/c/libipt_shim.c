@@ -247,18 +247,41 @@ const char *shim_flow_last_error_name(uint64_t *offset)
 	return pt_errstr(pt_errcode(shim_flow_last_error));
 }
 
-/* Decodes with the instruction decoder, as LLDB does: writes up to `cap`
- * instruction addresses to `out`, returns how many instructions there were
- * (or a negative libipt error if setup failed); *errors counts decode errors
- * (each followed by a resync). */
-int64_t shim_insn_ips(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
-		      size_t count, uint32_t family, uint32_t model, uint64_t *out, size_t cap,
-		      uint64_t *errors)
+/* Where the instruction decoder's items go: `width` 1, addresses of
+ * instructions only; `width` 2, (ip, -error) pairs, errors included (ip 0:
+ * none). At most `cap` items are written; `n` counts them all. */
+struct shim_insn_sink {
+	uint64_t *out;
+	size_t cap;
+	int64_t n;
+	int width;
+};
+
+static void shim_insn_item(struct shim_insn_sink *sink, uint64_t ip, int status)
+{
+	if (sink->width == 1 && status < 0)
+		return;
+	if ((size_t) sink->n < sink->cap) {
+		sink->out[sink->width * sink->n] = ip;
+		if (sink->width == 2)
+			sink->out[2 * sink->n + 1] = (uint64_t) (int64_t) status;
+	}
+	sink->n += 1;
+}
+
+/* Decodes the whole trace with the instruction decoder, events first,
+ * resyncing after each error (counted in *errors, end of trace aside), until
+ * synchronisation fails. With `as_lldb`, as LLDB 22 drives it: an
+ * instruction returned with pts_eos is not listed and ends the run there,
+ * errors are items (a failed event's without address). Returns how many
+ * items there were, or a negative value if setup failed. */
+static int64_t shim_insn_run(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
+			     size_t count, uint32_t family, uint32_t model, int as_lldb,
+			     struct shim_insn_sink *sink, uint64_t *errors)
 {
 	struct pt_config config;
 	struct pt_insn_decoder *decoder;
 	struct pt_image *image;
-	int64_t n = 0;
 	int status;
 
 	*errors = 0;
@@ -285,88 +308,61 @@ int64_t shim_insn_ips(const uint8_t *trace, size_t len, const struct shim_file_s
 				if (status < 0)
 					break;
 			}
-			if (status < 0)
+			if (status < 0) {
+				shim_insn_item(sink, 0, status);
 				break;
+			}
+			if (as_lldb && (status & pts_eos))
+				break;
+			memset(&insn, 0, sizeof(insn));
 			status = pt_insn_next(decoder, &insn, sizeof(insn));
-			if (status < 0)
+			if (status < 0) {
+				shim_insn_item(sink, insn.ip, status);
 				break;
-			if ((size_t) n < cap)
-				out[n] = insn.ip;
-			n += 1;
+			}
+			if (as_lldb && (status & pts_eos))
+				break;
+			shim_insn_item(sink, insn.ip, 0);
 		}
-		if (status == -pte_eos)
+		if (status == -pte_eos && !as_lldb)
 			break;
-		*errors += 1;
-		shim_flow_last_error = status;
-		pt_insn_get_offset(decoder, &shim_flow_last_offset);
+		if (status < 0 && status != -pte_eos) {
+			*errors += 1;
+			shim_flow_last_error = status;
+			pt_insn_get_offset(decoder, &shim_flow_last_offset);
+		}
 	}
 	pt_insn_free_decoder(decoder);
 	pt_image_free(image);
-	return n;
+	return sink->n;
 }
 
-/* Decodes with the instruction decoder driven as LLDB 22 drives it (events
- * first, an instruction returned with pts_eos is not listed, a failed event
- * is an error without address), over the whole trace, resyncing after each
- * error and stopping where synchronisation fails. Items, two u64 each, in
- * `out` (at most `cap`; returns how many there were):
+/* Decodes with the instruction decoder: writes up to `cap` instruction
+ * addresses to `out`, returns how many instructions there were (or a
+ * negative libipt error if setup failed); *errors counts decode errors
+ * (each followed by a resync). */
+int64_t shim_insn_ips(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
+		      size_t count, uint32_t family, uint32_t model, uint64_t *out, size_t cap,
+		      uint64_t *errors)
+{
+	struct shim_insn_sink sink = { out, cap, 0, 1 };
+
+	return shim_insn_run(trace, len, sections, count, family, model, 0, &sink, errors);
+}
+
+/* Decodes with the instruction decoder driven as LLDB 22 drives it (see
+ * shim_insn_run). Items, two u64 each, in `out` (at most `cap`; returns how
+ * many there were):
  *   ip, 0          an instruction
  *   ip, -error     an error (ip 0: none), then a resync
  */
 int64_t shim_insn_items(const uint8_t *trace, size_t len, const struct shim_file_section *sections,
 			size_t count, uint32_t family, uint32_t model, uint64_t *out, size_t cap)
 {
-	struct pt_config config;
-	struct pt_insn_decoder *decoder;
-	struct pt_image *image;
-	int64_t n = 0;
-	int status;
+	struct shim_insn_sink sink = { out, cap, 0, 2 };
+	uint64_t errors;
 
-	shim_flow_config(&config, trace, len, family, model);
-	decoder = pt_insn_alloc_decoder(&config);
-	if (!decoder)
-		return -1;
-	image = shim_image(sections, count);
-	if (!image || pt_insn_set_image(decoder, image) < 0) {
-		pt_insn_free_decoder(decoder);
-		return -2;
-	}
-#define SHIM_ITEM(a, b) do { if ((size_t) n < cap) { out[2 * n] = (a); out[2 * n + 1] = (b); } n += 1; } while (0)
-	for (;;) {
-		status = pt_insn_sync_forward(decoder);
-		if (status < 0)
-			break;
-		for (;;) {
-			struct pt_insn insn;
-
-			while (status & pts_event_pending) {
-				struct pt_event event;
-
-				status = pt_insn_event(decoder, &event, sizeof(event));
-				if (status < 0)
-					break;
-			}
-			if (status < 0) {
-				SHIM_ITEM(0, (uint64_t) (int64_t) status);
-				break;
-			}
-			if (status & pts_eos)
-				break;
-			memset(&insn, 0, sizeof(insn));
-			status = pt_insn_next(decoder, &insn, sizeof(insn));
-			if (status < 0) {
-				SHIM_ITEM(insn.ip, (uint64_t) (int64_t) status);
-				break;
-			}
-			if (status & pts_eos)
-				break;
-			SHIM_ITEM(insn.ip, 0);
-		}
-	}
-#undef SHIM_ITEM
-	pt_insn_free_decoder(decoder);
-	pt_image_free(image);
-	return n;
+	return shim_insn_run(trace, len, sections, count, family, model, 1, &sink, &errors);
 }
 
 /* What the block decoder reported, four u64 per item (see shim_blk_items). */

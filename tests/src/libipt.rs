@@ -194,24 +194,31 @@ fn raw_sections(sections: &[FileSection]) -> (Vec<std::ffi::CString>, Vec<RawFil
     (paths, raw)
 }
 
+/// Calls a shim function that writes up to `cap` items of `width` u64 each
+/// and returns how many there were (negative: setup failed), with a buffer
+/// grown until everything fits; the items, flat.
+fn collect_items(width: usize, mut cap: usize, mut call: impl FnMut(*mut u64, usize) -> i64) -> Vec<u64> {
+    loop {
+        let mut out = vec![0u64; cap * width];
+        let n = call(out.as_mut_ptr(), cap);
+        assert!(n >= 0, "libipt setup failed ({n})");
+        if (n as usize) <= cap {
+            out.truncate(n as usize * width);
+            return out;
+        }
+        cap = n as usize;
+    }
+}
+
 /// libipt's instruction decoder (what LLDB runs): every instruction address,
 /// and the number of decode errors. `cpu` = (family, model) for errata.
 pub fn insn_addresses(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> (Vec<u64>, u64) {
     let (_paths, raw) = raw_sections(sections);
-    let mut cap = trace.len() * 16 + 1024;
-    loop {
-        let mut out = vec![0u64; cap];
-        let mut errors = 0;
-        let n = unsafe {
-            shim_insn_ips(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, out.as_mut_ptr(), cap, &mut errors)
-        };
-        assert!(n >= 0, "libipt setup failed ({n})");
-        if (n as usize) <= cap {
-            out.truncate(n as usize);
-            return (out, errors);
-        }
-        cap = n as usize;
-    }
+    let mut errors = 0;
+    let ips = collect_items(1, trace.len() * 16 + 1024, |out, cap| unsafe {
+        shim_insn_ips(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, out, cap, &mut errors)
+    });
+    (ips, errors)
 }
 
 /// What libipt's instruction decoder reported, driven as LLDB 22 drives it.
@@ -228,23 +235,16 @@ pub enum InsnItem {
 /// (see `shim_insn_items`); it stops where synchronisation fails.
 pub fn insn_items(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> Vec<InsnItem> {
     let (_paths, raw) = raw_sections(sections);
-    let mut cap = trace.len() * 16 + 1024;
-    loop {
-        let mut out = vec![0u64; cap * 2];
-        let n = unsafe { shim_insn_items(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, out.as_mut_ptr(), cap) };
-        assert!(n >= 0, "libipt setup failed ({n})");
-        if (n as usize) <= cap {
-            return out
-                .chunks_exact(2)
-                .take(n as usize)
-                .map(|q| match q[1] as i64 {
-                    0 => InsnItem::Instruction(q[0]),
-                    status => InsnItem::Error { code: -status as i32, ip: (q[0] != 0).then_some(q[0]) },
-                })
-                .collect();
-        }
-        cap = n as usize;
-    }
+    let items = collect_items(2, trace.len() * 16 + 1024, |out, cap| unsafe {
+        shim_insn_items(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, out, cap)
+    });
+    items
+        .chunks_exact(2)
+        .map(|q| match q[1] as i64 {
+            0 => InsnItem::Instruction(q[0]),
+            status => InsnItem::Error { code: -status as i32, ip: (q[0] != 0).then_some(q[0]) },
+        })
+        .collect()
 }
 
 /// What libipt's block decoder reported, in order.
@@ -263,25 +263,18 @@ pub enum BlockItem {
 /// libipt's block decoder over `trace`, item by item.
 pub fn block_items(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> Vec<BlockItem> {
     let (_paths, raw) = raw_sections(sections);
-    let mut cap = trace.len() + 1024;
-    loop {
-        let mut out = vec![0u64; cap * 4];
-        let n = unsafe { shim_blk_items(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, out.as_mut_ptr(), cap) };
-        assert!(n >= 0, "libipt setup failed ({n})");
-        if (n as usize) <= cap {
-            return out
-                .chunks_exact(4)
-                .take(n as usize)
-                .map(|q| match q[0] {
-                    1 => BlockItem::Block { ip: q[1], end_ip: q[2], ninsn: q[3] & 0xffff_ffff, bits: [0, 16, 32, 64][(q[3] >> 32) as usize & 3] },
-                    2 => BlockItem::Error { code: q[1] as i32, offset: q[2] },
-                    3 => BlockItem::Overflow { resume_ip: (q[1] != 0).then_some(q[1]) },
-                    tag => panic!("shim item tag {tag}"),
-                })
-                .collect();
-        }
-        cap = n as usize;
-    }
+    let items = collect_items(4, trace.len() + 1024, |out, cap| unsafe {
+        shim_blk_items(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, out, cap)
+    });
+    items
+        .chunks_exact(4)
+        .map(|q| match q[0] {
+            1 => BlockItem::Block { ip: q[1], end_ip: q[2], ninsn: q[3] & 0xffff_ffff, bits: [0, 16, 32, 64][(q[3] >> 32) as usize & 3] },
+            2 => BlockItem::Error { code: q[1] as i32, offset: q[2] },
+            3 => BlockItem::Overflow { resume_ip: (q[1] != 0).then_some(q[1]) },
+            tag => panic!("shim item tag {tag}"),
+        })
+        .collect()
 }
 
 /// libipt's block decoder: `(instructions, errors)`.

@@ -56,13 +56,13 @@ pub fn dump_raw_instructions(trace_json: &Path, threads: usize) -> Result<BTreeM
     Ok(threads)
 }
 
-/// The text LLDB prints for `thread trace dump instructions <options> <index>`
-/// for every thread index `1..=threads`, without LLDB's echo of the commands.
-pub fn dump_text(trace_json: &Path, threads: usize, options: &str) -> Result<String, String> {
+/// What LLDB prints, without its echo of the commands, for `commands`
+/// run after `trace load <trace_json>`.
+pub fn trace_commands(trace_json: &Path, commands: impl IntoIterator<Item = String>) -> Result<String, String> {
     let mut command = Command::new("lldb-22");
     command.arg("-b").arg("-o").arg(format!("trace load {}", trace_json.display()));
-    for index in 1..=threads {
-        command.arg("-o").arg(format!("thread trace dump instructions {options} {index}"));
+    for each in commands {
+        command.arg("-o").arg(each);
     }
     let output = command.output().map_err(|e| format!("running lldb-22: {e}"))?;
     if !output.status.success() {
@@ -70,4 +70,18 @@ pub fn dump_text(trace_json: &Path, threads: usize, options: &str) -> Result<Str
     }
     let text = String::from_utf8_lossy(&output.stdout);
     Ok(text.lines().filter(|line| !line.starts_with("(lldb) ")).map(|line| format!("{line}\n")).collect())
+}
+
+/// The text LLDB prints for `thread trace dump instructions <options> <index>`
+/// for every thread index `1..=threads`, without LLDB's echo of the commands.
+pub fn dump_text(trace_json: &Path, threads: usize, options: &str) -> Result<String, String> {
+    trace_commands(trace_json, (1..=threads).map(|index| format!("thread trace dump instructions {options} {index}")))
+}
+
+/// The JSON array LLDB prints for one `-j` command (e.g. `thread trace dump
+/// instructions -j 1`).
+pub fn json(trace_json: &Path, command: &str) -> Result<Vec<serde_json::Value>, String> {
+    let text = trace_commands(trace_json, [command.to_string()])?;
+    let line = text.lines().find(|l| l.starts_with('[')).ok_or_else(|| format!("no JSON from LLDB:\n{text}"))?;
+    serde_json::from_str(line).map_err(|e| e.to_string())
 }
