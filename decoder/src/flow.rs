@@ -717,27 +717,21 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         // Decoding the event reads ahead past it, to the next flow or event packet.
         let mut ahead = self.packets.clone();
         let mut next = self.scan_ahead(&mut ahead, None, false)?;
-        if let Packet::Fup(_) = packet {
-            // libipt reads a FUP as status (an asynchronous branch waiting
-            // for a TIP) and decodes the event after it: a TIP.PGE (after
-            // MODE packets) cannot apply while tracing is on.
-            while let Ahead::Packet(Packet::ModeExec { .. } | Packet::ModeTsx { .. }) = next {
-                next = self.scan_ahead(&mut ahead, None, false)?;
-            }
-            if enabled && matches!(next, Ahead::Packet(Packet::TipPge(_))) {
-                self.rejected_event = Some((offset, FlowError::BadContext(None)));
-            }
-            return Ok(());
-        }
-        if let Packet::ModeExec { .. } = packet {
-            // Further MODE packets are decoded with this one (MODE.Exec
-            // queues up; MODE.TSX waits for a FUP, or is an event of its
-            // own while tracing is off), reading ahead past each.
+        if let Packet::Fup(_) | Packet::ModeExec { .. } = packet {
+            // MODE packets after a FUP (libipt reads it as status: an
+            // asynchronous branch waiting for a TIP) or a MODE.Exec are
+            // decoded too (MODE.Exec queues up; MODE.TSX waits for a FUP,
+            // or is an event of its own while tracing is off), reading ahead
+            // past each.
             while let Ahead::Packet(Packet::ModeExec { .. } | Packet::ModeTsx { .. }) = next {
                 next = self.scan_ahead(&mut ahead, None, false)?;
             }
         }
         match (packet, next) {
+            // The event after a FUP: a TIP.PGE cannot apply while tracing is on.
+            (Packet::Fup(_), Ahead::Packet(Packet::TipPge(_))) if enabled => {
+                self.rejected_event = Some((offset, FlowError::BadContext(None)));
+            }
             // MODE.Exec binds to the TIP, TIP.PGE or TIP.PGD after it; a
             // TNT there does not answer the event query.
             (Packet::ModeExec { .. }, Ahead::Packet(next)) => {

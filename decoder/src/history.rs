@@ -359,8 +359,7 @@ impl History {
             read: next.timing.read.or(self.timing.read),
             notified: next.timing.notified.or(reported),
         };
-        let extras = next.extras.into_iter();
-        self.extras.extend(extras.map(|(at, extra)| (at + base, extra)));
+        self.extras.extend(next.extras.into_iter().map(|(at, extra)| (at + base, extra)));
         self.executed.extend(next.executed.iter().map(|id| id + offset));
         self.instructions += next.instructions;
         self.build_checkpoints();

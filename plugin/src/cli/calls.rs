@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use retrace_decoder::calls::{Call, CallForest, Segment, Site};
+use retrace_decoder::calls::{Call, CallEffect, CallForest, Segment, Site};
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 use retrace_decoder::image::Memory;
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
@@ -48,6 +48,7 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
         }
         let history = decode_parallel_with(&thread.trace, &loaded.image, super::dump::cores(), options);
         let mut lookups: HashMap<u64, SymbolContext> = HashMap::new();
+        let mut effects: HashMap<u64, CallEffect> = HashMap::new();
         // The distinct contexts met; sites refer to them by index.
         let mut table = ContextTable::default();
         // LLDB keeps the previous instruction's symbol context while the
@@ -60,8 +61,11 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
             };
             previous = Some(tag);
             let here = table.get(tag);
-            let mut bytes = [0u8; 15];
-            let n = loaded.image.read(ip, &mut bytes);
+            let effect = *effects.entry(ip).or_insert_with(|| {
+                let mut bytes = [0u8; 15];
+                let n = loaded.image.read(ip, &mut bytes);
+                call_effect(&bytes[..n], ip, ExecMode::Bits64)
+            });
             // The first instruction of the innermost inlined block, or of
             // the function when there is none, enters it.
             let entry = match here.inlined_block {
@@ -71,7 +75,7 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
             Site {
                 entry,
                 inlined: here.inlined_block.is_some(),
-                effect: call_effect(&bytes[..n], ip, ExecMode::Bits64),
+                effect,
                 scope: (here.module.clone(), here.function.as_ref().map(|f| f.1), here.inlined_block.map(|b| b.id)) as Scope,
                 tag,
             }

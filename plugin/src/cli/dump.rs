@@ -69,7 +69,10 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
         };
         match args.json {
             Some(style) => {
-                let array = serde_json::Value::Array(selected.iter().map(|&(id, item)| item_json(&loaded, id, item, args.raw, time(id))).collect());
+                let mut contexts = HashMap::new();
+                let array = serde_json::Value::Array(
+                    selected.iter().map(|&(id, item)| item_json(&loaded, &mut contexts, id, item, args.raw, time(id))).collect(),
+                );
                 match style {
                     JsonStyle::Compact => writeln!(out, "{array}")?,
                     JsonStyle::Pretty => writeln!(out, "{}", serde_json::to_string_pretty(&array).expect("JSON"))?,
@@ -160,7 +163,14 @@ fn write_text(
 /// and (unless `raw`) `module`, `symbol`, `mnemonic` and, with a line,
 /// `source`/`line`/`column`; for an event its name and extra key; for an
 /// error its message.
-fn item_json(loaded: &bundle::LoadedBundle, id: usize, item: &Item, raw: bool, time: Option<Option<f64>>) -> serde_json::Value {
+fn item_json(
+    loaded: &bundle::LoadedBundle,
+    contexts: &mut HashMap<u64, SymbolContext>,
+    id: usize,
+    item: &Item,
+    raw: bool,
+    time: Option<Option<f64>>,
+) -> serde_json::Value {
     use retrace_decoder::flow::Event;
     use serde_json::json;
     let mut object = serde_json::Map::new();
@@ -173,7 +183,7 @@ fn item_json(loaded: &bundle::LoadedBundle, id: usize, item: &Item, raw: bool, t
         Item::Instruction { ip } => {
             object.insert("loadAddress".into(), format!("{ip:#x}").into());
             if !raw {
-                let context = loaded.symbols.lookup(*ip);
+                let context = contexts.entry(*ip).or_insert_with(|| loaded.symbols.lookup(*ip));
                 let symbol = context.function.as_ref().map(|(name, _)| context.inlined.clone().unwrap_or_else(|| name.clone()));
                 let (mnemonic, _) = disassemble(&loaded.image, &loaded.symbols, *ip);
                 object.insert("module".into(), json!(context.module.as_deref()));
