@@ -28,3 +28,4 @@ pub mod packet;
 pub mod symbols;
 pub mod wallclock;
 pub mod x86;
+pub mod xray;
