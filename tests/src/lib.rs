@@ -20,3 +20,4 @@ pub mod recordings;
 pub mod rng;
 pub mod streams;
 pub mod tools;
+pub mod xray;
