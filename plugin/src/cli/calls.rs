@@ -10,12 +10,13 @@ use std::sync::Arc;
 
 use retrace_decoder::calls::{Call, CallEffect, CallForest, Segment, Site};
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
+use retrace_decoder::history::History;
 use retrace_decoder::image::Memory;
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 use retrace_decoder::x86::{call_effect, ExecMode};
 
 use super::CliError;
-use crate::bundle;
+use crate::bundle::{self, LoadedBundle, LoadedThread};
 
 /// How to print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,40 +47,7 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
         if tid.is_some_and(|tid| tid != thread.tid) {
             continue;
         }
-        let history = decode_parallel_with(&thread.trace, &loaded.image, super::dump::cores(), options);
-        let mut lookups: HashMap<u64, SymbolContext> = HashMap::new();
-        let mut effects: HashMap<u64, CallEffect> = HashMap::new();
-        // The distinct contexts met; sites refer to them by index.
-        let mut table = ContextTable::default();
-        // LLDB keeps the previous instruction's symbol context while the
-        // address stays in its line-table row.
-        let mut previous: Option<u32> = None;
-        let forest = CallForest::build(history.items(), |ip| {
-            let tag = match previous.filter(|&t| table.get(t).line_range.is_some_and(|(start, end)| start <= ip && ip < end)) {
-                Some(tag) => tag,
-                None => table.intern(lookups.entry(ip).or_insert_with(|| loaded.symbols.lookup(ip)).clone()),
-            };
-            previous = Some(tag);
-            let here = table.get(tag);
-            let effect = *effects.entry(ip).or_insert_with(|| {
-                let mut bytes = [0u8; 15];
-                let n = loaded.image.read(ip, &mut bytes);
-                call_effect(&bytes[..n], ip, ExecMode::Bits64)
-            });
-            // The first instruction of the innermost inlined block, or of
-            // the function when there is none, enters it.
-            let entry = match here.inlined_block {
-                Some(block) => block.entry == ip,
-                None => here.function.as_ref().is_some_and(|(_, start)| *start == ip),
-            };
-            Site {
-                entry,
-                inlined: here.inlined_block.is_some(),
-                effect,
-                scope: (here.module.clone(), here.function.as_ref().map(|f| f.1), here.inlined_block.map(|b| b.id)) as Scope,
-                tag,
-            }
-        });
+        let (forest, table, _) = thread_forest(&loaded, thread, options);
         match format {
             Format::Text => {
                 writeln!(out, "thread #{}: tid = {}", index + 1, thread.tid)?;
@@ -103,9 +71,49 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
     Ok(ExitCode::SUCCESS)
 }
 
+/// One thread's call forest (LLDB's rules), the symbol contexts its
+/// segments' tags refer to, and the decoded history.
+pub(super) fn thread_forest(loaded: &LoadedBundle, thread: &LoadedThread, options: FlowOptions) -> (CallForest, ContextTable, History) {
+    let history = decode_parallel_with(&thread.trace, &loaded.image, super::dump::cores(), options);
+    let mut lookups: HashMap<u64, SymbolContext> = HashMap::new();
+    let mut effects: HashMap<u64, CallEffect> = HashMap::new();
+    // The distinct contexts met; sites refer to them by index.
+    let mut table = ContextTable::default();
+    // LLDB keeps the previous instruction's symbol context while the
+    // address stays in its line-table row.
+    let mut previous: Option<u32> = None;
+    let forest = CallForest::build(history.items(), |ip| {
+        let tag = match previous.filter(|&t| table.get(t).line_range.is_some_and(|(start, end)| start <= ip && ip < end)) {
+            Some(tag) => tag,
+            None => table.intern(lookups.entry(ip).or_insert_with(|| loaded.symbols.lookup(ip)).clone()),
+        };
+        previous = Some(tag);
+        let here = table.get(tag);
+        let effect = *effects.entry(ip).or_insert_with(|| {
+            let mut bytes = [0u8; 15];
+            let n = loaded.image.read(ip, &mut bytes);
+            call_effect(&bytes[..n], ip, ExecMode::Bits64)
+        });
+        // The first instruction of the innermost inlined block, or of
+        // the function when there is none, enters it.
+        let entry = match here.inlined_block {
+            Some(block) => block.entry == ip,
+            None => here.function.as_ref().is_some_and(|(_, start)| *start == ip),
+        };
+        Site {
+            entry,
+            inlined: here.inlined_block.is_some(),
+            effect,
+            scope: (here.module.clone(), here.function.as_ref().map(|f| f.1), here.inlined_block.map(|b| b.id)) as Scope,
+            tag,
+        }
+    });
+    (forest, table, history)
+}
+
 /// Symbol contexts, each stored once.
 #[derive(Default)]
-struct ContextTable {
+pub(super) struct ContextTable {
     contexts: Vec<SymbolContext>,
     index: HashMap<SymbolContext, u32>,
 }
@@ -121,7 +129,7 @@ impl ContextTable {
         tag
     }
 
-    fn get(&self, tag: u32) -> &SymbolContext {
+    pub(super) fn get(&self, tag: u32) -> &SymbolContext {
         &self.contexts[tag as usize]
     }
 }

@@ -3,8 +3,10 @@
 mod calls;
 mod dump;
 mod encode;
+mod export;
 mod ptdump;
 mod record;
+mod xray;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,6 +86,33 @@ enum Command {
     /// Decode a trace bundle and show what it recorded.
     #[command(subcommand)]
     Dump(DumpCommand),
+    /// Write a trace's function calls as a timeline for Perfetto UI or
+    /// chrome://tracing (Chrome trace-event JSON: per thread, nested
+    /// complete slices named after the functions, instants for events).
+    ///
+    /// Input: an LLDB trace bundle (Intel PT; slices are the function-call
+    /// trees of `dump function-calls`, in µs from the trace's earliest clock
+    /// tick when the trace has timing packets and tscPerfZeroConversion,
+    /// otherwise one µs per instruction item) or an XRay log with --binary
+    /// (slices from TSC and the log's cycle frequency). `perfetto` and
+    /// `chrome` write the same JSON, which both open.
+    ///
+    /// Example: retrace export perfetto xray-log.prog.Ab12Cd --binary ./prog -o calls.json
+    Export {
+        /// chrome or perfetto.
+        #[arg(value_enum)]
+        format: export::Format,
+        /// A bundle's trace.json or an XRay log.
+        input: PathBuf,
+        /// The JSON file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// XRay: the instrumented binary (repeat for shared libraries).
+        #[arg(long = "binary", value_name = "BIN")]
+        binaries: Vec<PathBuf>,
+        #[command(flatten)]
+        decode: DecodeFlags,
+    },
     /// Encode a packet script (text, one packet per line) into a raw trace.
     ///
     /// The script uses the syntax of ptdump's packet and payload columns, e.g.
@@ -99,6 +128,13 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+}
+
+/// True when `path` starts like an XRay log rather than a trace.json.
+pub(super) fn is_xray_log(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 32];
+    std::fs::File::open(path).and_then(|mut file| file.read_exact(&mut head)).is_ok() && xray::looks_like_xray(&head)
 }
 
 #[derive(Debug, Subcommand)]
@@ -164,10 +200,29 @@ enum DumpCommand {
     /// a call shown under the callers it returned to, runs of errors as
     /// `<tracing errors>` trees.
     ///
-    /// Example: retrace dump function-calls DIR/trace.json --json
+    /// For an LLVM XRay log (basic or FDR mode, any version), give the
+    /// instrumented binary with --binary: the trees use LLDB's layout with
+    /// one line per call, `` module`function (args)  [entry record, exit
+    /// record]  duration ``, record ids counted per thread in time order;
+    /// custom and typed events appear inside the call that emitted them. A
+    /// call whose exit is missing ends at its caller's exit ("its exit is not
+    /// in the trace"); a function that returns without a traced entry (it
+    /// was entered before tracing began) is shown as the caller of what ran
+    /// before: `[?, exit]  entered before the trace`. `--json` prints one
+    /// object: header, threads with nested `calls` (functionId, function,
+    /// module, enterId, exitId, end, startTsc, endTsc, durationNs, args,
+    /// events), and errors with byte offsets.
+    ///
+    /// Examples: retrace dump function-calls DIR/trace.json --json
+    ///           retrace dump function-calls xray-log.prog.Ab12Cd --binary ./prog
     FunctionCalls {
-        /// The bundle's trace.json.
+        /// The bundle's trace.json, or an XRay log (with --binary).
         trace_json: PathBuf,
+        /// XRay: the instrumented executable (function ids and names from its
+        /// xray_instr_map and symbols); repeat for shared libraries built
+        /// with -fxray-shared, in the order they registered (object ids 1, 2…).
+        #[arg(long = "binary", value_name = "BIN")]
+        binaries: Vec<PathBuf>,
         /// Only this thread.
         #[arg(long)]
         tid: Option<u64>,
@@ -248,14 +303,18 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
             };
             dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid, options, json, time })
         }
-        Command::Dump(DumpCommand::FunctionCalls { trace_json, tid, json, pretty_json, decode }) => {
+        Command::Dump(DumpCommand::FunctionCalls { trace_json, binaries, tid, json, pretty_json, decode }) => {
             let format = match (json, pretty_json) {
                 (true, _) => calls::Format::Json,
                 (_, true) => calls::Format::PrettyJson,
                 _ => calls::Format::Text,
             };
+            if !binaries.is_empty() || is_xray_log(&trace_json) {
+                return xray::function_calls(&trace_json, &binaries, tid, format);
+            }
             calls::run(&trace_json, tid, format, decode.options())
         }
+        Command::Export { format, input, output, binaries, decode } => export::run(format, &input, &output, &binaries, decode.options()),
         Command::Record { backend, mode, output, max_insns, aslr, insn_log, json, command } => {
             record::run(record::Args { backend, mode, output, max_insns, aslr, insn_log, json, command })
         }
