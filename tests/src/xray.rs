@@ -513,3 +513,28 @@ pub fn random_buffers(rng: &mut crate::rng::Rng, version: u16, buffer_count: usi
     }
     buffers
 }
+
+/// A program for the reader benchmark: two threads, each computing
+/// `fib(N)` (N = first argument) with every call logged in FDR mode
+/// (1 MiB buffers, up to 256 of them).
+pub const BENCH_PROGRAM: &str = r#"
+#include <xray/xray_log_interface.h>
+#include <xray/xray_interface.h>
+#include <cstdlib>
+#include <thread>
+__attribute__((noinline)) unsigned fib(unsigned n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+__attribute__((noinline)) void worker(unsigned n) { volatile unsigned r = fib(n); (void)r; }
+int main(int argc, char **argv) {
+  unsigned n = argc > 1 ? atoi(argv[1]) : 30;
+  __xray_log_select_mode("xray-fdr");
+  if (__xray_log_init_mode("xray-fdr", "buffer_size=1048576:buffer_max=256:func_duration_threshold_us=0") != XRAY_LOG_INITIALIZED)
+    return 2;
+  __xray_patch();
+  std::thread a(worker, n), b(worker, n);
+  a.join();
+  b.join();
+  __xray_log_finalize();
+  __xray_log_flushLog();
+  return 0;
+}
+"#;
