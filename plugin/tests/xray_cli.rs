@@ -17,7 +17,7 @@ fn retrace(args: &[&str]) -> String {
 /// The text `dump function-calls --tid T` must print for one thread, built
 /// from LLVM's records of it with a plain stack (threads whose every exit
 /// matches the innermost open call; `None` otherwise).
-fn expected_text(tid: u32, records: &[LlvmRecord], names: &BTreeMap<u32, (u64, String)>, module: &str, frequency: f64) -> Option<String> {
+fn expected_text(tid: u32, records: &[LlvmRecord], names: &BTreeMap<u32, (String, String)>, frequency: f64) -> Option<String> {
     struct Open {
         id: usize,
         line: usize,
@@ -35,7 +35,7 @@ fn expected_text(tid: u32, records: &[LlvmRecord], names: &BTreeMap<u32, (u64, S
                     lines.push(format!("[call tree #{trees}]"));
                     trees += 1;
                 }
-                let name = &names.get(&(record.function as u32))?.1;
+                let (module, name) = names.get(&(record.function as u32))?;
                 let args = if record.args.is_empty() {
                     String::new()
                 } else {
@@ -77,6 +77,7 @@ fn xray_function_calls_and_timeline_match_llvm_xray() {
     let (log_arg, binary_arg) = (log.to_str().unwrap(), binary.to_str().unwrap());
     let names = support::llvm_function_names(&binary);
     assert!(names.values().any(|(_, n)| n == "fib(unsigned int)"), "{names:?}");
+    let module_names: BTreeMap<u32, (String, String)> = names.iter().map(|(&id, (_, name))| (id, ("xray_workers".to_string(), name.clone()))).collect();
     let records = support::llvm_records(&log).expect("llvm-xray reads the log");
     let mut by_thread: BTreeMap<u32, Vec<LlvmRecord>> = BTreeMap::new();
     for record in records {
@@ -89,7 +90,7 @@ fn xray_function_calls_and_timeline_match_llvm_xray() {
     // Text, thread by thread, equal to the trees LLVM's records make.
     let mut compared = 0;
     for (tid, records) in &by_thread {
-        let Some(expected) = expected_text(*tid, records, &names, "xray_workers", frequency) else { continue };
+        let Some(expected) = expected_text(*tid, records, &module_names, frequency) else { continue };
         let text = retrace(&["dump", "function-calls", log_arg, "--binary", binary_arg, "--tid", &tid.to_string()]);
         assert_eq!(text, expected, "thread {tid}");
         compared += 1;
@@ -133,7 +134,7 @@ fn xray_function_calls_and_timeline_match_llvm_xray() {
         let entries = records.iter().filter(|r| r.kind.starts_with("function-enter")).count();
         let ours: Vec<_> = slices.iter().filter(|e| e["tid"].as_u64() == Some(u64::from(*tid))).collect();
         assert_eq!(ours.len(), entries, "thread {tid}: slices");
-        if expected_text(*tid, records, &names, "", frequency).is_some() {
+        if expected_text(*tid, records, &module_names, frequency).is_some() {
             let mut open = Vec::new();
             let mut total = 0.0;
             for record in records {
@@ -148,5 +149,33 @@ fn xray_function_calls_and_timeline_match_llvm_xray() {
         }
     }
     assert_eq!(events.iter().filter(|e| e["ph"] == "i").count(), 4, "one custom event per worker");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn xray_function_ids_of_shared_libraries_are_named_from_their_object() {
+    if !retrace_tests::tools::require("clang++-22 and llvm-xray-22", support::tools_available()) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("retrace-xray-dso-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (binary, library) = support::build_dso_program(&dir);
+    let log = support::run_program(&binary, &dir, "fdr");
+    // Object 0 is the executable, object 1 the library: ids `1 << 24 | local`.
+    let mut names: BTreeMap<u32, (String, String)> = BTreeMap::new();
+    for (object, (path, module)) in [(&binary, "dso_main"), (&library, "libxray_square.so")].into_iter().enumerate() {
+        for (local, (_, name)) in support::llvm_function_names(path) {
+            names.insert((object as u32) << 24 | local, (module.to_string(), name));
+        }
+    }
+    assert!(names.contains_key(&(1 << 24 | 1)), "{names:?}");
+    let records = support::llvm_records(&log).expect("llvm-xray reads the log");
+    assert!(records.iter().any(|r| r.function >> 24 == 1), "no library function in the log");
+    let tid = records[0].thread;
+    let expected = expected_text(tid, &records, &names, 1e9).expect("well nested");
+    assert!(expected.contains("libxray_square.so`lib_square(int)"), "{expected}");
+    let text = retrace(&["dump", "function-calls", log.to_str().unwrap(), "--binary", binary.to_str().unwrap(), "--binary", library.to_str().unwrap()]);
+    assert_eq!(text, expected);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -75,9 +75,41 @@ pub fn tools_available() -> bool {
 
 /// Builds [`PROGRAM`] in `dir`; returns the binary.
 pub fn build_program(dir: &Path) -> PathBuf {
-    let source = dir.join("xray_workers.cpp");
-    std::fs::write(&source, PROGRAM).expect("write source");
-    let binary = dir.join("xray_workers");
+    build(dir, "xray_workers", PROGRAM)
+}
+
+/// A program with typed events (`__xray_typedevent`, through a function
+/// whose three arguments are already in place: the runtime's sled crashes
+/// otherwise) and a custom event; FDR mode. compiler-rt 22 makes each typed
+/// event's buffer extents 16 bytes short, so the last 48 bytes of records
+/// are lost (for both readers). LLVM cannot read its instrumentation map
+/// (typed-event sleds), only the log.
+pub const TYPED_PROGRAM: &str = r#"
+#include <xray/xray_log_interface.h>
+#include <xray/xray_interface.h>
+__attribute__((noinline)) void te(unsigned long type, const char *p, unsigned long n) { __xray_typedevent(type, p, n); }
+__attribute__((noinline)) void ce(const char *p, unsigned long n) { __xray_customevent(p, n); }
+__attribute__((noinline)) int leaf(int x) { asm volatile(""); return x + 1; }
+int main(int argc, char **argv) {
+  __xray_log_select_mode("xray-fdr");
+  if (__xray_log_init_mode("xray-fdr", "buffer_size=16384:buffer_max=8:func_duration_threshold_us=0") != XRAY_LOG_INITIALIZED)
+    return 2;
+  __xray_patch();
+  int s = 0;
+  for (int i = 0; i < 3; i++) { te(42, "typed-A", 7); s += leaf(i); }
+  ce("custom-B", 8);
+  for (int i = 0; i < 5; i++) s += leaf(i);
+  __xray_log_finalize();
+  __xray_log_flushLog();
+  return s == 1234;
+}
+"#;
+
+/// Builds `source` as `dir/name` with XRay instrumentation of every function.
+pub fn build(dir: &Path, name: &str, source_text: &str) -> PathBuf {
+    let source = dir.join(format!("{name}.cpp"));
+    std::fs::write(&source, source_text).expect("write source");
+    let binary = dir.join(name);
     let status = Command::new("clang++-22")
         .args(["-O2", "-g", "-fxray-instrument", "-fxray-instruction-threshold=1", "-pthread", "-o"])
         .arg(&binary)
@@ -538,3 +570,53 @@ int main(int argc, char **argv) {
   return 0;
 }
 "#;
+
+/// An instrumented shared library (`-fxray-shared`) and an executable that
+/// calls it: function ids of the library carry object id 1 (`1 << 24 | id`).
+pub const DSO_LIBRARY: &str = r#"
+__attribute__((noinline)) int lib_square(int x) { asm volatile(""); return x * x; }
+__attribute__((noinline)) int lib_twice(int x) { return lib_square(x) + lib_square(x + 1); }
+"#;
+
+/// The executable of [`DSO_LIBRARY`]'s test; FDR mode.
+pub const DSO_MAIN: &str = r#"
+#include <xray/xray_log_interface.h>
+#include <xray/xray_interface.h>
+int lib_twice(int x);
+__attribute__((noinline)) int main_work(int x) { return lib_twice(x) + 1; }
+int main(int argc, char **argv) {
+  __xray_log_select_mode("xray-fdr");
+  if (__xray_log_init_mode("xray-fdr", "buffer_size=16384:buffer_max=8:func_duration_threshold_us=0") != XRAY_LOG_INITIALIZED)
+    return 2;
+  __xray_patch();
+  int s = 0;
+  for (int i = 0; i < 3; i++) s += main_work(i);
+  __xray_log_finalize();
+  __xray_log_flushLog();
+  return s == 1234;
+}
+"#;
+
+/// Builds [`DSO_MAIN`] linked against [`DSO_LIBRARY`] (`libxray_square.so`,
+/// found through the run path); returns (executable, library).
+pub fn build_dso_program(dir: &Path) -> (PathBuf, PathBuf) {
+    let flags = ["-O2", "-g", "-fxray-instrument", "-fxray-shared", "-fxray-instruction-threshold=1"];
+    let library = dir.join("libxray_square.so");
+    std::fs::write(dir.join("square.cpp"), DSO_LIBRARY).expect("write source");
+    std::fs::write(dir.join("dso_main.cpp"), DSO_MAIN).expect("write source");
+    let status = Command::new("clang++-22").args(flags).args(["-fPIC", "-shared", "-o"]).arg(&library).arg(dir.join("square.cpp")).status().expect("clang++-22");
+    assert!(status.success(), "building the library failed");
+    let binary = dir.join("dso_main");
+    let status = Command::new("clang++-22")
+        .args(flags)
+        .arg("-o")
+        .arg(&binary)
+        .arg(dir.join("dso_main.cpp"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-lxray_square")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .expect("clang++-22");
+    assert!(status.success(), "building the executable failed");
+    (binary, library)
+}

@@ -257,3 +257,21 @@ fn damaged_synthetic_logs_keep_every_intact_record() {
         assert!(errors.len() <= 1, "cut {cut}: {errors:?}");
     }
 }
+
+#[test]
+fn real_typed_event_log_equals_llvm_xray() {
+    if !retrace_tests::tools::require("clang++-22 and llvm-xray-22", support::tools_available()) {
+        return;
+    }
+    let dir = temp_dir("typed");
+    let binary = support::build(&dir, "typed", support::TYPED_PROGRAM);
+    let log_path = support::run_program(&binary, &dir, "fdr");
+    let bytes = std::fs::read(&log_path).unwrap();
+    let (records, errors) = read(&bytes);
+    assert_eq!(errors, vec![]);
+    let typed: Vec<_> = records.iter().filter(|r| r.kind == RecordKind::TypedEvent).map(|r| (r.event_type, r.data)).collect();
+    assert_eq!(typed, vec![(Some(42), &b"typed-A"[..]); 3]);
+    let llvm = support::llvm_records(&log_path).expect("llvm-xray reads the log");
+    assert_same_threads(ours_by_thread(&records, Some(5)), llvm_by_thread(llvm), "typed events");
+    let _ = std::fs::remove_dir_all(&dir);
+}
