@@ -191,6 +191,45 @@ fn assert_function_calls_equal_lldb(bundle: &Path, threads: usize) {
             let i = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
             panic!("{}: function calls {ours_flag:?} differ from LLDB at line {i}: retrace {:?}, LLDB {:?}", bundle.display(), a.get(i), b.get(i));
         }
+        if ours_flag.is_some() {
+            assert_timeline_has_lldb_calls(bundle, &lldb);
+        }
+    }
+}
+
+/// `retrace export chrome` of a PT bundle: one slice per call of LLDB's
+/// function-call trees (`lldb_json`: one array per thread), and per thread
+/// the slices nest (each is inside or after the ones before it).
+fn assert_timeline_has_lldb_calls(bundle: &Path, lldb_json: &str) {
+    fn calls(value: &serde_json::Value) -> usize {
+        match value {
+            serde_json::Value::Object(map) => usize::from(map.contains_key("tracedSegments")) + map.values().map(calls).sum::<usize>(),
+            serde_json::Value::Array(items) => items.iter().map(calls).sum(),
+            _ => 0,
+        }
+    }
+    let lldb_calls: usize = lldb_json.lines().filter(|l| l.starts_with('[')).map(|l| calls(&serde_json::from_str(l).unwrap())).sum();
+    let out = bundle.join("timeline.json");
+    let status = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["export", "chrome"]).arg(bundle.join("trace.json")).arg("-o").arg(&out).status().unwrap();
+    assert!(status.success());
+    let timeline: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let slices: Vec<&serde_json::Value> = timeline["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").collect();
+    assert_eq!(slices.len(), lldb_calls, "{}: timeline slices vs LLDB's calls", bundle.display());
+    let mut by_thread: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
+    for slice in &slices {
+        let (ts, dur) = (slice["ts"].as_f64().unwrap(), slice["dur"].as_f64().unwrap());
+        by_thread.entry(slice["tid"].as_u64().unwrap()).or_default().push((ts, ts + dur));
+    }
+    for (tid, mut spans) in by_thread {
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut open: Vec<f64> = Vec::new();
+        for (start, end) in spans {
+            while open.last().is_some_and(|&e| e <= start) {
+                open.pop();
+            }
+            assert!(open.last().is_none_or(|&e| end <= e), "{}: thread {tid}: slice [{start}, {end}] overlaps its parent", bundle.display());
+            open.push(end);
+        }
     }
 }
 
