@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Tools the tests use as independent references.
-packages=(libipt-dev lldb-22 python3-lldb-22 gdb gcc clang-22 llvm-22 libclang-rt-22-dev)
+packages=(libipt-dev lldb-22 python3-lldb-22 gdb gcc clang-22 llvm-22 libclang-rt-22-dev nodejs)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -8,6 +8,9 @@
 //! * [`packet`] — the Intel PT packet codec: a zero-copy decoder over `&[u8]`
 //!   yielding `(offset, Packet)` items with errors as values, PSB synchronisation,
 //!   and a byte-exact encoder used by the software recorder.
+//! * [`jitdump`] — perf jitdump files (what JIT runtimes write for
+//!   `perf inject --jit`): records, and the generated functions by address
+//!   and time, placed into an [`image::Image`] and a [`symbols::Symbolizer`].
 //!
 //! ## What this crate must never depend on
 //!
@@ -24,6 +27,7 @@ pub mod calls;
 pub mod flow;
 pub mod history;
 pub mod image;
+pub mod jitdump;
 pub mod packet;
 pub mod symbols;
 pub mod wallclock;

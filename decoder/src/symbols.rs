@@ -1,7 +1,8 @@
 //! Symbolization: function names from ELF symbol tables and file:line:column
 //! from DWARF (`gimli` through `addr2line`), for modules placed at their load
-//! addresses. Everything comes from byte buffers the caller loaded (a
-//! separate debug file found by build id, too): no file I/O here.
+//! addresses, and names of generated (JIT) functions, e.g. from a jitdump.
+//! Everything comes from byte buffers the caller loaded (a separate debug
+//! file found by build id, too): no file I/O here.
 
 use std::sync::Arc;
 
@@ -95,16 +96,26 @@ struct Module {
     lines: Option<addr2line::Context<Reader>>,
 }
 
+/// A generated function known only by its name and range (no ELF, no DWARF).
+struct JitFunction {
+    start: u64,
+    end: u64,
+    name: Arc<str>,
+    module: Arc<str>,
+}
+
 /// Symbol lookup over all modules of a trace.
 #[derive(Default)]
 pub struct Symbolizer {
     modules: Vec<Module>,
+    /// Sorted by start; one per start address.
+    jit_functions: Vec<JitFunction>,
 }
 
 impl std::fmt::Debug for Symbolizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<&str> = self.modules.iter().map(|m| &*m.name).collect();
-        f.debug_struct("Symbolizer").field("modules", &names).finish()
+        f.debug_struct("Symbolizer").field("modules", &names).field("jit_functions", &self.jit_functions.len()).finish()
     }
 }
 
@@ -201,6 +212,34 @@ impl Symbolizer {
         });
     }
 
+    /// Names `[start, start + size)` as the generated function `name` (e.g.
+    /// `JS:*fib /path/script.js:1:13` from a jitdump), shown in module
+    /// `module`. Modules added by [`Symbolizer::add_module`] take precedence
+    /// where they overlap. A later function at the same start replaces the
+    /// earlier one; an empty function is ignored.
+    pub fn add_jit_function(&mut self, module: &str, name: &str, start: u64, size: u64) {
+        if size == 0 {
+            return;
+        }
+        let function = JitFunction { start, end: start.saturating_add(size), name: name.into(), module: module.into() };
+        let at = self.jit_functions.partition_point(|f| f.start < start);
+        match self.jit_functions.get_mut(at) {
+            Some(existing) if existing.start == start => *existing = function,
+            _ => self.jit_functions.insert(at, function),
+        }
+    }
+
+    /// The context of `address` in a generated function: module and function only.
+    fn jit_context(&self, address: u64) -> Option<SymbolContext> {
+        let index = self.jit_functions.partition_point(|f| f.start <= address).checked_sub(1)?;
+        let function = self.jit_functions.get(index).filter(|f| address < f.end)?;
+        Some(SymbolContext {
+            module: Some(function.module.clone()),
+            function: Some((function.name.clone(), function.start)),
+            ..SymbolContext::default()
+        })
+    }
+
     /// The module containing `address` and the address in that module's
     /// file (before it was placed).
     pub fn file_address(&self, address: u64) -> Option<(Arc<str>, u64)> {
@@ -220,7 +259,7 @@ impl Symbolizer {
     /// The symbol context of `address`.
     pub fn lookup(&self, address: u64) -> SymbolContext {
         let Some(module) = self.modules.iter().find(|m| m.start <= address && address < m.end) else {
-            return SymbolContext::default();
+            return self.jit_context(address).unwrap_or_default();
         };
         let probe = address.wrapping_sub(module.slide);
         let index = module.functions.partition_point(|f| f.0 <= probe);
@@ -320,4 +359,30 @@ fn inlined_block_at(lines: &addr2line::Context<Reader>, probe: u64, offset: giml
     let containing = joined.iter().find(|(begin, end)| *begin <= probe && probe < *end).map(|r| r.0);
     let id = unit.header.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64) + offset.0 as u64;
     Some(InlinedBlock { id, entry: lowest, range_start: containing? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jit_functions_name_their_ranges() {
+        let mut symbolizer = Symbolizer::new();
+        symbolizer.add_jit_function("jit-1.dump", "JS:~f", 0x2000, 0x10);
+        symbolizer.add_jit_function("jit-1.dump", "Builtin:B", 0x1000, 0x100);
+        symbolizer.add_jit_function("jit-1.dump", "empty", 0x1800, 0);
+        let function = |address| symbolizer.lookup(address).function.map(|(name, start)| (name.to_string(), start));
+        assert_eq!(function(0x1000), Some(("Builtin:B".into(), 0x1000)));
+        assert_eq!(function(0x10ff), Some(("Builtin:B".into(), 0x1000)));
+        assert_eq!(function(0x1100), None);
+        assert_eq!(function(0x1800), None, "empty functions cover nothing");
+        assert_eq!(function(0x200f), Some(("JS:~f".into(), 0x2000)));
+        assert_eq!(symbolizer.lookup(0x2004).describe(0x2004), "jit-1.dump`JS:~f + 4");
+        assert_eq!(symbolizer.lookup(0x2004).position(), None);
+        // New code at the same start replaces the old.
+        symbolizer.add_jit_function("jit-1.dump", "JS:*f", 0x2000, 0x8);
+        assert_eq!(symbolizer.lookup(0x2004).function, Some(("JS:*f".into(), 0x2000)));
+        assert_eq!(symbolizer.lookup(0x2008).function, None);
+        assert_eq!(symbolizer.file_address(0x2004), None);
+    }
 }

@@ -14,6 +14,7 @@ pub mod corrupt;
 #[cfg(retrace_libipt)]
 pub mod libipt;
 pub mod lldb;
+pub mod node;
 #[cfg(retrace_libipt)]
 pub mod lockstep;
 pub mod recordings;

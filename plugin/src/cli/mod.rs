@@ -4,6 +4,7 @@ mod calls;
 mod dump;
 mod encode;
 mod export;
+mod jitdump;
 mod ptdump;
 mod record;
 mod xray;
@@ -42,6 +43,29 @@ enum Command {
         /// Decode from offset 0 instead of synchronising at the first PSB.
         #[arg(long)]
         no_sync: bool,
+    },
+    /// List the functions a JIT compiler wrote to a perf jitdump file, one per line.
+    ///
+    /// JIT runtimes write jitdumps (jit-<pid>.dump) for `perf inject --jit`:
+    /// Node.js/V8 with `node --perf-prof` (in its working directory), CPython
+    /// 3.13 with `-X perf_jit` (in /tmp), wasmtime with its jitdump profiler.
+    ///
+    /// A header line, then one line per LOAD record in file order: the
+    /// record's byte offset, `load`, the function's code_index, its address
+    /// range and size (hex), the load time (the record's timestamp:
+    /// CLOCK_MONOTONIC ns in these producers) and its name (V8: `JS:*f` is
+    /// optimized, `JS:^f` baseline, `JS:~f` interpreted). A MOVE record shows
+    /// the function's old and new address. A damaged record is reported as
+    /// `[offset: error: ...]`; listing goes on with the next record unless
+    /// the damaged one's size is unusable (jitdump has no resync marker).
+    ///
+    /// Example: node --perf-prof app.js && retrace jitdump jit-12345.dump | grep 'JS:\*'
+    Jitdump {
+        /// The jitdump file (jit-<pid>.dump).
+        file: PathBuf,
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Record a program's execution as Intel PT and write an LLDB trace bundle.
     ///
@@ -293,6 +317,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Ptdump { file, json, no_sync } => ptdump::run(&file, json, no_sync),
         Command::Encode { script, output } => encode::run(&script, &output),
+        Command::Jitdump { file, json } => jitdump::run(&file, json),
         Command::Dump(DumpCommand::Info { trace_json, json, decode }) => dump::info(&trace_json, json, decode.options()),
         Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events, json, pretty_json, time, decode }) => {
             let options = decode.options();
