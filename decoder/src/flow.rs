@@ -1109,6 +1109,21 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             if straight >= MAX_STRAIGHT_LINE {
                 return Err((self.offset(), FlowError::NoProgress(ip)));
             }
+            if let Some(bound @ Binding::Async { ip: at, .. }) = binding {
+                if at == ip {
+                    // libipt reports an event bound to this IP before it
+                    // reads the instruction there (which may not be mapped:
+                    // tracing stopped on the way into unknown code).
+                    via = None;
+                    match self.bind(bound)? {
+                        Next::At(next) => {
+                            ip = next;
+                            continue;
+                        }
+                        other => return Ok(other),
+                    }
+                }
+            }
             let found = match via.take() {
                 Some((from, slot)) => self.history.table.successor(from, slot, ip, self.memory),
                 None => self.history.table.block_at(ip, self.mode, self.memory),

@@ -66,4 +66,37 @@ mod with_libipt {
         }
         assert!(total > 500_000, "{total}");
     }
+
+    /// Tracing stops (FUP + TIP.PGD) right at the target of a direct call
+    /// into unmapped code: libipt reports the disable without reading the
+    /// code there, so no error; the instruction after the call site is
+    /// never reached. Script: the call at 0x1000 targets 0x900000.
+    #[test]
+    fn async_disable_at_an_unmapped_call_target_is_not_an_error() {
+        use retrace_decoder::image::Image;
+        use retrace_decoder::packet::script;
+        let dir = std::env::temp_dir().join(format!("retrace-unmapped-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // nop; call 0x900000 (rel32 = 0x900000 - 0x1006); nop
+        let mut code = vec![0x90, 0xe8];
+        code.extend_from_slice(&(0x900000u32 - 0x1006).to_le_bytes());
+        code.push(0x90);
+        let path = dir.join("code.bin");
+        std::fs::write(&path, &code).unwrap();
+        let mut image = Image::new();
+        image.add_raw("code", 0x1000, code.clone());
+        let trace = script::encode(
+            &script::parse("psb\nmode.exec cs.l\npsbend\ntip.pge 1000\nfup 900000\ntip.pgd\ntip.pge 1006\nfup 1007\ntip.pgd\n").unwrap(),
+        )
+        .unwrap();
+        let ours = FlowDecoder::new(&trace, &image).decode_all();
+        let ips: Vec<u64> = ours.iter().filter_map(|i| if let Item::Instruction { ip } = i { Some(*ip) } else { None }).collect();
+        let errors: Vec<&Item> = ours.iter().filter(|i| matches!(i, Item::Error { .. })).collect();
+        let sections = [libipt::FileSection { path: path.clone(), offset: 0, size: code.len() as u64, vaddr: 0x1000 }];
+        let theirs = libipt::insn_items(&trace, &sections, (6, 0x55));
+        assert_eq!(theirs, vec![libipt::InsnItem::Instruction(0x1000), libipt::InsnItem::Instruction(0x1001), libipt::InsnItem::Instruction(0x1006)]);
+        assert_eq!(ips, vec![0x1000, 0x1001, 0x1006]);
+        assert!(errors.is_empty(), "{errors:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
