@@ -113,6 +113,7 @@ pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Res
             triple: Some("x86_64-pc-linux-gnu".into()),
             threads,
             modules,
+            jitdumps: Vec::new(),
         }],
         tsc_perf_zero_conversion: recording.tsc_conversion.map(|c| TscConversion {
             time_mult: c.time_mult,

@@ -97,6 +97,11 @@ pub struct BundleProcess {
     pub threads: Vec<BundleThread>,
     /// Loaded modules.
     pub modules: Vec<BundleModule>,
+    /// perf jitdump files describing code the process generated at run time
+    /// (retrace's extra key, ignored by LLDB): their functions join the
+    /// address space and are named after them.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub jitdumps: Vec<String>,
 }
 
 /// perf's TSC → nanoseconds conversion (`time_mult`, `time_shift`, `time_zero`).

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use retrace_decoder::bundle::TraceBundle;
 use retrace_decoder::image::Image;
+use retrace_decoder::jitdump::{CodeRegions, Jitdump};
 use retrace_decoder::symbols::Symbolizer;
 
 /// Why a bundle cannot be loaded.
@@ -35,6 +36,14 @@ pub enum BundleError {
     /// A module file is not ELF.
     #[error("{0}")]
     Image(#[from] retrace_decoder::image::ImageError),
+    /// A listed jitdump file is not one.
+    #[error("{path}: not a readable jitdump: {reason}")]
+    Jitdump {
+        /// The file.
+        path: PathBuf,
+        /// What the reader said.
+        reason: String,
+    },
 }
 
 /// One thread of a loaded bundle.
@@ -103,6 +112,21 @@ pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
             let debug = separate_debug_file(&bytes);
             symbols.add_module(&path.to_string_lossy(), &bytes, module.load_address.0, debug.as_deref());
             image.add_elf(&module.system_path, bytes, module.load_address.0)?;
+        }
+        // Generated code: each function at its latest address (a MOVE wins
+        // over its LOAD), named in the module `jit-<pid>.dump`.
+        for listed in &process.jitdumps {
+            let path = resolve(listed);
+            let bytes = read(&path)?;
+            let dump = Jitdump::parse(&bytes).map_err(|e| BundleError::Jitdump { path: path.clone(), reason: e.to_string() })?;
+            let regions = CodeRegions::from_dump(&dump);
+            for error in regions.errors() {
+                tracing::warn!(path = %path.display(), %error, "damaged jitdump record");
+            }
+            let module = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| listed.clone());
+            let placed = regions.add_to_image(&mut image, None);
+            regions.add_to_symbolizer(&mut symbols, &module, None);
+            tracing::debug!(path = %path.display(), functions = placed, "jitdump loaded");
         }
         for thread in &process.threads {
             let trace = match &thread.ipt_trace {

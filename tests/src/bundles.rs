@@ -75,6 +75,7 @@ pub fn write_generated_bundle(dir: &Path, trace: &[u8], modules: &[(&str, u64)])
                 .iter()
                 .map(|(path, load)| BundleModule { system_path: path.to_string(), file: None, load_address: LoadAddress(*load), uuid: None })
                 .collect(),
+            jitdumps: Vec::new(),
         }],
         tsc_perf_zero_conversion: None,
         retrace: None,
