@@ -8,6 +8,8 @@
 //! * [`packet`] — the Intel PT packet codec: a zero-copy decoder over `&[u8]`
 //!   yielding `(offset, Packet)` items with errors as values, PSB synchronisation,
 //!   and a byte-exact encoder used by the software recorder.
+//! * [`xray`] — LLVM XRay logs (basic and flight-data-recorder modes, every
+//!   version), instrumentation maps and per-thread call timelines.
 //! * [`jitdump`] — perf jitdump files (what JIT runtimes write for
 //!   `perf inject --jit`): records, and the generated functions by address
 //!   and time, placed into an [`image::Image`] and a [`symbols::Symbolizer`].
