@@ -201,14 +201,9 @@ fn assert_function_calls_equal_lldb(bundle: &Path, threads: usize) {
 /// function-call trees (`lldb_json`: one array per thread), and per thread
 /// the slices nest (each is inside or after the ones before it).
 fn assert_timeline_has_lldb_calls(bundle: &Path, lldb_json: &str) {
-    fn calls(value: &serde_json::Value) -> usize {
-        match value {
-            serde_json::Value::Object(map) => usize::from(map.contains_key("tracedSegments")) + map.values().map(calls).sum::<usize>(),
-            serde_json::Value::Array(items) => items.iter().map(calls).sum(),
-            _ => 0,
-        }
-    }
-    let lldb_calls: usize = lldb_json.lines().filter(|l| l.starts_with('[')).map(|l| calls(&serde_json::from_str(l).unwrap())).sum();
+    // Each call is one object with "tracedSegments" (counted in the text:
+    // deep recursion nests further than serde_json parses).
+    let lldb_calls = lldb_json.matches("\"tracedSegments\"").count();
     let out = bundle.join("timeline.json");
     let status = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["export", "chrome"]).arg(bundle.join("trace.json")).arg("-o").arg(&out).status().unwrap();
     assert!(status.success());
