@@ -17,13 +17,13 @@ fn retrace(args: &[&str]) -> String {
 /// The text `dump function-calls --tid T` must print for one thread, built
 /// from LLVM's records of it with a plain stack (threads whose every exit
 /// matches the innermost open call; `None` otherwise).
-fn expected_text(tid: u32, records: &[LlvmRecord], names: &BTreeMap<u32, (String, String)>, frequency: f64) -> Option<String> {
+fn expected_text(number: usize, tid: u32, records: &[LlvmRecord], names: &BTreeMap<u32, (String, String)>, frequency: f64) -> Option<String> {
     struct Open {
         id: usize,
         line: usize,
         tsc: u64,
     }
-    let mut lines: Vec<String> = vec![format!("thread #1: tid = {tid}, pid = {}", records[0].process)];
+    let mut lines: Vec<String> = vec![format!("thread #{number}: tid = {tid}, pid = {}", records[0].process)];
     let mut stack: Vec<Open> = Vec::new();
     let mut trees = 0;
     for (id, record) in records.iter().enumerate() {
@@ -87,10 +87,13 @@ fn xray_function_calls_and_timeline_match_llvm_xray() {
     let header = std::fs::read(&log).unwrap();
     assert_eq!(u64::from_le_bytes(header[8..16].try_into().unwrap()) as f64, frequency);
 
-    // Text, thread by thread, equal to the trees LLVM's records make.
+    // Text, thread by thread, equal to the trees LLVM's records make;
+    // threads are numbered in the order their first buffer is in the file.
+    let order = support::thread_order(&header);
     let mut compared = 0;
     for (tid, records) in &by_thread {
-        let Some(expected) = expected_text(*tid, records, &module_names, frequency) else { continue };
+        let number = order.iter().position(|t| t == tid).expect("thread in the file") + 1;
+        let Some(expected) = expected_text(number, *tid, records, &module_names, frequency) else { continue };
         let text = retrace(&["dump", "function-calls", log_arg, "--binary", binary_arg, "--tid", &tid.to_string()]);
         assert_eq!(text, expected, "thread {tid}");
         compared += 1;
@@ -102,20 +105,23 @@ fn xray_function_calls_and_timeline_match_llvm_xray() {
     let json: serde_json::Value = serde_json::from_str(&retrace(&["dump", "function-calls", log_arg, "--binary", binary_arg, "--json"])).unwrap();
     let mut args = Vec::new();
     let mut named = 0;
-    fn walk(call: &serde_json::Value, names: &BTreeMap<u32, (u64, String)>, args: &mut Vec<u64>, named: &mut usize) {
-        let id = call["functionId"].as_u64().unwrap() as u32;
-        assert_eq!(call["function"].as_str(), names.get(&id).map(|n| n.1.as_str()), "function {id}");
-        *named += 1;
-        if let Some(list) = call["args"].as_array() {
-            args.extend(list.iter().map(|a| a.as_u64().unwrap()));
-        }
-        for child in call["calls"].as_array().into_iter().flatten() {
-            walk(child, names, args, named);
-        }
-    }
     for thread in json["threads"].as_array().unwrap() {
-        for call in thread["calls"].as_array().unwrap() {
-            walk(call, &names, &mut args, &mut named);
+        let calls = thread["calls"].as_array().unwrap();
+        for (position, call) in calls.iter().enumerate() {
+            let id = call["functionId"].as_u64().unwrap() as u32;
+            assert_eq!(call["function"].as_str(), names.get(&id).map(|n| n.1.as_str()), "function {id}");
+            named += 1;
+            if let Some(list) = call["args"].as_array() {
+                args.extend(list.iter().map(|a| a.as_u64().unwrap()));
+            }
+            // Depth first: a call's parent is listed before it, one level up.
+            if let Some(parent) = call["parent"].as_u64() {
+                let parent_call = calls[..position].iter().find(|c| c["index"].as_u64() == Some(parent)).expect("parent listed first");
+                assert_eq!(parent_call["depth"].as_u64().unwrap() + 1, call["depth"].as_u64().unwrap());
+                assert!(parent_call["enterId"].as_u64() < call["enterId"].as_u64());
+            } else {
+                assert_eq!(call["depth"], 0);
+            }
         }
     }
     args.sort();
@@ -134,7 +140,7 @@ fn xray_function_calls_and_timeline_match_llvm_xray() {
         let entries = records.iter().filter(|r| r.kind.starts_with("function-enter")).count();
         let ours: Vec<_> = slices.iter().filter(|e| e["tid"].as_u64() == Some(u64::from(*tid))).collect();
         assert_eq!(ours.len(), entries, "thread {tid}: slices");
-        if expected_text(*tid, records, &module_names, frequency).is_some() {
+        if expected_text(1, *tid, records, &module_names, frequency).is_some() {
             let mut open = Vec::new();
             let mut total = 0.0;
             for record in records {
@@ -173,7 +179,7 @@ fn xray_function_ids_of_shared_libraries_are_named_from_their_object() {
     let records = support::llvm_records(&log).expect("llvm-xray reads the log");
     assert!(records.iter().any(|r| r.function >> 24 == 1), "no library function in the log");
     let tid = records[0].thread;
-    let expected = expected_text(tid, &records, &names, 1e9).expect("well nested");
+    let expected = expected_text(1, tid, &records, &names, 1e9).expect("well nested");
     assert!(expected.contains("libxray_square.so`lib_square(int)"), "{expected}");
     let text = retrace(&["dump", "function-calls", log.to_str().unwrap(), "--binary", binary.to_str().unwrap(), "--binary", library.to_str().unwrap()]);
     assert_eq!(text, expected);

@@ -282,6 +282,21 @@ pub fn single_thread_log(log: &[u8], tid: u32) -> Vec<u8> {
     out
 }
 
+/// The threads of an FDR v3+ log in the order their first buffer appears.
+pub fn thread_order(log: &[u8]) -> Vec<u32> {
+    let mut order = Vec::new();
+    let mut at = 32;
+    while at + 32 <= log.len() {
+        let size = u64::from_le_bytes(log[at + 1..at + 9].try_into().unwrap()) as usize;
+        let tid = u32::from_le_bytes(log[at + 17..at + 21].try_into().unwrap());
+        if !order.contains(&tid) {
+            order.push(tid);
+        }
+        at += 16 + size;
+    }
+    order
+}
+
 /// What happens in a synthetic buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -313,6 +328,9 @@ pub enum Event {
     Custom {
         /// TSC.
         tsc: u64,
+        /// The CPU a v4 event records (v4 events carry one of their own;
+        /// other versions' events happen on the thread's current CPU).
+        cpu: u16,
         /// Payload.
         data: Vec<u8>,
     },
@@ -363,7 +381,10 @@ pub fn expected_records(buffers: &[Buffer], version: u16) -> Vec<Expected> {
                 }
                 Event::Cpu { cpu: new, .. } => cpu = *new,
                 Event::Wrap { .. } => {}
-                Event::Custom { tsc, data } => out.push((buffer.tid, pid, "custom-event", 0, *tsc, cpu, Vec::new(), data.clone(), None)),
+                Event::Custom { tsc, cpu: own, data } => {
+                    let cpu = if version == 4 { *own } else { cpu };
+                    out.push((buffer.tid, pid, "custom-event", 0, *tsc, cpu, Vec::new(), data.clone(), None))
+                }
                 Event::Typed { tsc, event_type, data } => {
                     out.push((buffer.tid, pid, "typed-event", 0, *tsc, cpu, Vec::new(), data.clone(), Some(*event_type)))
                 }
@@ -404,7 +425,7 @@ pub fn write_fdr(version: u16, buffer_size: u64, buffers: &[Buffer]) -> Vec<u8> 
             metadata(2, &body)
         };
         records.extend(cpu_record(buffer.cpu, buffer.tsc));
-        let (mut running, mut cpu) = (buffer.tsc, buffer.cpu);
+        let mut running = buffer.tsc;
         for event in &buffer.events {
             match event {
                 Event::Function { kind, id, tsc, args } => {
@@ -418,22 +439,25 @@ pub fn write_fdr(version: u16, buffer_size: u64, buffers: &[Buffer]) -> Vec<u8> 
                 }
                 Event::Cpu { cpu: new, tsc } => {
                     records.extend(cpu_record(*new, *tsc));
-                    (running, cpu) = (*tsc, *new);
+                    running = *tsc;
                 }
                 Event::Wrap { tsc } => {
                     records.extend(metadata(3, &tsc.to_le_bytes()));
                     running = *tsc;
                 }
-                Event::Custom { tsc, data } => {
+                Event::Custom { tsc, cpu: own, data } => {
                     let mut body = (data.len() as i32).to_le_bytes().to_vec();
                     if version >= 5 {
                         body.extend_from_slice(&((tsc - running) as i32).to_le_bytes());
                         running = *tsc;
                     } else {
                         body.extend_from_slice(&tsc.to_le_bytes());
-                        // v4 carries the CPU here; earlier writers left these bytes alone
-                        // (LLVM's reader reads them as the CPU anyway).
-                        body.extend_from_slice(&cpu.to_le_bytes());
+                        // v4 carries the CPU here; earlier writers left these
+                        // bytes uninitialised (0xaa), which LLVM's reader
+                        // takes for a CPU.
+                        if version == 4 {
+                            body.extend_from_slice(&own.to_le_bytes());
+                        }
                     }
                     records.extend(metadata(5, &body));
                     records.extend_from_slice(data);
@@ -531,7 +555,7 @@ pub fn random_buffers(rng: &mut crate::rng::Rng, version: u16, buffer_count: usi
                     // 8-byte aligned: v1 payloads are whole words here.
                     let len = 1 + rng.below(40) as usize;
                     let len = if version == 1 { len.next_multiple_of(8) } else { len };
-                    Event::Custom { tsc, data: (0..len).map(|i| b'a' + ((i as u64 + tsc) % 26) as u8).collect() }
+                    Event::Custom { tsc, cpu: 4 + rng.below(4) as u16, data: (0..len).map(|i| b'a' + ((i as u64 + tsc) % 26) as u8).collect() }
                 }
                 _ if version >= 5 => {
                     let len = 1 + rng.below(20) as usize;

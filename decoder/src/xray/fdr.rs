@@ -4,10 +4,10 @@
 //! unaligned.
 //!
 //! Buffers by version: v1 `NewBuffer WallClock NewCPUId … EndOfBuffer`
-//! padded to the header's thread buffer size; v2 prefixes `BufferExtents`;
-//! v3+ adds `Pid` and only the extents' bytes are in the file (enforced here
-//! as LLVM does); v4 custom events carry the CPU; v5 custom and typed events
-//! carry TSC deltas.
+//! padded to the header's thread buffer size; v2 prefixes `BufferExtents`
+//! (from v2 on only the extents' bytes are written; LLVM enforces them from
+//! v3 on, and so does this reader); v3 adds `Pid`; v4 custom events carry
+//! the CPU; v5 custom and typed events carry TSC deltas.
 
 use super::{array, Endian, FileHeader, FunctionId, Record, RecordKind, XrayError, XrayErrorKind, HEADER_SIZE};
 
@@ -159,9 +159,10 @@ impl<'a> RawRecords<'a> {
         self.header.version >= 3
     }
 
-    /// A buffer plausibly starts at `at`: v2+ a BufferExtents record whose
-    /// size fits in the file, followed by a NewBuffer (unless it is empty);
-    /// v1 a NewBuffer followed by a WallClockTime.
+    /// A buffer plausibly starts at `at`: v2+ a BufferExtents record
+    /// followed by a NewBuffer (or an empty one whose size fits in the file:
+    /// the last buffer of a cut file still counts); v1 a NewBuffer followed
+    /// by a WallClockTime.
     fn buffer_starts_at(&self, at: usize) -> bool {
         if self.header.version < 2 {
             return self.bytes.get(at) == Some(&(NEW_BUFFER << 1 | 1)) && self.bytes.get(at + METADATA_SIZE) == Some(&(WALL_CLOCK << 1 | 1));
@@ -171,8 +172,10 @@ impl<'a> RawRecords<'a> {
         }
         let Some(size) = array::<8>(self.bytes, at + 1).map(|b| self.header.endian.u64(b)) else { return false };
         let after = at + METADATA_SIZE;
-        let fits = (size as usize as u64 == size) && after.checked_add(size as usize).is_some_and(|end| end <= self.bytes.len());
-        fits && (size == 0 || self.bytes.get(after) == Some(&(NEW_BUFFER << 1 | 1)))
+        match size {
+            0 => after <= self.bytes.len(),
+            _ => self.bytes.get(after) == Some(&(NEW_BUFFER << 1 | 1)),
+        }
     }
 
     fn read_at(&self, offset: usize, limit: usize) -> Result<(RawRecord<'a>, usize), XrayErrorKind> {
@@ -180,9 +183,12 @@ impl<'a> RawRecords<'a> {
         let first = self.bytes[offset];
         let available = limit - offset;
         let need = |kind: &'static str, needed: usize| -> Result<(), XrayErrorKind> {
+            // Past the buffer's declared end (inside the file) the extents
+            // were short; past the file's end the file was cut.
+            let buffer_ends_first = self.enforces_extents() && self.buffer_end.is_some_and(|end| end <= self.bytes.len());
             if needed <= available {
                 Ok(())
-            } else if limit < self.bytes.len() || self.buffer_end.is_some() && self.enforces_extents() {
+            } else if buffer_ends_first {
                 Err(XrayErrorKind::BufferOverrun { kind, needed, available, lost: available })
             } else {
                 Err(XrayErrorKind::Truncated { kind, needed, available })
@@ -269,7 +275,7 @@ impl<'a> Iterator for RawRecords<'a> {
                 _ => {
                     // A buffer must start here.
                     self.buffer_end = None;
-                    if !self.buffer_starts_at(offset) && self.bytes[offset] != BUFFER_EXTENTS << 1 | 1 {
+                    if !self.buffer_starts_at(offset) {
                         let skipped = self.resync(offset);
                         return Some(Err(XrayError::at(offset, XrayErrorKind::LostSync { skipped })));
                     }
@@ -286,15 +292,18 @@ impl<'a> Iterator for RawRecords<'a> {
                 match record {
                     RawRecord::BufferExtents { size } => {
                         let end = usize::try_from(size).ok().and_then(|size| self.offset.checked_add(size));
-                        self.buffer_end = Some(end.unwrap_or(usize::MAX).min(self.bytes.len()));
+                        self.buffer_end = Some(end.unwrap_or(usize::MAX));
                     }
                     RawRecord::NewBuffer { .. } => self.buffer_start = Some(offset),
                     RawRecord::EndOfBuffer => {
                         // v1: the rest of the fixed-size buffer is filler.
                         let size = self.header.thread_buffer_size.and_then(|size| usize::try_from(size).ok());
+                        // Only to where a buffer starts (or the end): a wrong
+                        // size in the header must not hide buffers; the
+                        // filler is ignored anyway until the next NewBuffer.
                         if let Some(end) = self.buffer_start.zip(size).and_then(|(start, size)| start.checked_add(size)) {
-                            if end > self.offset {
-                                self.offset = end.min(self.bytes.len());
+                            if end > self.offset && (end == self.bytes.len() || self.buffer_starts_at(end)) {
+                                self.offset = end;
                             }
                         }
                         self.buffer_start = None;
@@ -307,8 +316,9 @@ impl<'a> Iterator for RawRecords<'a> {
                 match kind {
                     XrayErrorKind::BufferOverrun { .. } => self.offset = limit,
                     XrayErrorKind::Truncated { .. } => self.offset = self.bytes.len(),
-                    // Unknown contents: the rest of this buffer is lost.
-                    _ if self.enforces_extents() && self.buffer_end.is_some() => self.offset = limit,
+                    // Unknown contents: the rest of this buffer is lost (when
+                    // the buffer's end is in the file; else find the next).
+                    _ if self.enforces_extents() && self.buffer_end.is_some_and(|end| end <= self.bytes.len()) => self.offset = limit,
                     _ => {
                         self.resync(offset);
                     }
@@ -325,7 +335,6 @@ impl<'a> Iterator for RawRecords<'a> {
 #[derive(Debug)]
 pub struct ExpandedRecords<'a> {
     raw: RawRecords<'a>,
-    version: u16,
     tid: u32,
     pid: Option<u32>,
     cpu: u16,
@@ -343,7 +352,6 @@ impl<'a> ExpandedRecords<'a> {
     pub fn new(header: FileHeader, bytes: &'a [u8]) -> Self {
         ExpandedRecords {
             raw: RawRecords::new(header, bytes),
-            version: header.version,
             tid: 0,
             pid: None,
             cpu: 0,
@@ -437,10 +445,6 @@ impl<'a> ExpandedRecords<'a> {
         }
     }
 
-    /// The version of the log (v2's NewBuffer gives no process id).
-    pub fn version(&self) -> u16 {
-        self.version
-    }
 }
 
 impl<'a> Iterator for ExpandedRecords<'a> {

@@ -118,11 +118,11 @@ impl InstrMap {
         let word = if wide { 8 } else { 4 };
         let mut map = InstrMap::default();
         for (index, raw) in data.chunks_exact(entry).enumerate() {
-            let entry_address = base + (index * entry) as u64;
+            let entry_address = base.wrapping_add((index * entry) as u64);
             let flags = &raw[2 * word..];
             let version = flags[2];
             let (mut address, mut function) = (read(&raw[..word]), read(&raw[word..2 * word]));
-            if !wide {
+            if !wide && version >= 2 {
                 // Sign-extend 32-bit offsets.
                 address = address as u32 as i32 as i64 as u64;
                 function = function as u32 as i32 as i64 as u64;
@@ -132,7 +132,7 @@ impl InstrMap {
                 function = entry_address.wrapping_add(word as u64).wrapping_add(function);
             } else {
                 address = relative.get(&entry_address).copied().filter(|_| address == 0).unwrap_or(address);
-                function = relative.get(&(entry_address + word as u64)).copied().filter(|_| function == 0).unwrap_or(function);
+                function = relative.get(&entry_address.wrapping_add(word as u64)).copied().filter(|_| function == 0).unwrap_or(function);
             }
             if map.functions.last() != Some(&function) {
                 map.functions.push(function);

@@ -11,7 +11,11 @@
 //!   `llvm-xray fdr-dump` lists them;
 //! * [`Log::records`] — the expanded records every consumer wants (thread,
 //!   function id, kind, absolute TSC, CPU, arguments, event payloads), the
-//!   same set `llvm-xray convert` prints, for both modes.
+//!   records `llvm-xray convert` prints, for both modes. Where LLVM reads
+//!   meaningless bytes this reader does not: v1–v3 custom events take the
+//!   thread's current CPU (LLVM reads the unused bytes after the TSC), and
+//!   logs without process ids give `None` (LLVM: 0, or the thread id in
+//!   FDR v2).
 //!
 //! Damage never stops reading: a record that is cut short, an unknown
 //! metadata kind or a broken buffer becomes an [`XrayError`] item with its
@@ -305,7 +309,9 @@ pub enum XrayErrorKind {
     /// A function record before the buffer said which CPU and TSC it starts at.
     #[error("function record before the buffer's NewCPUId (its TSC is unknown)")]
     NoBaseTsc,
-    /// A CallArgument after something other than a function entry.
+    /// A CallArgument with no function record before it in its buffer
+    /// (after a function record of any kind it is attached, and the record
+    /// becomes an entry with arguments, as LLVM does).
     #[error("call argument without a function record before it")]
     StrayCallArgument,
     /// Basic mode: the file is not the header plus whole 32-byte records.

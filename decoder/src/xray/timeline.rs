@@ -1,7 +1,8 @@
 //! Per-thread call timelines from XRay records: nested calls with their
 //! times, arguments and the events they emitted.
 //!
-//! Matching, per thread, in time order:
+//! Matching, per thread, in file order (LLVM keeps it; the writer starts a
+//! TSCWrap when the clock goes back):
 //! * an exit of the function on top of the stack ends it;
 //! * an exit of a function deeper in the stack also ends the calls above it
 //!   ([`CallEnd::Unwound`]: their exits were not recorded — `llvm-xray
@@ -69,7 +70,8 @@ pub struct Call {
 }
 
 impl Call {
-    /// Whether both ends are known (the calls `llvm-xray account` counts).
+    /// Whether both ends are known (the calls `llvm-xray account -d`
+    /// counts: with `-d` it also ends calls a caller's exit unwinds).
     pub fn is_complete(&self) -> bool {
         self.start_tsc.is_some() && self.end_tsc.is_some()
     }
@@ -87,7 +89,7 @@ pub struct ThreadTimeline<'a> {
     pub tid: u32,
     /// Process id, when the log has it.
     pub pid: Option<u32>,
-    /// The thread's records in time order (file order where TSCs tie).
+    /// The thread's records in file order.
     pub records: Vec<Record<'a>>,
     /// Every call, in order of entry (untraced callers where their exit was).
     pub calls: Vec<Call>,
@@ -130,11 +132,10 @@ impl<'a> Timeline<'a> {
         let threads = order
             .into_iter()
             .map(|key| {
-                let mut records = by_thread.remove(&key).unwrap_or_default();
-                if records.windows(2).any(|pair| pair[1].tsc < pair[0].tsc) {
-                    // Buffers of one thread may be flushed out of order.
-                    records.sort_by_key(|record| record.tsc);
-                }
+                // File order, as LLVM keeps it (a TSC may go back inside a
+                // buffer: the writer then starts a TSCWrap; sorting records
+                // would put exits before their entries).
+                let records = by_thread.remove(&key).unwrap_or_default();
                 ThreadTimeline::build(key.1, key.0, records)
             })
             .collect();
@@ -226,9 +227,9 @@ impl<'a> ThreadTimeline<'a> {
     pub fn complete_calls_by_function(&self) -> BTreeMap<FunctionId, (u64, u64)> {
         let mut counts = BTreeMap::new();
         for call in self.calls.iter().filter(|call| call.is_complete()) {
-            let entry = counts.entry(call.function).or_insert((0, 0));
+            let entry: &mut (u64, u64) = counts.entry(call.function).or_insert((0, 0));
             entry.0 += 1;
-            entry.1 += call.ticks().unwrap_or(0);
+            entry.1 = entry.1.saturating_add(call.ticks().unwrap_or(0));
         }
         counts
     }

@@ -27,10 +27,12 @@ pub enum Format {
 
 /// Writes the timeline of `input` to `output`.
 pub fn run(_format: Format, input: &Path, output: &Path, binaries: &[PathBuf], options: FlowOptions) -> Result<ExitCode, CliError> {
-    let events = if !binaries.is_empty() || super::is_xray_log(input) {
+    let events = if super::is_xray_log(input) {
         xray::chrome_events(input, binaries)?
-    } else {
+    } else if binaries.is_empty() {
         pt_events(input, options)?
+    } else {
+        return Err(CliError::Message(format!("{}: not an XRay log (--binary is for XRay logs)", input.display())));
     };
     let file = std::fs::File::create(output).map_err(CliError::file(output))?;
     let mut out = BufWriter::new(file);

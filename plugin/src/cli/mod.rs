@@ -233,9 +233,10 @@ enum DumpCommand {
     /// in the trace"); a function that returns without a traced entry (it
     /// was entered before tracing began) is shown as the caller of what ran
     /// before: `[?, exit]  entered before the trace`. `--json` prints one
-    /// object: header, threads with nested `calls` (functionId, function,
-    /// module, enterId, exitId, end, startTsc, endTsc, durationNs, args,
-    /// events), and errors with byte offsets.
+    /// object: header, threads with their `calls` flat in depth-first order
+    /// (index, parent, depth, functionId, function, module, enterId, exitId,
+    /// end, startTsc, endTsc, durationNs, args, events), and errors with byte
+    /// offsets.
     ///
     /// Examples: retrace dump function-calls DIR/trace.json --json
     ///           retrace dump function-calls xray-log.prog.Ab12Cd --binary ./prog
@@ -334,8 +335,11 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 (_, true) => calls::Format::PrettyJson,
                 _ => calls::Format::Text,
             };
-            if !binaries.is_empty() || is_xray_log(&trace_json) {
+            if is_xray_log(&trace_json) {
                 return xray::function_calls(&trace_json, &binaries, tid, format);
+            }
+            if !binaries.is_empty() {
+                return Err(CliError::Message(format!("{}: not an XRay log (--binary is for XRay logs)", trace_json.display())));
             }
             calls::run(&trace_json, tid, format, decode.options())
         }

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use object::{Object, ObjectSegment};
 use retrace_decoder::symbols::Symbolizer;
 use retrace_decoder::xray::instr_map::InstrMap;
-use retrace_decoder::xray::timeline::{Call, CallEnd, ThreadTimeline, Timeline};
+use retrace_decoder::xray::timeline::{CallEnd, ThreadTimeline, Timeline};
 use retrace_decoder::xray::{FunctionId, Log, Mode, RecordKind};
 use serde_json::{json, Value};
 
@@ -100,7 +100,8 @@ pub fn function_calls(log_path: &Path, binaries: &[PathBuf], tid: Option<u64>, f
             return Err(CliError::Message(format!("no thread {tid} in {}", log_path.display())));
         }
     }
-    let threads = timeline.threads.iter().filter(|t| tid.is_none_or(|tid| u64::from(t.tid) == tid));
+    // Numbered among all threads, also when one is picked.
+    let threads = timeline.threads.iter().enumerate().filter(|(_, t)| tid.is_none_or(|tid| u64::from(t.tid) == tid));
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     match format {
@@ -108,8 +109,8 @@ pub fn function_calls(log_path: &Path, binaries: &[PathBuf], tid: Option<u64>, f
             for error in &timeline.errors {
                 writeln!(out, "(error) {error}")?;
             }
-            for (index, thread) in threads.enumerate() {
-                if index > 0 {
+            for (printed, (index, thread)) in threads.enumerate() {
+                if printed > 0 {
                     writeln!(out)?;
                 }
                 match thread.pid {
@@ -132,7 +133,7 @@ pub fn function_calls(log_path: &Path, binaries: &[PathBuf], tid: Option<u64>, f
         Format::Json | Format::PrettyJson => {
             let value = json!({
                 "header": header_json(&log),
-                "threads": threads.map(|thread| thread_json(&timeline, thread, &mut names)).collect::<Vec<_>>(),
+                "threads": threads.map(|(_, thread)| thread_json(&timeline, thread, &mut names)).collect::<Vec<_>>(),
                 "errors": timeline.errors.iter().map(|e| json!({"offset": e.offset, "message": e.kind.to_string()})).collect::<Vec<_>>(),
             });
             if format == Format::Json {
@@ -163,7 +164,38 @@ struct TextTrees<'t, 'a> {
 }
 
 impl TextTrees<'_, '_> {
-    fn call(&self, out: &mut impl Write, names: &mut FunctionNames, index: usize, depth: usize) -> std::io::Result<()> {
+    /// Prints a call tree depth first (with an explicit stack: a log can
+    /// nest calls deeper than the thread's stack would allow recursion).
+    fn call(&self, out: &mut impl Write, names: &mut FunctionNames, root: usize, base_depth: usize) -> std::io::Result<()> {
+        enum Item {
+            Call(usize),
+            Event(usize),
+        }
+        let mut pending = vec![(Item::Call(root), base_depth)];
+        while let Some((item, depth)) = pending.pop() {
+            let index = match item {
+                Item::Event(event) => {
+                    self.event(out, event, depth)?;
+                    continue;
+                }
+                Item::Call(index) => index,
+            };
+            writeln!(out, "{}", self.call_line(names, index, depth))?;
+            let call = &self.thread.calls[index];
+            // Children and own events in record order.
+            let mut items: Vec<(usize, Item)> = call
+                .children
+                .iter()
+                .map(|&c| (self.thread.calls[c].enter.or(self.thread.calls[c].exit).unwrap_or(0), Item::Call(c)))
+                .collect();
+            items.extend(call.events.iter().map(|&e| (e, Item::Event(e))));
+            items.sort_by_key(|(at, _)| *at);
+            pending.extend(items.into_iter().rev().map(|(_, item)| (item, depth + 1)));
+        }
+        Ok(())
+    }
+
+    fn call_line(&self, names: &mut FunctionNames, index: usize, depth: usize) -> String {
         let call = &self.thread.calls[index];
         let name = names.get(call.function);
         let indent = "  ".repeat(depth);
@@ -182,19 +214,7 @@ impl TextTrees<'_, '_> {
             (_, None) if call.enter.is_none() => line.push_str("  entered before the trace"),
             (_, None) => {}
         }
-        writeln!(out, "{line}")?;
-        // Children and own events in record order.
-        let mut items: Vec<(usize, bool, usize)> = call.children.iter().map(|&c| (self.thread.calls[c].enter.or(self.thread.calls[c].exit).unwrap_or(0), true, c)).collect();
-        items.extend(call.events.iter().map(|&e| (e, false, e)));
-        items.sort();
-        for (_, is_call, item) in items {
-            if is_call {
-                self.call(out, names, item, depth + 1)?;
-            } else {
-                self.event(out, item, depth + 1)?;
-            }
-        }
-        Ok(())
+        line
     }
 
     fn event(&self, out: &mut impl Write, index: usize, depth: usize) -> std::io::Result<()> {
@@ -222,29 +242,39 @@ fn event_json(thread: &ThreadTimeline, index: usize) -> Value {
     value
 }
 
-fn call_json(timeline: &Timeline, thread: &ThreadTimeline, call: &Call, names: &mut FunctionNames) -> Value {
-    let name = names.get(call.function).clone();
-    let mut value = json!({
-        "functionId": call.function.0 as i32,
-        "function": name.name,
-        "module": name.module,
-        "enterId": call.enter,
-        "exitId": call.exit,
-        "end": call.end.name(),
-        "startTsc": call.start_tsc,
-        "endTsc": call.end_tsc,
-        "durationNs": call.ticks().and_then(|ticks| timeline.nanos(ticks)),
-    });
-    if !call.args.is_empty() {
-        value["args"] = json!(call.args);
+/// A thread's calls, flat in depth-first order: each with its `index`,
+/// `parent` (index or null) and `depth` (flat, so that no depth of nesting
+/// strains a JSON reader).
+fn calls_json(timeline: &Timeline, thread: &ThreadTimeline, names: &mut FunctionNames) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut pending: Vec<(usize, Option<usize>, usize)> = thread.roots.iter().rev().map(|&c| (c, None, 0)).collect();
+    while let Some((index, parent, depth)) = pending.pop() {
+        let call = &thread.calls[index];
+        let name = names.get(call.function).clone();
+        let mut value = json!({
+            "index": index,
+            "parent": parent,
+            "depth": depth,
+            "functionId": call.function.0 as i32,
+            "function": name.name,
+            "module": name.module,
+            "enterId": call.enter,
+            "exitId": call.exit,
+            "end": call.end.name(),
+            "startTsc": call.start_tsc,
+            "endTsc": call.end_tsc,
+            "durationNs": call.ticks().and_then(|ticks| timeline.nanos(ticks)),
+        });
+        if !call.args.is_empty() {
+            value["args"] = json!(call.args);
+        }
+        if !call.events.is_empty() {
+            value["events"] = call.events.iter().map(|&e| event_json(thread, e)).collect();
+        }
+        out.push(value);
+        pending.extend(call.children.iter().rev().map(|&c| (c, Some(index), depth + 1)));
     }
-    if !call.events.is_empty() {
-        value["events"] = call.events.iter().map(|&e| event_json(thread, e)).collect();
-    }
-    if !call.children.is_empty() {
-        value["calls"] = call.children.iter().map(|&c| call_json(timeline, thread, &thread.calls[c], names)).collect();
-    }
-    value
+    out
 }
 
 fn thread_json(timeline: &Timeline, thread: &ThreadTimeline, names: &mut FunctionNames) -> Value {
@@ -252,7 +282,7 @@ fn thread_json(timeline: &Timeline, thread: &ThreadTimeline, names: &mut Functio
         "tid": thread.tid,
         "pid": thread.pid,
         "records": thread.records.len(),
-        "calls": thread.roots.iter().map(|&c| call_json(timeline, thread, &thread.calls[c], names)).collect::<Vec<_>>(),
+        "calls": calls_json(timeline, thread, names),
         "events": thread.events.iter().map(|&e| event_json(thread, e)).collect::<Vec<_>>(),
     })
 }
