@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Tools the tests use as independent references.
-packages=(libipt-dev lldb-22 python3-lldb-22 gdb gcc clang-22 llvm-22 libclang-rt-22-dev nodejs)
+packages=(libipt-dev lldb-22 python3-lldb-22 gdb gcc clang-22 llvm-22 libclang-rt-22-dev nodejs python3-venv)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -17,6 +17,15 @@ if ((${#missing[@]})); then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 fi
+
+# wasmtime (from PyPI) writes the third kind of real jitdump the tests read.
+venv=target/wasmtime-venv
+if ! "$venv/bin/python" -c "import wasmtime" 2>/dev/null; then
+    echo "installing wasmtime (PyPI) into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "wasmtime==50.0.1"
+fi
+export RETRACE_WASMTIME_PYTHON="$PWD/$venv/bin/python"
 
 # Under CI=true a test whose tool is missing fails instead of skipping.
 export CI="${CI:-false}"
