@@ -321,6 +321,11 @@ pub struct FlowDecoder<'a, M: Memory> {
     stopped: bool,
     /// The trace ends with a packet cut short, at this offset.
     cut_packet: Option<usize>,
+    /// A TNT query met a damaged TIP (known by its opcode): libipt fails the
+    /// query before decoding the packet (a conditional branch: "does not
+    /// match query"; a return goes on to ask for the TIP, and decoding it
+    /// fails).
+    damaged_tip_ahead: bool,
 }
 
 /// Where the decoder stands after handling something.
@@ -401,6 +406,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             options: FlowOptions::default(),
             stopped: false,
             cut_packet: None,
+            damaged_tip_ahead: false,
         }
     }
 
@@ -638,7 +644,14 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     #[inline]
     fn tnt_bit(&mut self) -> Flow<Option<bool>> {
         if self.tnt_len == 0 {
-            match self.peek()? {
+            let ahead = match self.peek() {
+                Err((at, FlowError::Packet(kind, _))) if decoded_later(&kind) && self.packets.data().get(at).map(|b| b & 0x1f) == Some(0x0d) => {
+                    self.damaged_tip_ahead = true;
+                    return Ok(None);
+                }
+                other => other?,
+            };
+            match ahead {
                 Some((_, Packet::TntShort(tnt) | Packet::TntLong(tnt))) => {
                     self.peeked = None;
                     self.tnt_bits = tnt.bits;
@@ -1001,7 +1014,12 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         if self.tnt_len > 0 {
             return Ok(None);
         }
-        match self.peek()? {
+        let ahead = match self.peek() {
+            // A damaged TNT or TIP binds nothing; the branch that needs it fails.
+            Err((at, FlowError::Packet(kind, _))) if decoded_later(&kind) && is_query_packet(self.packets.data(), at) => None,
+            other => other?,
+        };
+        match ahead {
             Some((offset, Packet::Fup(fup))) => Ok(fup.ip.map(|ip| Binding::Async { ip, offset })),
             Some((offset, Packet::Psb)) => match self.psb_fup_lookahead() {
                 Some(ip) => Ok(Some(Binding::Psb { ip, offset })),
@@ -1058,7 +1076,15 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 if self.trace_ends {
                     return Ok(Next::End);
                 }
-                match self.peek()? {
+                let ahead = match self.peek() {
+                    // A damaged TNT or TIP waits for the branch that needs
+                    // it (libipt knows it by its opcode until then).
+                    Err((at, FlowError::Packet(kind, _))) if decoded_later(&kind) && is_query_packet(self.packets.data(), at) => {
+                        Some((at, Packet::Pad))
+                    }
+                    other => other?,
+                };
+                match ahead {
                     None => {
                         // Nothing left to say where this goes: LLDB stops here
                         // too (libipt reports the end of the stream here).
@@ -1197,7 +1223,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                             via = Some((id, 1));
                             next
                         }
-                        Ok(None) if self.peeked.is_none() => return Ok(Next::End),
+                        Ok(None) if self.peeked.is_none() && !std::mem::take(&mut self.damaged_tip_ahead) => return Ok(Next::End),
                         Ok(None) => {
                             let error = (self.offset(), FlowError::Mismatch { expected: "a TNT bit", ip: None });
                             return Err(self.query_failed(error, last_ip));
@@ -1223,7 +1249,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                             let error = (self.offset(), FlowError::BadReturnCompression(last_ip));
                             return Err(self.query_failed(error, last_ip));
                         }
-                        Ok(None) => match self.indirect(last_ip, false) {
+                        Ok(None) => match {
+                            self.damaged_tip_ahead = false;
+                            self.indirect(last_ip, false)
+                        } {
                             Ok(Next::At(target)) => target,
                             Ok(other) => return Ok(other),
                             Err(e) => return Err(self.query_failed(e, last_ip)),
