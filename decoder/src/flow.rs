@@ -326,6 +326,8 @@ pub struct FlowDecoder<'a, M: Memory> {
     /// match query"; a return goes on to ask for the TIP, and decoding it
     /// fails).
     damaged_tip_ahead: bool,
+    /// Executed blocks before the current PSB+ (where LLDB's slice began).
+    slice_start_blocks: usize,
 }
 
 /// Where the decoder stands after handling something.
@@ -407,6 +409,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             stopped: false,
             cut_packet: None,
             damaged_tip_ahead: false,
+            slice_start_blocks: 0,
         }
     }
 
@@ -549,6 +552,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// Reads the PSB+ header after a PSB at `offset`; returns the FUP IP
     /// (tracing on) or `None` (tracing off).
     fn psb_plus(&mut self, offset: usize) -> Flow<Option<u64>> {
+        self.slice_start_blocks = self.history.executed_blocks();
         // The same header checks wherever a PSB+ is met (read ahead, synced
         // to, or reached while tracing is off).
         read_psb_header(&mut self.packets.clone(), offset)?;
@@ -1049,6 +1053,26 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
     }
 
+    /// LLDB's artifact when its slice ends right after the events that
+    /// re-enable tracing: its slice loop stops in event processing, and the
+    /// loop that decodes on to the next slice's first IP starts by listing
+    /// the instruction it last decoded — a second time. Only when this slice
+    /// listed one and the next PSB says where its slice starts (elsewhere).
+    fn lldb_repeat_at_slice_end(&mut self) {
+        if !matches!(self.peek(), Ok(Some((_, Packet::Psb)))) {
+            return;
+        }
+        let Some(next_slice_ip) = self.psb_fup_lookahead() else { return };
+        if self.history.executed_blocks() <= self.slice_start_blocks {
+            return;
+        }
+        let Some(last) = self.history.last_instruction_ip().filter(|&ip| ip != next_slice_ip) else { return };
+        if let Ok(id) = self.history.table.block_at(last, self.mode, self.memory) {
+            let one = self.history.table.prefix(id, 1);
+            self.history.push_block(one);
+        }
+    }
+
     /// Whether the instruction at `ip` takes its next IP from the trace.
     fn needs_query_at(&mut self, ip: u64) -> bool {
         match self.history.table.block_at(ip, self.mode, self.memory) {
@@ -1339,6 +1363,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                                 self.notify_time_at(stamp);
                             }
                             next_event?;
+                            if self.options.lldb_psb_slices {
+                                self.lldb_repeat_at_slice_end();
+                            }
                             Next::At(ip)
                         }
                         None => return Err((offset, pge_without_ip())),

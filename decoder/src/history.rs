@@ -439,6 +439,11 @@ impl History {
         self.executed.len()
     }
 
+    /// The address of the last instruction recorded.
+    pub(crate) fn last_instruction_ip(&self) -> Option<u64> {
+        self.executed.last().map(|&id| self.table.get(id).last_ip)
+    }
+
     /// Events and errors.
     pub fn extras(&self) -> impl Iterator<Item = &Extra> {
         self.extras.iter().map(|(_, e)| e)
