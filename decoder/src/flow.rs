@@ -328,6 +328,14 @@ pub struct FlowDecoder<'a, M: Memory> {
     damaged_tip_ahead: bool,
     /// Executed blocks before the current PSB+ (where LLDB's slice began).
     slice_start_blocks: usize,
+    /// With LLDB's slices: every PSB a synchronising scan finds (also one
+    /// that a damaged packet overlaps), and the index of the first after
+    /// the packet last read.
+    slice_psbs: Vec<usize>,
+    next_slice_psb: usize,
+    /// A packet crossed the start of the next slice: for LLDB it was cut
+    /// there, and the slice ended. Decoding goes on at that PSB.
+    slice_cut: bool,
 }
 
 /// Where the decoder stands after handling something.
@@ -410,6 +418,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             cut_packet: None,
             damaged_tip_ahead: false,
             slice_start_blocks: 0,
+            slice_psbs: Vec::new(),
+            next_slice_psb: 0,
+            slice_cut: false,
         }
     }
 
@@ -431,7 +442,27 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// The same decoder with these options.
     pub fn with_options(mut self, options: FlowOptions) -> Self {
         self.options = options;
+        self.slice_psbs = if options.lldb_psb_slices { crate::packet::sync::psb_offsets(self.packets.data()).collect() } else { Vec::new() };
         self
+    }
+
+    /// With LLDB's slices, whether a packet from `offset` to `end` crosses a
+    /// PSB (read ahead: no cached position).
+    fn straddles_slice_start(&self, offset: usize, end: usize) -> bool {
+        !self.slice_psbs.is_empty() && self.slice_psbs.get(self.slice_psbs.partition_point(|&psb| psb <= offset)).is_some_and(|&psb| psb < end)
+    }
+
+    /// With LLDB's slices, whether the packet just read (`offset` up to the
+    /// decoder's position) crosses a PSB: LLDB's slice ends at that PSB, so
+    /// for it the packet is cut short there.
+    fn crosses_slice_start(&mut self, offset: usize) -> bool {
+        if self.slice_psbs.is_empty() {
+            return false;
+        }
+        if self.slice_psbs.get(self.next_slice_psb).is_none_or(|&psb| psb <= offset) {
+            self.next_slice_psb = self.slice_psbs.partition_point(|&psb| psb <= offset);
+        }
+        self.slice_psbs.get(self.next_slice_psb).is_some_and(|&psb| psb < self.packets.offset())
     }
 
     fn at_stop(&mut self, offset: usize) -> bool {
@@ -448,6 +479,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         };
         while synced {
             match self.run() {
+                // LLDB's slice ended inside a packet: on to the next one.
+                Ok(()) if self.slice_cut => synced = self.resync(),
                 Ok(()) => break,
                 Err((offset, error)) => {
                     self.history.push_extra(Extra::Error { offset, error });
@@ -469,6 +502,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     }
 
     fn resync(&mut self) -> bool {
+        self.slice_cut = false;
+        self.cut_packet = None;
         self.tnt_len = 0;
         self.rejected_event = None;
         self.trace_ends = false;
@@ -604,8 +639,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         if let Some(item) = self.peeked.take() {
             return Ok(Some(item));
         }
+        if self.slice_cut {
+            return Ok(None);
+        }
         loop {
             let (offset, packet) = match next_packet(&mut self.packets) {
+                Ok(Some(item)) if self.crosses_slice_start(item.0) => {
+                    // As a packet cut off by the end of the (slice's) buffer.
+                    self.packets.seek(item.0);
+                    self.cut_packet = Some(item.0);
+                    self.slice_cut = true;
+                    return Ok(None);
+                }
                 Ok(Some(item)) => item,
                 Ok(None) => return Ok(None),
                 // A packet cut off by the end of the buffer: the trace ends
@@ -814,6 +859,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         let data = ahead.data();
         loop {
             let (offset, packet) = match first.take().map_or_else(|| next_packet(ahead), |p| Ok(Some(p))) {
+                // Cut short by the end of LLDB's slice.
+                Ok(Some(next)) if self.straddles_slice_start(next.0, ahead.offset()) => break,
                 Ok(Some(next)) => next,
                 Ok(None) => break,
                 Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => break,
