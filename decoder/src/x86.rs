@@ -104,7 +104,7 @@ pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
         // a length, and are not branches.
         insn = Decoder::with_ip(mode.bitness(), bytes, ip, DecoderOptions::NO_INVALID_CHECK).decode();
         if insn.is_invalid() {
-            return reserved_group_member(bytes, ip, mode);
+            return reserved_group_member(bytes, ip, mode).or_else(|| vex3_unusual_map(bytes, mode));
         }
     }
     if insn.is_invalid() {
@@ -150,6 +150,62 @@ fn reserved_group_member(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnIn
     patched[opcode + 1] = modrm & !0x38;
     let insn = Decoder::with_ip(mode.bitness(), &patched, ip, DecoderOptions::NO_INVALID_CHECK).decode();
     (!insn.is_invalid()).then(|| InsnInfo { len: insn.len() as u8, kind: FlowKind::Other })
+}
+
+/// A three-byte VEX (`c4`) instruction in a map the architecture does not
+/// define for VEX but libipt's length decoder accepts: map 4 (its AMD 3DNow!
+/// map: ModRM and an opcode-suffix byte) and maps 2 and 3 (ModRM; map 3 an
+/// immediate byte) where the opcode is undefined. libipt measures them and
+/// calls them plain instructions (any VEX instruction is, for the flow).
+fn vex3_unusual_map(bytes: &[u8], mode: ExecMode) -> Option<InsnInfo> {
+    let prefixes = bytes.iter().take_while(|b| matches!(b, 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3)).count();
+    let at = prefixes;
+    if bytes.get(at) != Some(&0xc4) {
+        return None;
+    }
+    let p1 = *bytes.get(at + 1)?;
+    // Outside 64-bit code, c4 is LES unless ModRM.mod is 11b.
+    if mode != ExecMode::Bits64 && p1 & 0xc0 != 0xc0 {
+        return None;
+    }
+    let map = p1 & 0x1f;
+    let imm = match map {
+        2 => 0,
+        3 | 4 => 1,
+        _ => return None,
+    };
+    let modrm_at = at + 4;
+    let modrm = *bytes.get(modrm_at)?;
+    let (mode_bits, rm) = (modrm >> 6, modrm & 7);
+    let address_size_override = bytes[..prefixes].contains(&0x67);
+    let addr16 = match mode {
+        ExecMode::Bits16 => !address_size_override,
+        ExecMode::Bits32 => address_size_override,
+        ExecMode::Bits64 => false,
+    };
+    let (sib, disp) = if mode_bits == 3 {
+        (0, 0)
+    } else if addr16 {
+        let disp = match mode_bits {
+            0 if rm == 6 => 2,
+            0 => 0,
+            1 => 1,
+            _ => 2,
+        };
+        (0, disp)
+    } else {
+        let sib = usize::from(rm == 4);
+        let base = if sib == 1 { bytes.get(modrm_at + 1)? & 7 } else { rm };
+        let disp = match mode_bits {
+            0 if rm == 5 || (sib == 1 && base == 5) => 4,
+            0 => 0,
+            1 => 1,
+            _ => 4,
+        };
+        (sib, disp)
+    };
+    let len = modrm_at + 1 + sib + disp + imm;
+    (len <= 15 && len <= bytes.len()).then_some(InsnInfo { len: len as u8, kind: FlowKind::Other })
 }
 
 /// One-byte opcodes that exist in 32-bit code but not in 64-bit code
@@ -234,5 +290,19 @@ mod tests {
         assert_eq!(kind(&[0x90]), FlowKind::Other);
         assert_eq!(classify(&[0x48, 0x8b, 0x05, 1, 2, 3, 4], 0, ExecMode::Bits64).unwrap().len, 7);
         assert_eq!(classify(&[0x48], 0, ExecMode::Bits64), None); // incomplete
+    }
+
+    #[test]
+    fn vex_in_maps_libipt_measures() {
+        let measure = |bytes: &[u8], mode| classify(bytes, 0x1000, mode).map(|i| (i.len, i.kind));
+        // c4 map 4 (libipt's 3DNow! map): ModRM 54, SIB 24, disp8 40, suffix
+        // byte — 8 bytes, as LLDB 22 steps over it in libc at 0xdb50e.
+        assert_eq!(measure(&[0xc4, 0x04, 0x48, 0x8b, 0x54, 0x24, 0x40, 0x4c, 0x39], ExecMode::Bits64), Some((8, FlowKind::Other)));
+        // RIP-relative ModRM: disp32, plus the suffix byte.
+        assert_eq!(measure(&[0xc4, 0xe4, 0x78, 0x10, 0x05, 1, 2, 3, 4, 5], ExecMode::Bits64), Some((10, FlowKind::Other)));
+        // Outside 64-bit code, c4 with ModRM.mod != 11b is LES (ModRM 04, SIB 48).
+        assert_eq!(measure(&[0xc4, 0x04, 0x48], ExecMode::Bits32), Some((3, FlowKind::Other)));
+        // Cut short: no length.
+        assert_eq!(measure(&[0xc4, 0x04, 0x48, 0x8b, 0x54], ExecMode::Bits64), None);
     }
 }
