@@ -131,23 +131,29 @@ pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
     Some(InsnInfo { len: insn.len() as u8, kind })
 }
 
-/// The length of a reserved member of the INC/DEC groups (FE /2–/7, FF /7),
-/// measured as INC with the same operand; a plain instruction for the flow.
+/// The length of a reserved member of the INC/DEC groups (FE /2–/7, FF /7)
+/// or of the MOV group (C6/C7 /1–/6), or a MOV to or from a segment
+/// register that does not exist (8C/8E with ModRM.reg 6 or 7), measured as
+/// libipt measures it; a plain instruction for the flow.
 fn reserved_group_member(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
     let prefixes = bytes.iter().take_while(|b| matches!(b, 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3)).count();
     let rex = usize::from(mode == ExecMode::Bits64 && bytes.get(prefixes).is_some_and(|b| b & 0xf0 == 0x40));
     let opcode = prefixes + rex;
     let modrm = *bytes.get(opcode + 1)?;
-    let reserved = match bytes[opcode] {
-        0xfe => modrm & 0x38 >= 0x10,
-        0xff => modrm & 0x38 == 0x38,
-        _ => false,
+    let reg = (modrm >> 3) & 7;
+    // The defined instruction with the same length: (opcode, ModRM).
+    let measured_as = match bytes[opcode] {
+        0xfe if reg >= 2 => (0xfe, modrm & !0x38),
+        0xff if reg == 7 => (0xff, modrm & !0x38),
+        0x8c | 0x8e if reg >= 6 => (bytes[opcode], modrm & !0x38),
+        // MOV group: C6 /1–/6 keep their imm8 (libipt's table), C7 /1–/6
+        // have no immediate (only /0 has one), like MOV r/m, r.
+        0xc6 if (1..=6).contains(&reg) => (0xc6, modrm & !0x38),
+        0xc7 if (1..=6).contains(&reg) => (0x89, modrm),
+        _ => return None,
     };
-    if !reserved {
-        return None;
-    }
     let mut patched = bytes.to_vec();
-    patched[opcode + 1] = modrm & !0x38;
+    (patched[opcode], patched[opcode + 1]) = measured_as;
     let insn = Decoder::with_ip(mode.bitness(), &patched, ip, DecoderOptions::NO_INVALID_CHECK).decode();
     (!insn.is_invalid()).then(|| InsnInfo { len: insn.len() as u8, kind: FlowKind::Other })
 }
@@ -304,5 +310,13 @@ mod tests {
         assert_eq!(measure(&[0xc4, 0x04, 0x48], ExecMode::Bits32), Some((3, FlowKind::Other)));
         // Cut short: no length.
         assert_eq!(measure(&[0xc4, 0x04, 0x48, 0x8b, 0x54], ExecMode::Bits64), None);
+        // mov %sp, %seg6 (no such segment register), with a CS prefix: 3
+        // bytes, as LLDB 22 steps over it in libc at 0xdd1fe.
+        assert_eq!(measure(&[0x2e, 0x8e, 0xf4, 0xff, 0x48], ExecMode::Bits64), Some((3, FlowKind::Other)));
+        assert_eq!(measure(&[0x8c, 0x3d, 1, 2, 3, 4], ExecMode::Bits64), Some((6, FlowKind::Other)));
+        // C7 /1 (undefined; libipt gives it no immediate): 3 bytes, as LLDB
+        // steps over it in libc at 0xdd204; C6 /3 keeps its imm8.
+        assert_eq!(measure(&[0xc7, 0x48, 0x85, 0xc0, 0x74, 0x0e], ExecMode::Bits64), Some((3, FlowKind::Other)));
+        assert_eq!(measure(&[0xc6, 0x18, 0x05, 0x90], ExecMode::Bits64), Some((3, FlowKind::Other)));
     }
 }
