@@ -805,8 +805,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 }
                 // Decoding MODE.Exec decodes the packet it binds to. A
                 // TIP.PGE gives its enable event first (which cannot apply
-                // while tracing is on); a TIP or TIP.PGD gives the MODE.Exec
-                // event and is read past.
+                // while tracing is on); a TIP.PGD gives the MODE.Exec event
+                // and is read past; a TIP gives it and is consumed without
+                // reading ahead past it (what follows fails the next query,
+                // if anything; tracing being off, that query fails first).
                 if let Packet::TipPge(Ip { ip: None, .. }) = next {
                     return Err((offset, pge_without_ip()));
                 }
@@ -814,7 +816,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     if enabled {
                         self.rejected_event = Some((offset, FlowError::BadContext(None)));
                     }
-                } else {
+                } else if matches!(next, Packet::TipPgd(_)) {
                     self.scan_ahead(&mut ahead, None, false)?;
                 }
             }

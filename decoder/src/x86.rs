@@ -104,7 +104,7 @@ pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
         // a length, and are not branches.
         insn = Decoder::with_ip(mode.bitness(), bytes, ip, DecoderOptions::NO_INVALID_CHECK).decode();
         if insn.is_invalid() {
-            return reserved_group_member(bytes, ip, mode).or_else(|| vex3_unusual_map(bytes, mode));
+            return reserved_group_member(bytes, ip, mode).or_else(|| vex_as_libipt_measures(bytes, ip, mode));
         }
     }
     if insn.is_invalid() {
@@ -158,32 +158,50 @@ fn reserved_group_member(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnIn
     (!insn.is_invalid()).then(|| InsnInfo { len: insn.len() as u8, kind: FlowKind::Other })
 }
 
-/// A three-byte VEX (`c4`) instruction in a map the architecture does not
-/// define for VEX but libipt's length decoder accepts: map 4 (its AMD 3DNow!
-/// map: ModRM and an opcode-suffix byte) and maps 2 and 3 (ModRM; map 3 an
-/// immediate byte) where the opcode is undefined. libipt measures them and
-/// calls them plain instructions (any VEX instruction is, for the flow).
-fn vex3_unusual_map(bytes: &[u8], mode: ExecMode) -> Option<InsnInfo> {
+/// A VEX instruction (`c5`, or `c4` in maps 0–4) whose opcode the
+/// architecture leaves undefined but libipt's length decoder measures: the
+/// nominal opcode in its map's tables (maps 0 and 1 as the legacy one- and
+/// two-byte opcodes, maps 2 and 3 with ModRM, map 3 with an immediate byte,
+/// map 4 — its AMD 3DNow! map — with ModRM and a suffix byte). Any VEX
+/// instruction is a plain one for the flow.
+fn vex_as_libipt_measures(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
     let prefixes = bytes.iter().take_while(|b| matches!(b, 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3)).count();
     let at = prefixes;
-    if bytes.get(at) != Some(&0xc4) {
-        return None;
-    }
     let p1 = *bytes.get(at + 1)?;
-    // Outside 64-bit code, c4 is LES unless ModRM.mod is 11b.
+    // Outside 64-bit code, c4/c5 are LES/LDS unless ModRM.mod is 11b.
     if mode != ExecMode::Bits64 && p1 & 0xc0 != 0xc0 {
         return None;
     }
-    let map = p1 & 0x1f;
-    let imm = match map {
-        2 => 0,
-        3 | 4 => 1,
+    let (vex_len, map) = match bytes.get(at)? {
+        0xc5 => (2, 1),
+        0xc4 => (3, p1 & 0x1f),
         _ => return None,
     };
-    let modrm_at = at + 4;
-    let modrm = *bytes.get(modrm_at)?;
+    let rest = bytes.get(at + vex_len..)?;
+    let legacy = |code: &[u8]| {
+        let insn = Decoder::with_ip(mode.bitness(), code, ip, DecoderOptions::NO_INVALID_CHECK).decode();
+        (!insn.is_invalid()).then(|| insn.len())
+    };
+    let body = match map {
+        0 => legacy(rest)?,
+        1 => {
+            let mut code = vec![0x0f];
+            code.extend_from_slice(rest);
+            legacy(&code)? - 1
+        }
+        2..=4 => modrm_operand_len(rest.get(1..)?, &bytes[..prefixes], mode)? + 1 + usize::from(map >= 3),
+        _ => return None,
+    };
+    let len = at + vex_len + body;
+    (len <= 15 && len <= bytes.len()).then_some(InsnInfo { len: len as u8, kind: FlowKind::Other })
+}
+
+/// Bytes of a ModRM operand (ModRM, SIB, displacement) at the start of
+/// `operand`, under the address size `prefixes` and `mode` give.
+fn modrm_operand_len(operand: &[u8], prefixes: &[u8], mode: ExecMode) -> Option<usize> {
+    let modrm = *operand.first()?;
     let (mode_bits, rm) = (modrm >> 6, modrm & 7);
-    let address_size_override = bytes[..prefixes].contains(&0x67);
+    let address_size_override = prefixes.contains(&0x67);
     let addr16 = match mode {
         ExecMode::Bits16 => !address_size_override,
         ExecMode::Bits32 => address_size_override,
@@ -201,7 +219,7 @@ fn vex3_unusual_map(bytes: &[u8], mode: ExecMode) -> Option<InsnInfo> {
         (0, disp)
     } else {
         let sib = usize::from(rm == 4);
-        let base = if sib == 1 { bytes.get(modrm_at + 1)? & 7 } else { rm };
+        let base = if sib == 1 { operand.get(1)? & 7 } else { rm };
         let disp = match mode_bits {
             0 if rm == 5 || (sib == 1 && base == 5) => 4,
             0 => 0,
@@ -210,8 +228,7 @@ fn vex3_unusual_map(bytes: &[u8], mode: ExecMode) -> Option<InsnInfo> {
         };
         (sib, disp)
     };
-    let len = modrm_at + 1 + sib + disp + imm;
-    (len <= 15 && len <= bytes.len()).then_some(InsnInfo { len: len as u8, kind: FlowKind::Other })
+    Some(1 + sib + disp)
 }
 
 /// One-byte opcodes that exist in 32-bit code but not in 64-bit code
@@ -310,6 +327,9 @@ mod tests {
         assert_eq!(measure(&[0xc4, 0x04, 0x48], ExecMode::Bits32), Some((3, FlowKind::Other)));
         // Cut short: no length.
         assert_eq!(measure(&[0xc4, 0x04, 0x48, 0x8b, 0x54], ExecMode::Bits64), None);
+        // c5 (map 1) with opcode 21 (MOV from a debug register, no VEX
+        // form): ModRM only, 4 bytes, as LLDB steps over it at 0xd0709.
+        assert_eq!(measure(&[0xc5, 0xe8, 0x21, 0xf9, 0xff, 0xff], ExecMode::Bits64), Some((4, FlowKind::Other)));
         // mov %sp, %seg6 (no such segment register), with a CS prefix: 3
         // bytes, as LLDB 22 steps over it in libc at 0xdd1fe.
         assert_eq!(measure(&[0x2e, 0x8e, 0xf4, 0xff, 0x48], ExecMode::Bits64), Some((3, FlowKind::Other)));
