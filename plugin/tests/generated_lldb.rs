@@ -83,12 +83,13 @@ fn generated_walks_with_overflows_dump_as_in_lldb() {
 ///
 /// Seeds 800–871 drove the parity work; 872–967 and then 1000–1095 were
 /// taken afterwards as fresh samples (78 and 91 of 96 agreed at first) and
-/// the differences they showed were fixed in turn: all 264 agree.
+/// the differences they showed were fixed in turn: all 264 agree. (Seeds
+/// 968–999 are kept apart as an untouched sample.)
 #[test]
 fn corrupted_walks_dump_as_in_lldb() {
     let Some((image, entries)) = lldb_and_libc() else { return };
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupted_lldb");
-    let seeds = 800..1096u64;
+    let seeds = (800..968u64).chain(1000..1096);
     let (mut differing, mut stopped_by_lldb) = (Vec::new(), 0);
     for seed in seeds.clone() {
         let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period: 1024, timing: true, overflow_one_in: 0 });
