@@ -940,6 +940,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn status_event(&mut self, packet: Packet) -> Flow<()> {
         let time = self.time;
         self.read_ahead()?;
+        // After a CBR event libipt decodes the next event as soon as nothing
+        // is before it.
+        if let Packet::Cbr(_) = packet {
+            self.check_next_event(!self.disabled)?;
+        }
         match packet {
             // MODE.Exec waits for the TIP it binds to, and is stamped with it.
             Packet::ModeExec { csl, csd, .. } => self.tip_queue.push(BoundToTip::ExecMode(ExecMode::from_mode_exec(csl, csd), time)),
