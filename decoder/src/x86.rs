@@ -141,6 +141,11 @@ fn reserved_group_member(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnIn
     let opcode = prefixes + rex;
     let modrm = *bytes.get(opcode + 1)?;
     let reg = (modrm >> 3) & 7;
+    // FF /3 and FF /5 (far call, far jump) with a register operand do not
+    // exist; libipt decodes them as far transfers all the same.
+    if bytes[opcode] == 0xff && matches!(reg, 3 | 5) && modrm >> 6 == 3 {
+        return Some(InsnInfo { len: (opcode + 2) as u8, kind: FlowKind::FarTransfer });
+    }
     // The defined instruction with the same length: (opcode, ModRM).
     let measured_as = match bytes[opcode] {
         0xfe if reg >= 2 => (0xfe, modrm & !0x38),
@@ -338,5 +343,8 @@ mod tests {
         // steps over it in libc at 0xdd204; C6 /3 keeps its imm8.
         assert_eq!(measure(&[0xc7, 0x48, 0x85, 0xc0, 0x74, 0x0e], ExecMode::Bits64), Some((3, FlowKind::Other)));
         assert_eq!(measure(&[0xc6, 0x18, 0x05, 0x90], ExecMode::Bits64), Some((3, FlowKind::Other)));
+        // ljmp with a register operand (FF /5, mod 11): a far transfer for
+        // libipt, whose query LLDB reports at 0xd3103 in libc.
+        assert_eq!(measure(&[0xff, 0xeb, 0xdd, 0x66], ExecMode::Bits64), Some((2, FlowKind::FarTransfer)));
     }
 }
