@@ -13,6 +13,7 @@
 //! Every problem becomes an [`Item::Error`] with the byte offset of the packet
 //! involved, and decoding resumes at the next PSB.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use crate::history::{Extra, History};
@@ -190,6 +191,12 @@ fn is_event_opcode(data: &[u8], at: usize) -> bool {
     }
 }
 
+/// Whether `error` is a malformed TNT or TIP (see [`is_query_packet`]):
+/// libipt leaves it, known by its opcode, until a branch needs it.
+fn is_damaged_query(data: &[u8], error: &(usize, FlowError)) -> bool {
+    matches!(error, (at, FlowError::Packet(kind, _)) if decoded_later(kind) && is_query_packet(data, *at))
+}
+
 /// Whether the (malformed) packet at `at` answers a query — a TNT or a TIP,
 /// which wait for the branch that needs them — rather than being an event
 /// or a FUP, which libipt decodes as soon as it reads ahead to them.
@@ -321,18 +328,16 @@ pub struct FlowDecoder<'a, M: Memory> {
     stopped: bool,
     /// The trace ends with a packet cut short, at this offset.
     cut_packet: Option<usize>,
-    /// A TNT query met a damaged TIP (known by its opcode): libipt fails the
-    /// query before decoding the packet (a conditional branch: "does not
-    /// match query"; a return goes on to ask for the TIP, and decoding it
-    /// fails).
+    /// The last TNT query met a damaged TIP (known by its opcode): libipt
+    /// fails the query before decoding the packet (a conditional branch:
+    /// "does not match query"; a return goes on to ask for the TIP, and
+    /// decoding it fails).
     damaged_tip_ahead: bool,
     /// Executed blocks before the current PSB+ (where LLDB's slice began).
     slice_start_blocks: usize,
     /// With LLDB's slices: every PSB a synchronising scan finds (also one
-    /// that a damaged packet overlaps), and the index of the first after
-    /// the packet last read.
-    slice_psbs: Vec<usize>,
-    next_slice_psb: usize,
+    /// that a damaged packet overlaps).
+    slice_psbs: Cow<'a, [usize]>,
     /// A packet crossed the start of the next slice: for LLDB it was cut
     /// there, and the slice ended. Decoding goes on at that PSB.
     slice_cut: bool,
@@ -418,8 +423,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             cut_packet: None,
             damaged_tip_ahead: false,
             slice_start_blocks: 0,
-            slice_psbs: Vec::new(),
-            next_slice_psb: 0,
+            slice_psbs: Cow::Borrowed(&[]),
             slice_cut: false,
         }
     }
@@ -440,29 +444,28 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     }
 
     /// The same decoder with these options.
-    pub fn with_options(mut self, options: FlowOptions) -> Self {
+    pub fn with_options(self, options: FlowOptions) -> Self {
+        self.with_options_and_psbs(options, None)
+    }
+
+    /// [`Self::with_options`], with the trace's PSB offsets when the caller
+    /// has found them already (LLDB's slices need them).
+    fn with_options_and_psbs(mut self, options: FlowOptions, psbs: Option<&'a [usize]>) -> Self {
         self.options = options;
-        self.slice_psbs = if options.lldb_psb_slices { crate::packet::sync::psb_offsets(self.packets.data()).collect() } else { Vec::new() };
+        self.slice_psbs = match (options.lldb_psb_slices, psbs) {
+            (false, _) => Cow::Borrowed(&[]),
+            (true, Some(psbs)) => Cow::Borrowed(psbs),
+            (true, None) => Cow::Owned(crate::packet::sync::psb_offsets(self.packets.data()).collect()),
+        };
         self
     }
 
     /// With LLDB's slices, whether a packet from `offset` to `end` crosses a
-    /// PSB (read ahead: no cached position).
-    fn straddles_slice_start(&self, offset: usize, end: usize) -> bool {
-        !self.slice_psbs.is_empty() && self.slice_psbs.get(self.slice_psbs.partition_point(|&psb| psb <= offset)).is_some_and(|&psb| psb < end)
-    }
-
-    /// With LLDB's slices, whether the packet just read (`offset` up to the
-    /// decoder's position) crosses a PSB: LLDB's slice ends at that PSB, so
-    /// for it the packet is cut short there.
-    fn crosses_slice_start(&mut self, offset: usize) -> bool {
-        if self.slice_psbs.is_empty() {
-            return false;
-        }
-        if self.slice_psbs.get(self.next_slice_psb).is_none_or(|&psb| psb <= offset) {
-            self.next_slice_psb = self.slice_psbs.partition_point(|&psb| psb <= offset);
-        }
-        self.slice_psbs.get(self.next_slice_psb).is_some_and(|&psb| psb < self.packets.offset())
+    /// PSB: LLDB's slice ends at that PSB, so for it the packet is cut short
+    /// there.
+    fn crosses_slice_start(&self, offset: usize, end: usize) -> bool {
+        let next = self.slice_psbs.partition_point(|&psb| psb <= offset);
+        self.slice_psbs.get(next).is_some_and(|&psb| psb < end)
     }
 
     fn at_stop(&mut self, offset: usize) -> bool {
@@ -644,7 +647,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
         loop {
             let (offset, packet) = match next_packet(&mut self.packets) {
-                Ok(Some(item)) if self.crosses_slice_start(item.0) => {
+                Ok(Some(item)) if self.crosses_slice_start(item.0, self.packets.offset()) => {
                     // As a packet cut off by the end of the (slice's) buffer.
                     self.packets.seek(item.0);
                     self.cut_packet = Some(item.0);
@@ -692,6 +695,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// next flow packet is not a TNT (it stays peeked).
     #[inline]
     fn tnt_bit(&mut self) -> Flow<Option<bool>> {
+        self.damaged_tip_ahead = false;
         if self.tnt_len == 0 {
             let ahead = match self.peek() {
                 Err((at, FlowError::Packet(kind, _))) if decoded_later(&kind) && self.packets.data().get(at).map(|b| b & 0x1f) == Some(0x0d) => {
@@ -744,12 +748,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// the event packet ahead the way libipt 2.0.5 rejects it.
     fn check_next_event(&mut self, enabled: bool) -> Flow<()> {
         let data = self.packets.data();
-        let Some((offset, packet)) = self.peek().or_else(|e| match e {
-            // A malformed event packet fails its (eager) decoding; a
-            // malformed TNT or TIP waits for the branch that needs it.
-            (at, FlowError::Packet(kind, _)) if decoded_later(&kind) && is_query_packet(data, at) => Ok(None),
-            e => Err(e),
-        })?
+        // A malformed event packet fails its (eager) decoding; a malformed
+        // TNT or TIP waits for the branch that needs it.
+        let Some((offset, packet)) = self.peek().or_else(|e| if is_damaged_query(data, &e) { Ok(None) } else { Err(e) })?
         else {
             // An event packet cut short by the end of the trace: libipt
             // knows it by its opcode and fails decoding it.
@@ -862,7 +863,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         loop {
             let (offset, packet) = match first.take().map_or_else(|| next_packet(ahead), |p| Ok(Some(p))) {
                 // Cut short by the end of LLDB's slice.
-                Ok(Some(next)) if self.straddles_slice_start(next.0, ahead.offset()) => break,
+                Ok(Some(next)) if self.crosses_slice_start(next.0, ahead.offset()) => break,
                 Ok(Some(next)) => next,
                 Ok(None) => break,
                 Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => break,
@@ -1074,7 +1075,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
         let ahead = match self.peek() {
             // A damaged TNT or TIP binds nothing; the branch that needs it fails.
-            Err((at, FlowError::Packet(kind, _))) if decoded_later(&kind) && is_query_packet(self.packets.data(), at) => None,
+            Err(e) if is_damaged_query(self.packets.data(), &e) => None,
             other => other?,
         };
         match ahead {
@@ -1157,9 +1158,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 let ahead = match self.peek() {
                     // A damaged TNT or TIP waits for the branch that needs
                     // it (libipt knows it by its opcode until then).
-                    Err((at, FlowError::Packet(kind, _))) if decoded_later(&kind) && is_query_packet(self.packets.data(), at) => {
-                        Some((at, Packet::Pad))
-                    }
+                    Err(e) if is_damaged_query(self.packets.data(), &e) => Some((e.0, Packet::Pad)),
                     other => other?,
                 };
                 match ahead {
@@ -1301,7 +1300,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                             via = Some((id, 1));
                             next
                         }
-                        Ok(None) if self.peeked.is_none() && !std::mem::take(&mut self.damaged_tip_ahead) => return Ok(Next::End),
+                        Ok(None) if self.peeked.is_none() && !self.damaged_tip_ahead => return Ok(Next::End),
                         Ok(None) => {
                             let error = (self.offset(), FlowError::Mismatch { expected: "a TNT bit", ip: None });
                             return Err(self.query_failed(error, last_ip));
@@ -1327,10 +1326,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                             let error = (self.offset(), FlowError::BadReturnCompression(last_ip));
                             return Err(self.query_failed(error, last_ip));
                         }
-                        Ok(None) => match {
-                            self.damaged_tip_ahead = false;
-                            self.indirect(last_ip, false)
-                        } {
+                        Ok(None) => match self.indirect(last_ip, false) {
                             Ok(Next::At(target)) => target,
                             Ok(other) => return Ok(other),
                             Err(e) => return Err(self.query_failed(e, last_ip)),
@@ -1359,10 +1355,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// query that follows fails, tracing being off.
     fn fetch_while_disabled(&mut self) -> Flow<Option<(usize, Packet)>> {
         let data = self.packets.data();
-        self.fetch().map_err(|e| match e {
-            (at, FlowError::Packet(kind, _)) if decoded_later(&kind) && is_query_packet(data, at) => (at, FlowError::NotEnabled),
-            e => e,
-        })
+        self.fetch().map_err(|e| if is_damaged_query(data, &e) { (e.0, FlowError::NotEnabled) } else { e })
     }
 
     /// Decodes from the current sync point to the end of the trace.
@@ -1479,7 +1472,7 @@ pub fn decode_parallel_with<M: Memory + Sync>(trace: &[u8], memory: &M, threads:
     let psbs: Vec<usize> = crate::packet::sync::psb_offsets(trace).collect();
     let threads = threads.max(1).min(psbs.len().max(1));
     if threads <= 1 || psbs.len() < 2 {
-        return FlowDecoder::new(trace, memory).with_options(options).decode_history();
+        return FlowDecoder::new(trace, memory).with_options_and_psbs(options, Some(&psbs)).decode_history();
     }
     // Contiguous ranges of PSB segments, of about equal byte size.
     let mut cuts = vec![0usize];
@@ -1499,7 +1492,8 @@ pub fn decode_parallel_with<M: Memory + Sync>(trace: &[u8], memory: &M, threads:
         let workers: Vec<_> = ranges
             .iter()
             .map(|&(start, stop)| {
-                scope.spawn(move || FlowDecoder::for_segment(trace, memory, start, stop).with_options(options).decode_history())
+                let psbs = &psbs;
+                scope.spawn(move || FlowDecoder::for_segment(trace, memory, start, stop).with_options_and_psbs(options, Some(psbs)).decode_history())
             })
             .collect();
         workers.into_iter().map(|w| w.join().expect("decoder thread")).collect()
