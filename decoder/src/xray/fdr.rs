@@ -99,25 +99,7 @@ pub enum RawRecord<'a> {
     },
 }
 
-impl RawRecord<'_> {
-    /// Name of the record kind (as in error messages).
-    pub fn name(&self) -> &'static str {
-        match self {
-            RawRecord::Function { .. } => "function",
-            RawRecord::NewBuffer { .. } => "NewBuffer",
-            RawRecord::EndOfBuffer => "EndOfBuffer",
-            RawRecord::NewCpuId { .. } => "NewCPUId",
-            RawRecord::TscWrap { .. } => "TSCWrap",
-            RawRecord::WallClock { .. } => "WallClockTime",
-            RawRecord::CustomEvent { .. } => "CustomEventMarker",
-            RawRecord::CallArgument { .. } => "CallArgument",
-            RawRecord::BufferExtents { .. } => "BufferExtents",
-            RawRecord::TypedEvent { .. } => "TypedEventMarker",
-            RawRecord::Pid { .. } => "Pid",
-        }
-    }
-}
-
+/// Names of the metadata record kinds, by kind (as in error messages).
 const METADATA_NAMES: [&str; 10] = [
     "NewBuffer",
     "EndOfBuffer",

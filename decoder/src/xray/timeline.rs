@@ -120,11 +120,11 @@ impl<'a> Timeline<'a> {
             match item {
                 Ok(record) => {
                     let key = (record.pid, record.tid);
-                    by_thread.entry(key).or_insert_with(|| {
+                    let records = by_thread.entry(key).or_insert_with(|| {
                         order.push(key);
                         Vec::new()
                     });
-                    by_thread.get_mut(&key).expect("inserted").push(record);
+                    records.push(record);
                 }
                 Err(error) => errors.push(error),
             }

@@ -83,16 +83,15 @@ pub fn demangle(name: &str) -> String {
     text
 }
 
-fn read_log(path: &Path) -> Result<Vec<u8>, CliError> {
-    let bytes = std::fs::read(path).map_err(CliError::file(path))?;
-    Log::parse(&bytes).map_err(|e| CliError::Message(format!("{}: {e}", path.display())))?;
-    Ok(bytes)
+/// The log in `bytes` (read from `path`), or why it is not one.
+fn parse_log<'a>(path: &Path, bytes: &'a [u8]) -> Result<Log<'a>, CliError> {
+    Log::parse(bytes).map_err(|e| CliError::Message(format!("{}: {e}", path.display())))
 }
 
 /// `retrace dump function-calls LOG --binary BIN…` for an XRay log.
 pub fn function_calls(log_path: &Path, binaries: &[PathBuf], tid: Option<u64>, format: Format) -> Result<ExitCode, CliError> {
-    let bytes = read_log(log_path)?;
-    let log = Log::parse(&bytes).map_err(|e| CliError::Message(e.to_string()))?;
+    let bytes = std::fs::read(log_path).map_err(CliError::file(log_path))?;
+    let log = parse_log(log_path, &bytes)?;
     let mut names = FunctionNames::load(binaries)?;
     let timeline = Timeline::build(&log);
     if let Some(tid) = tid {
@@ -292,8 +291,8 @@ fn thread_json(timeline: &Timeline, thread: &ThreadTimeline, names: &mut Functio
 /// earliest record; unfinished calls end at the thread's last record), an
 /// instant (`i`) per custom or typed event, thread names as metadata.
 pub fn chrome_events(log_path: &Path, binaries: &[PathBuf]) -> Result<Vec<Value>, CliError> {
-    let bytes = read_log(log_path)?;
-    let log = Log::parse(&bytes).map_err(|e| CliError::Message(e.to_string()))?;
+    let bytes = std::fs::read(log_path).map_err(CliError::file(log_path))?;
+    let log = parse_log(log_path, &bytes)?;
     let mut names = FunctionNames::load(binaries)?;
     let timeline = Timeline::build(&log);
     let zero = timeline.threads.iter().flat_map(|t| t.records.first()).map(|r| r.tsc).min().unwrap_or(0);
