@@ -8,6 +8,14 @@ use std::process::Command;
 
 use retrace_tests::xray::{self as support, LlvmRecord};
 
+/// An empty directory of this test under the system temp directory.
+fn fresh_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("retrace-xray-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn retrace(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_retrace")).args(args).output().expect("run retrace");
     assert!(output.status.success(), "retrace {args:?}: {}", String::from_utf8_lossy(&output.stderr));
@@ -69,9 +77,7 @@ fn xray_function_calls_and_timeline_match_llvm_xray() {
     if !retrace_tests::tools::require("clang++-22 and llvm-xray-22", support::tools_available()) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("retrace-xray-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("cli");
     let binary = support::build_program(&dir);
     let log = support::run_program(&binary, &dir, "fdr");
     let (log_arg, binary_arg) = (log.to_str().unwrap(), binary.to_str().unwrap());
@@ -163,9 +169,7 @@ fn xray_function_ids_of_shared_libraries_are_named_from_their_object() {
     if !retrace_tests::tools::require("clang++-22 and llvm-xray-22", support::tools_available()) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("retrace-xray-dso-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("dso");
     let (binary, library) = support::build_dso_program(&dir);
     let log = support::run_program(&binary, &dir, "fdr");
     // Object 0 is the executable, object 1 the library: ids `1 << 24 | local`.

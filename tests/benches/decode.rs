@@ -9,10 +9,10 @@
 fn main() {
     use std::path::Path;
     use std::process::Command;
-    use std::time::Instant;
 
     use retrace_collector::software::StepMode;
     use retrace_decoder::flow::{FlowDecoder, Item};
+    use retrace_tests::bench::best_of_three as best;
     use retrace_tests::bundles::TestBundle;
     use retrace_tests::libipt;
     use retrace_tests::recordings::{build, record_bundle};
@@ -26,16 +26,6 @@ fn main() {
     let (_, trace) = &bundle.threads[0];
     let sections = bundle.file_sections();
 
-    let best = |f: &dyn Fn() -> u64| {
-        let mut best = f64::INFINITY;
-        let mut result = 0;
-        for _ in 0..3 {
-            let start = Instant::now();
-            result = f();
-            best = best.min(start.elapsed().as_secs_f64());
-        }
-        (best, result)
-    };
     let (t_ours, n_ours) = best(&|| FlowDecoder::new(trace, &bundle.image).decode_history().instructions());
     let history = FlowDecoder::new(trace, &bundle.image).decode_history();
     assert_eq!(history.items().filter(|i| matches!(i, Item::Instruction { .. })).count() as u64, n_ours);

@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use retrace_decoder::xray::timeline::Timeline;
 use retrace_decoder::xray::Log;
-use retrace_tests::xray::{tools_available, BENCH_PROGRAM};
+use retrace_tests::bench::best_of_three as best;
+use retrace_tests::xray::{self, tools_available, BENCH_PROGRAM};
 
 fn main() {
     assert!(tools_available(), "clang++-22 and llvm-xray-22 are needed (apt-get install clang-22 llvm-22 libclang-rt-22-dev)");
@@ -19,40 +20,9 @@ fn main() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-xray");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let source = dir.join("fib.cpp");
-    std::fs::write(&source, BENCH_PROGRAM).unwrap();
-    let binary = dir.join("fib");
-    let status = Command::new("clang++-22")
-        .args(["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1", "-pthread", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .status()
-        .expect("clang++-22");
-    assert!(status.success());
-    let base = dir.join("fib-log.");
-    let status = Command::new(&binary)
-        .arg(&n)
-        .env("XRAY_OPTIONS", format!("patch_premain=false xray_mode=xray-fdr verbosity=0 xray_logfile_base={}", base.display()))
-        .status()
-        .expect("run the program");
-    assert!(status.success());
-    let log_path = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("fib-log."))
-        .expect("log written");
+    let binary = xray::build(&dir, "fib", BENCH_PROGRAM);
+    let log_path = xray::run_program_with(&binary, &dir, "fdr", &[&n]);
     let size = std::fs::metadata(&log_path).unwrap().len();
-
-    let best = |f: &dyn Fn() -> u64| {
-        let mut best = f64::INFINITY;
-        let mut result = 0;
-        for _ in 0..3 {
-            let start = Instant::now();
-            result = f();
-            best = best.min(start.elapsed().as_secs_f64());
-        }
-        (best, result)
-    };
     // Ours: read the file, expand every record (absolute TSC, thread, CPU).
     let (t_ours, n_ours) = best(&|| {
         let bytes = std::fs::read(&log_path).unwrap();

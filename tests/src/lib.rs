@@ -8,6 +8,7 @@
 //! of expected values: expectations come from the other tool or from the
 //! specification, never from retrace's own output.
 
+pub mod bench;
 pub mod bundles;
 pub mod cfg_walk;
 pub mod corrupt;

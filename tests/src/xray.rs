@@ -120,16 +120,18 @@ pub fn build(dir: &Path, name: &str, source_text: &str) -> PathBuf {
     binary
 }
 
-/// Runs the program in `mode` ("fdr" or "basic") with logs written to
-/// `dir`; returns the log file.
+/// Runs a program of this module in `mode` ("fdr" or "basic") with logs
+/// written to `dir`; returns the log file. [`PROGRAM`] is told `fdr`.
 pub fn run_program(binary: &Path, dir: &Path, mode: &str) -> PathBuf {
+    run_program_with(binary, dir, mode, if mode == "fdr" { &["fdr"] } else { &[] })
+}
+
+/// [`run_program`] with these arguments for the program.
+pub fn run_program_with(binary: &Path, dir: &Path, mode: &str, args: &[&str]) -> PathBuf {
     let base = dir.join(format!("{mode}-log."));
     let options = format!("patch_premain=true xray_mode=xray-{mode} verbosity=0 xray_logfile_base={}", base.display());
     let mut command = Command::new(binary);
-    command.env("XRAY_OPTIONS", options).env("XRAY_BASIC_OPTIONS", "func_duration_threshold_us=0");
-    if mode == "fdr" {
-        command.arg("fdr");
-    }
+    command.env("XRAY_OPTIONS", options).env("XRAY_BASIC_OPTIONS", "func_duration_threshold_us=0").args(args);
     let output = command.output().expect("run the XRay program");
     assert!(output.status.success(), "{mode} run failed: {}", String::from_utf8_lossy(&output.stderr));
     let prefix = format!("{mode}-log.");
@@ -187,8 +189,8 @@ fn parse_yaml_record(line: &str) -> LlvmRecord {
         let (value, next) = if let Some(list) = after.strip_prefix('[') {
             let (inside, next) = list.split_once(']').expect("closing ]");
             (inside.trim(), next.strip_prefix(", ").unwrap_or(next))
-        } else if after.starts_with('\'') {
-            let close = after[1..].find('\'').map(|i| i + 2).unwrap_or(after.len());
+        } else if let Some(quoted) = after.strip_prefix('\'') {
+            let close = quoted.find('\'').map(|i| i + 2).unwrap_or(after.len());
             (&after[..close], after[close..].strip_prefix(", ").unwrap_or(""))
         } else {
             after.split_once(", ").unwrap_or((after, ""))
