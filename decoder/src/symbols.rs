@@ -24,13 +24,16 @@ pub struct SymbolContext {
     pub line: Option<(Arc<str>, u32, u32)>,
     /// The source file's full path, with [`Self::line`].
     pub source: Option<Arc<str>>,
-    /// The innermost inlined function at the address, if any.
+    /// The inlined function LLDB takes the address to be in, if any (the
+    /// name LLDB's call trees and JSON give it).
     pub inlined: Option<Arc<str>>,
-    /// The innermost inlined block at the address (its DWARF entry), if any.
+    /// Its block (its DWARF entry): the innermost inlined ancestor of the
+    /// deepest block holding the address, as LLDB builds blocks.
     pub inlined_block: Option<InlinedBlock>,
-    /// Load addresses `[start, end)` of the line-table row the address is
-    /// in (LLDB's line entry range), when it has one.
-    pub line_range: Option<(u64, u64)>,
+    /// Load addresses `[start, end)` LLDB's `SymbolContext::GetAddressRange`
+    /// gives: the line-table row the address is in, else the symbol. LLDB
+    /// keeps a context for the instructions that follow while they stay in it.
+    pub address_range: Option<(u64, u64)>,
 }
 
 /// An inlined function's block of code (a `DW_TAG_inlined_subroutine`).
@@ -41,9 +44,11 @@ pub struct InlinedBlock {
     /// Load address of its lowest range (LLDB's range 0): its entry point
     /// for call trees.
     pub entry: u64,
-    /// Load address of the start of the range containing the address: the
-    /// base of the offset LLDB prints after `[inlined] f`.
-    pub range_start: u64,
+    /// Load address of the start of the block's range containing the
+    /// address: the base of the offset LLDB prints after `[inlined] f`.
+    /// `None` where LLDB's ranges of the block miss the address (it then
+    /// prints no `[inlined]` at all).
+    pub range_start: Option<u64>,
 }
 
 impl SymbolContext {
@@ -55,16 +60,27 @@ impl SymbolContext {
         if address > *start {
             text.push_str(&format!(" + {}", address - start));
         }
-        if let Some(inlined) = &self.inlined {
+        if let (Some(inlined), Some(start)) = (&self.inlined, self.inlined_block.and_then(|b| b.range_start)) {
             text.push_str(&format!(" [inlined] {inlined}"));
-            if let Some(block) = self.inlined_block.filter(|b| address > b.range_start) {
-                text.push_str(&format!(" + {}", address - block.range_start));
+            if address > start {
+                text.push_str(&format!(" + {}", address - start));
             }
         }
         if let Some(position) = self.position() {
             text.push_str(&position);
         }
         text
+    }
+
+    /// The name LLDB's JSON gives the instruction's symbol (`Symbol::GetName`):
+    /// the inlined function's, else the function's, a PLT stub's without its
+    /// `symbol stub for: ` display prefix.
+    pub fn symbol_name(&self) -> Option<Arc<str>> {
+        let (name, _) = self.function.as_ref()?;
+        if let Some(inlined) = &self.inlined {
+            return Some(inlined.clone());
+        }
+        Some(name.strip_prefix(PLT_STUB_PREFIX).map_or_else(|| name.clone(), Arc::from))
     }
 
     /// ` at file:line[:column]` when the function has debug info and the
@@ -77,7 +93,7 @@ impl SymbolContext {
     /// LLDB's rule for printing a new context line: a different module,
     /// function, or (when both have a function) source position.
     pub fn same_scope(&self, other: &SymbolContext) -> bool {
-        if self.module != other.module || self.function != other.function {
+        if self.module != other.module || self.function != other.function || self.inlined_block.map(|b| b.id) != other.inlined_block.map(|b| b.id) {
             return false;
         }
         !self.debug_function || self.line == other.line
@@ -91,9 +107,14 @@ struct Module {
     name: Arc<str>,
     /// (start, end, name) with link-time addresses, sorted.
     functions: Vec<(u64, u64, Arc<str>)>,
+    /// `functions_reach[i]`: the highest end among `functions[..=i]`.
+    functions_reach: Vec<u64>,
     /// Data symbols, likewise.
     data: Vec<(u64, u64, Arc<str>)>,
     lines: Option<addr2line::Context<Reader>>,
+    /// LLDB's block trees of the functions looked up so far, by the
+    /// subprogram's `.debug_info` offset.
+    blocks: std::sync::Mutex<std::collections::HashMap<u64, Arc<FunctionBlocks>>>,
 }
 
 /// A generated function known only by its name and range (no ELF, no DWARF).
@@ -123,7 +144,7 @@ impl std::fmt::Debug for Symbolizer {
 /// name) ranges: one per address (highest rank first, then the larger size);
 /// a symbol without a size reaches to the next symbol or the end of its
 /// section, whichever comes first.
-fn symbol_ranges(mut symbols: Vec<(u64, u64, u8, u64, Arc<str>)>) -> Vec<(u64, u64, Arc<str>)> {
+fn symbol_ranges(mut symbols: Vec<SymbolEntry>) -> Vec<(u64, u64, Arc<str>)> {
     symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.2.cmp(&a.2)).then(b.1.cmp(&a.1)));
     symbols.dedup_by_key(|s| s.0);
     let starts: Vec<u64> = symbols.iter().map(|s| s.0).collect();
@@ -139,6 +160,97 @@ fn symbol_ranges(mut symbols: Vec<(u64, u64, u8, u64, Arc<str>)>) -> Vec<(u64, u
             (start, end, name)
         })
         .collect()
+}
+
+type SymbolEntry = (u64, u64, u8, u64, Arc<str>);
+
+/// How LLDB displays a PLT stub's symbol (its trampoline symbol's name is the
+/// target's).
+const PLT_STUB_PREFIX: &str = "symbol stub for: ";
+
+/// LLDB's trampoline symbols: each `R_X86_64_JUMP_SLOT` relocation of the
+/// PLT's relocation section (`DT_JMPREL`) names its `.plt` entry `symbol stub
+/// for: NAME`. Entries are counted back from the end of `.plt` (one entry per
+/// relocation, entry size rounded up to the section's alignment), so the
+/// first entry (the resolver's) is left out; other relocation types keep
+/// their index but name nothing.
+fn plt_stubs(image: &[u8]) -> Vec<SymbolEntry> {
+    use object::read::elf::{Dyn, ElfFile64, FileHeader, SectionHeader, Sym};
+    const R_X86_64_JUMP_SLOT: u32 = 7;
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(image) else { return Vec::new() };
+    let endian = elf.endian();
+    let header = elf.elf_header();
+    if header.e_machine(endian) != object::elf::EM_X86_64 {
+        return Vec::new();
+    }
+    let Ok(sections) = header.sections(endian, image) else { return Vec::new() };
+    let jmprel = sections.iter().find_map(|section| {
+        let dynamic = section.dynamic(endian, image).ok()??.0;
+        dynamic.iter().find(|d| d.d_tag(endian) == u64::from(object::elf::DT_JMPREL)).map(|d| d.d_val(endian))
+    });
+    let Some(jmprel) = jmprel else { return Vec::new() };
+    let by_name = |name: &[u8]| sections.iter().find(|s| sections.section_name(endian, s).ok() == Some(name));
+    let (Some(plt), Some(rela)) = (by_name(b".plt"), sections.iter().find(|s| s.sh_type(endian) == object::elf::SHT_RELA && s.sh_addr(endian) == jmprel))
+    else {
+        return Vec::new();
+    };
+    let Ok(Some((relocations, link))) = rela.rela(endian, image) else { return Vec::new() };
+    let Ok(symbols) = sections.symbol_table_by_index(endian, image, link) else { return Vec::new() };
+    let (plt_address, plt_size) = (plt.sh_addr(endian), plt.sh_size(endian));
+    let align = plt.sh_addralign(endian);
+    let mut entry_size = if align > 0 { plt.sh_entsize(endian).div_ceil(align) * align } else { plt.sh_entsize(endian) };
+    let count = relocations.len() as u64;
+    if entry_size <= 4 {
+        entry_size = if align > 0 { plt_size / align / (count + 1) * align } else { plt_size / (count + 1) };
+    }
+    let Some(first) = count.checked_mul(entry_size).and_then(|all| plt_size.checked_sub(all)) else { return Vec::new() };
+    relocations
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.r_type(endian, false) == R_X86_64_JUMP_SLOT)
+        .filter_map(|(i, r)| {
+            let symbol = symbols.symbol(object::SymbolIndex(r.r_sym(endian, false) as usize)).ok()?;
+            let name = std::str::from_utf8(symbol.name(endian, symbols.strings()).ok()?).ok()?;
+            let start = plt_address + first + i as u64 * entry_size;
+            Some((start, entry_size, 0, plt_address + plt_size, Arc::<str>::from(format!("{PLT_STUB_PREFIX}{name}"))))
+        })
+        .collect()
+}
+
+/// LLDB's unnamed functions: an `.eh_frame` FDE whose start no symbol names
+/// becomes `___lldb_unnamed_symbol_<hex file address>`, without a size (it
+/// reaches to the next symbol), in the section containing it.
+fn unnamed_unwind_functions(file: &object::File, named: &std::collections::HashSet<u64>) -> Vec<SymbolEntry> {
+    use gimli::UnwindSection;
+    let Some(section) = file.section_by_name(".eh_frame") else { return Vec::new() };
+    let Ok(data) = section.data() else { return Vec::new() };
+    let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
+    let eh_frame = gimli::EhFrame::new(data, endian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = file.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    if let Some(got) = file.section_by_name(".got") {
+        bases = bases.set_got(got.address());
+    }
+    let code_sections: Vec<(u64, u64)> = file
+        .sections()
+        .filter(|s| matches!(s.flags(), object::SectionFlags::Elf { sh_flags } if sh_flags & 0x4 != 0) && s.size() > 0)
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    let mut unnamed = Vec::new();
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(|_, bases, offset| eh_frame.cie_from_offset(bases, offset)) else { continue };
+        let start = fde.initial_address();
+        if start == 0 || named.contains(&start) {
+            continue;
+        }
+        let Some(&(_, section_end)) = code_sections.iter().find(|(a, b)| *a <= start && start < *b) else { continue };
+        unnamed.push((start, 0, 0, section_end, Arc::<str>::from(format!("___lldb_unnamed_symbol_{start:x}"))));
+    }
+    unnamed
 }
 
 fn load_dwarf(file: &object::File) -> Option<addr2line::Context<Reader>> {
@@ -197,7 +309,19 @@ impl Symbolizer {
                 }
             }
         }
+        // LLDB's synthesized symbols: PLT stubs, then code the unwind table
+        // describes that no symbol names.
+        functions.extend(plt_stubs(image));
+        let named: std::collections::HashSet<u64> = functions.iter().chain(&data).map(|f| f.0).collect();
+        functions.extend(unnamed_unwind_functions(&file, &named));
         let functions = symbol_ranges(functions);
+        let functions_reach = functions
+            .iter()
+            .scan(0u64, |reach, f| {
+                *reach = (*reach).max(f.1);
+                Some(*reach)
+            })
+            .collect();
         let data = symbol_ranges(data);
         let lines = debug_file.as_ref().and_then(load_dwarf).or_else(|| load_dwarf(&file));
         let name = path.rsplit('/').next().unwrap_or(path).into();
@@ -207,8 +331,10 @@ impl Symbolizer {
             slide,
             name,
             functions,
+            functions_reach,
             data,
             lines,
+            blocks: Default::default(),
         });
     }
 
@@ -262,12 +388,9 @@ impl Symbolizer {
             return self.jit_context(address).unwrap_or_default();
         };
         let probe = address.wrapping_sub(module.slide);
-        let index = module.functions.partition_point(|f| f.0 <= probe);
-        let mut function = index
-            .checked_sub(1)
-            .map(|i| &module.functions[i])
-            .filter(|f| probe < f.1)
-            .map(|f| (f.2.clone(), f.0.wrapping_add(module.slide)));
+        let symbol = module.function_at(probe);
+        let symbol_range = symbol.map(|f| (f.0.wrapping_add(module.slide), f.1.wrapping_add(module.slide)));
+        let mut function = symbol.map(|f| (f.2.clone(), f.0.wrapping_add(module.slide)));
         // The debug info's names: the (outermost) function, as LLDB shows it,
         // and the innermost inlined function.
         let mut inlined = None;
@@ -275,28 +398,27 @@ impl Symbolizer {
         let mut debug_function = false;
         if let (Some((name, _)), Some(lines)) = (&mut function, &module.lines) {
             if let Ok(mut frames) = lines.find_frames(probe).skip_all_loads() {
-                let mut names = Vec::new();
-                let mut innermost = None;
+                let mut outermost = None;
                 while let Ok(Some(frame)) = frames.next() {
-                    if innermost.is_none() {
-                        innermost = Some(frame.dw_die_offset);
-                    }
                     // LLDB makes no functions of assembler units' subprograms.
                     let function = frame.function.as_ref().filter(|f| f.language != Some(gimli::DW_LANG_Mips_Assembler));
                     if let Some(Ok(raw)) = function.map(|f| f.raw_name()) {
-                        names.push(Arc::<str>::from(&*raw));
+                        outermost = Some((Arc::<str>::from(&*raw), frame.dw_die_offset));
                     }
                 }
-                if let Some(outer) = names.last() {
-                    *name = outer.clone();
+                if let Some((outer, die)) = outermost {
+                    *name = outer;
                     debug_function = true;
-                }
-                if names.len() > 1 {
-                    inlined = names.first().cloned();
-                    inlined_block = innermost
-                        .flatten()
-                        .and_then(|offset| inlined_block_at(lines, probe, offset))
-                        .map(|b| InlinedBlock { id: b.id, entry: b.entry.wrapping_add(module.slide), range_start: b.range_start.wrapping_add(module.slide) });
+                    // The inlined function LLDB names: its own block tree,
+                    // not the debug info's nesting as such.
+                    if let Some((name, block)) = die.and_then(|die| module.inlined_at(lines, probe, die)) {
+                        inlined = Some(name);
+                        inlined_block = Some(InlinedBlock {
+                            id: block.id,
+                            entry: block.entry.wrapping_add(module.slide),
+                            range_start: block.range_start.map(|start| start.wrapping_add(module.slide)),
+                        });
+                    }
                 }
             }
         }
@@ -315,7 +437,8 @@ impl Symbolizer {
             let (start, len, _) = lines.find_location_range(probe, probe + 1).ok()?.next()?;
             Some((start.wrapping_add(module.slide), (start + len).wrapping_add(module.slide)))
         });
-        SymbolContext { module: Some(module.name.clone()), function, debug_function, line, source, inlined, inlined_block, line_range }
+        let address_range = line_range.or(symbol_range);
+        SymbolContext { module: Some(module.name.clone()), function, debug_function, line, source, inlined, inlined_block, address_range }
     }
 }
 
@@ -336,34 +459,296 @@ fn normalize_path(path: &str) -> String {
 
 /// The inlined block whose entry is at `offset` in the unit that covers
 /// `probe`, with link-time addresses.
-fn inlined_block_at(lines: &addr2line::Context<Reader>, probe: u64, offset: gimli::UnitOffset<usize>) -> Option<InlinedBlock> {
-    let unit = lines.find_dwarf_and_unit(probe).skip_all_loads()?;
-    let entry = unit.entry(offset).ok()?;
-    let mut iter = unit.die_ranges(&entry).ok()?;
+/// One block of a function as LLDB builds it (`Block`): the function
+/// itself or a lexical block or inlined call inside it.
+struct BlockNode {
+    /// `.debug_info` offset of its entry.
+    id: u64,
+    parent: Option<usize>,
+    children: Vec<usize>,
+    /// The entry's own ranges in debug-info order (what LLDB's deepest-block
+    /// search looks at).
+    dwarf_ranges: Vec<(u64, u64)>,
+    /// LLDB's `Block` ranges: its own, sorted and joined, then whatever its
+    /// children had outside them, appended unsorted.
+    ranges: Vec<(u64, u64)>,
+    /// The inlined function's name (`None`: a lexical block or the function).
+    inlined: Option<Arc<str>>,
+}
+
+/// A function's blocks, node 0 the function (file addresses).
+struct FunctionBlocks {
+    nodes: Vec<BlockNode>,
+}
+
+/// `std::lower_bound` by range base, as LLDB's `RangeVector` searches, also
+/// when appended ranges left the vector unsorted.
+fn lower_bound(ranges: &[(u64, u64)], base: u64) -> usize {
+    let (mut first, mut count) = (0, ranges.len());
+    while count > 0 {
+        let step = count / 2;
+        if ranges[first + step].0 < base {
+            first += step + 1;
+            count -= step + 1;
+        } else {
+            count = step;
+        }
+    }
+    first
+}
+
+/// LLDB's `RangeVector::FindEntryIndexThatContains(address)`.
+fn lldb_range_containing(ranges: &[(u64, u64)], address: u64) -> Option<usize> {
+    let at = lower_bound(ranges, address);
+    let contains = |i: usize| ranges.get(i).is_some_and(|r| r.0 <= address && address < r.1);
+    if contains(at) {
+        Some(at)
+    } else {
+        at.checked_sub(1).filter(|&i| contains(i))
+    }
+}
+
+/// LLDB's `RangeVector::FindEntryThatContains(range)` (the end may touch).
+fn lldb_contains_range(ranges: &[(u64, u64)], range: (u64, u64)) -> bool {
+    let contains = |r: &(u64, u64)| r.0 <= range.0 && range.0 < r.1 && r.0 <= range.1 && range.1 <= r.1;
+    let at = lower_bound(ranges, range.0);
+    ranges.get(at).is_some_and(contains) || at.checked_sub(1).is_some_and(|i| contains(&ranges[i]))
+}
+
+impl FunctionBlocks {
+    /// `Block::AddRange`: a range the parent does not contain is added to
+    /// the parent (and so on up) before it is appended.
+    fn add_range(&mut self, node: usize, range: (u64, u64)) {
+        if let Some(parent) = self.nodes[node].parent {
+            if !lldb_contains_range(&self.nodes[parent].ranges, range) {
+                self.add_range(parent, range);
+            }
+        }
+        self.nodes[node].ranges.push(range);
+    }
+
+    /// `Block::FinalizeRanges`: sorted, touching or overlapping ranges joined.
+    fn finalize(&mut self, node: usize) {
+        let ranges = &mut self.nodes[node].ranges;
+        ranges.sort_unstable();
+        let mut joined: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for &(begin, end) in ranges.iter() {
+            match joined.last_mut() {
+                Some(last) if last.0 <= end && last.1 >= begin => last.1 = last.1.max(end),
+                _ => joined.push((begin, end)),
+            }
+        }
+        *ranges = joined;
+    }
+
+    /// `SymbolFileDWARF::ParseBlocksRecursive` over a subprogram's entry.
+    fn build(unit: gimli::UnitRef<Reader>, function: gimli::UnitOffset<usize>) -> Option<Self> {
+        let mut tree = unit.entries_tree(Some(function)).ok()?;
+        let root = tree.root().ok()?;
+        let id = |offset: gimli::UnitOffset<usize>| unit.header.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64) + offset.0 as u64;
+        let own_ranges = dwarf_ranges(unit, root.entry());
+        let low = own_ranges.iter().map(|r| r.0).min()?;
+        let mut blocks = FunctionBlocks {
+            nodes: vec![BlockNode { id: id(function), parent: None, children: Vec::new(), dwarf_ranges: own_ranges.clone(), ranges: own_ranges, inlined: None }],
+        };
+        blocks.finalize(0);
+        blocks.add_children(unit, root, 0, low, &id);
+        Some(blocks)
+    }
+
+    fn add_children(
+        &mut self,
+        unit: gimli::UnitRef<Reader>,
+        node: gimli::EntriesTreeNode<Reader>,
+        parent: usize,
+        low: u64,
+        id: &dyn Fn(gimli::UnitOffset<usize>) -> u64,
+    ) {
+        let mut children = node.children();
+        while let Ok(Some(child)) = children.next() {
+            let tag = child.entry().tag();
+            if tag != gimli::DW_TAG_inlined_subroutine && tag != gimli::DW_TAG_lexical_block {
+                continue;
+            }
+            let dwarf = dwarf_ranges(unit, child.entry());
+            let inlined = (tag == gimli::DW_TAG_inlined_subroutine).then(|| entry_name(unit, child.entry(), 8)).flatten();
+            let index = self.nodes.len();
+            self.nodes.push(BlockNode { id: id(child.entry().offset()), parent: Some(parent), children: Vec::new(), dwarf_ranges: dwarf.clone(), ranges: Vec::new(), inlined });
+            self.nodes[parent].children.push(index);
+            for range in dwarf.into_iter().filter(|r| r.0 >= low) {
+                self.add_range(index, range);
+            }
+            self.finalize(index);
+            self.add_children(unit, child, index, low, id);
+        }
+    }
+
+    /// `DWARFDIE::LookupDeepestBlock`: the first block (depth first, in
+    /// debug-info order) whose own ranges hold the address, deepest first.
+    fn deepest(&self, node: usize, address: u64) -> Option<usize> {
+        let holds = |n: usize| self.nodes[n].dwarf_ranges.iter().any(|r| r.0 <= address && address < r.1);
+        if !holds(node) {
+            return None;
+        }
+        self.nodes[node].children.iter().find_map(|&child| self.deepest(child, address)).or(Some(node))
+    }
+
+    /// The inlined function holding the deepest block at `address` (file
+    /// addresses), with the start of its LLDB range that holds the address.
+    fn inlined_at(&self, address: u64) -> Option<(Arc<str>, InlinedBlock)> {
+        let mut node = self.deepest(0, address)?;
+        while self.nodes[node].inlined.is_none() {
+            node = self.nodes[node].parent?;
+        }
+        let block = &self.nodes[node];
+        let range_start = lldb_range_containing(&block.ranges, address).map(|i| block.ranges[i].0);
+        Some((block.inlined.clone()?, InlinedBlock { id: block.id, entry: block.ranges.first()?.0, range_start }))
+    }
+}
+
+/// An entry's address ranges in debug-info order, empty ones included (LLDB
+/// keeps them; gimli's cooked iterator drops them).
+fn dwarf_ranges(unit: gimli::UnitRef<Reader>, entry: &gimli::DebuggingInformationEntry<Reader>) -> Vec<(u64, u64)> {
+    use gimli::RawRngListEntry as Raw;
     let mut ranges = Vec::new();
-    while let Ok(Some(range)) = iter.next() {
-        if range.begin < range.end {
-            ranges.push((range.begin, range.end));
+    let Ok(Some(value)) = entry.attr_value(gimli::DW_AT_ranges) else {
+        if let Ok(mut iter) = unit.die_ranges(entry) {
+            while let Ok(Some(range)) = iter.next() {
+                ranges.push((range.begin, range.end));
+            }
+        }
+        return ranges;
+    };
+    let Ok(Some(offset)) = unit.attr_ranges_offset(value) else { return ranges };
+    let Ok(mut raw) = unit.raw_ranges(offset) else { return ranges };
+    let mut base = unit.low_pc;
+    let address = |index| unit.address(index).ok();
+    while let Ok(Some(item)) = raw.next() {
+        let range = match item {
+            Raw::BaseAddress { addr } => {
+                base = addr;
+                None
+            }
+            Raw::BaseAddressx { addr } => {
+                base = address(addr).unwrap_or(base);
+                None
+            }
+            Raw::AddressOrOffsetPair { begin, end } | Raw::OffsetPair { begin, end } => Some((base.wrapping_add(begin), base.wrapping_add(end))),
+            Raw::StartEnd { begin, end } => Some((begin, end)),
+            Raw::StartLength { begin, length } => Some((begin, begin.wrapping_add(length))),
+            Raw::StartxEndx { begin, end } => address(begin).zip(address(end)),
+            Raw::StartxLength { begin, length } => address(begin).map(|b| (b, b.wrapping_add(length))),
+        };
+        ranges.extend(range.filter(|r| r.0 <= r.1));
+    }
+    ranges
+}
+
+/// An entry's name as addr2line gives it (linkage name, else name),
+/// following `DW_AT_abstract_origin` / `DW_AT_specification` in its unit.
+fn entry_name(unit: gimli::UnitRef<Reader>, entry: &gimli::DebuggingInformationEntry<Reader>, depth: u8) -> Option<Arc<str>> {
+    for attr in [gimli::DW_AT_linkage_name, gimli::DW_AT_MIPS_linkage_name, gimli::DW_AT_name] {
+        if let Ok(Some(value)) = entry.attr_value(attr) {
+            if let Ok(name) = unit.attr_string(value) {
+                return Some(Arc::from(&*gimli::Reader::to_string_lossy(&name).ok()?));
+            }
         }
     }
-    // LLDB joins ranges that touch or overlap.
-    ranges.sort_unstable();
-    let mut joined: Vec<(u64, u64)> = Vec::new();
-    for (begin, end) in ranges {
-        match joined.last_mut() {
-            Some(last) if begin <= last.1 => last.1 = last.1.max(end),
-            _ => joined.push((begin, end)),
+    for attr in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
+        if let Ok(Some(gimli::AttributeValue::UnitRef(offset))) = entry.attr_value(attr) {
+            let origin = unit.entry(offset).ok()?;
+            return entry_name(unit, &origin, depth.checked_sub(1)?);
         }
     }
-    let lowest = joined.first()?.0;
-    let containing = joined.iter().find(|(begin, end)| *begin <= probe && probe < *end).map(|r| r.0);
-    let id = unit.header.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64) + offset.0 as u64;
-    Some(InlinedBlock { id, entry: lowest, range_start: containing? })
+    None
+}
+
+impl Module {
+    /// The symbol LLDB's symbol table gives for file address `probe`: the
+    /// one starting there, else the earliest-starting one containing it
+    /// (an unnamed function inside a sized one names only its first byte).
+    fn function_at(&self, probe: u64) -> Option<&(u64, u64, Arc<str>)> {
+        let after = self.functions.partition_point(|f| f.0 <= probe);
+        let last = after.checked_sub(1)?;
+        if self.functions[last].0 == probe {
+            return Some(&self.functions[last]);
+        }
+        let mut found = None;
+        for i in (0..=last).rev() {
+            if self.functions_reach[i] <= probe {
+                break;
+            }
+            if probe < self.functions[i].1 {
+                found = Some(i);
+            }
+        }
+        found.map(|i| &self.functions[i])
+    }
+
+    /// The inlined function LLDB names at file address `probe` inside the
+    /// subprogram at `function` (its unit offset).
+    fn inlined_at(&self, lines: &addr2line::Context<Reader>, probe: u64, function: gimli::UnitOffset<usize>) -> Option<(Arc<str>, InlinedBlock)> {
+        let unit = lines.find_dwarf_and_unit(probe).skip_all_loads()?;
+        let key = unit.header.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64) + function.0 as u64;
+        let cached = self.blocks.lock().ok()?.get(&key).cloned();
+        let blocks = match cached {
+            Some(blocks) => blocks,
+            None => {
+                let built = Arc::new(FunctionBlocks::build(unit, function)?);
+                self.blocks.lock().ok()?.insert(key, built.clone());
+                built
+            }
+        };
+        blocks.inlined_at(probe)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Debian 12's ld.so (libc6-dbg): `dl_main_state_init` inlined into
+    /// `dl_main` with `audit_list_init` inlined into it, ranges as
+    /// `llvm-dwarfdump` lists them. LLDB 22's `image lookup -v` shows the
+    /// outer block's ranges as
+    /// `[1bfc1-1bfc5)[1bfc8-1bfc8)[1bff6-1c021)[1bfc8-1bfc8)[1c00e-1c015)`
+    /// and finds no inlined function at 0x1c001 (`dl_main + 65`), 0x1c015
+    /// or 0x1c020, but `audit_list_init` at 0x1bff6 and 0x1c010.
+    #[test]
+    fn blocks_are_built_and_searched_as_lldb_does() {
+        let node = |id, parent: Option<usize>, dwarf: Vec<(u64, u64)>, inlined: Option<&str>| BlockNode {
+            id,
+            parent,
+            children: Vec::new(),
+            dwarf_ranges: dwarf,
+            ranges: Vec::new(),
+            inlined: inlined.map(Arc::from),
+        };
+        let mut blocks = FunctionBlocks { nodes: vec![node(0, None, vec![(0x1bfc0, 0x1fc3a)], None)] };
+        blocks.nodes[0].ranges = vec![(0x1bfc0, 0x1fc3a)];
+        let state = vec![(0x1bfc1, 0x1bfc5), (0x1bfc8, 0x1bfc8), (0x1bff6, 0x1c021)];
+        let audit = vec![(0x1bfc1, 0x1bfc5), (0x1bfc8, 0x1bfc8), (0x1bff6, 0x1c001), (0x1c00e, 0x1c015)];
+        for (parent, dwarf, name) in [(0, state, "dl_main_state_init"), (1, audit, "audit_list_init")] {
+            let index = blocks.nodes.len();
+            blocks.nodes.push(node(index as u64, Some(parent), dwarf.clone(), Some(name)));
+            blocks.nodes[parent].children.push(index);
+            for range in dwarf {
+                blocks.add_range(index, range);
+            }
+            blocks.finalize(index);
+        }
+        assert_eq!(blocks.nodes[1].ranges, [(0x1bfc1, 0x1bfc5), (0x1bfc8, 0x1bfc8), (0x1bff6, 0x1c021), (0x1bfc8, 0x1bfc8), (0x1c00e, 0x1c015)]);
+        assert_eq!(blocks.nodes[2].ranges, [(0x1bfc1, 0x1bfc5), (0x1bfc8, 0x1bfc8), (0x1bff6, 0x1c001), (0x1c00e, 0x1c015)]);
+        let shown = |address| blocks.inlined_at(address).filter(|(_, b)| b.range_start.is_some()).map(|(name, b)| (name.to_string(), b.range_start));
+        assert_eq!(shown(0x1c001), None);
+        assert_eq!(shown(0x1c015), None);
+        assert_eq!(shown(0x1c020), None);
+        assert_eq!(shown(0x1bff6), Some(("audit_list_init".to_string(), Some(0x1bff6))));
+        assert_eq!(shown(0x1c010), Some(("audit_list_init".to_string(), Some(0x1c00e))));
+        // The deepest block at 0x1c001 is still dl_main_state_init's: its
+        // instructions are a scope of their own, without `[inlined]`.
+        assert_eq!(blocks.inlined_at(0x1c001).map(|(name, b)| (name.to_string(), b.id)), Some(("dl_main_state_init".to_string(), 1)));
+    }
 
     #[test]
     fn jit_functions_name_their_ranges() {

@@ -80,10 +80,10 @@ pub(super) fn thread_forest(loaded: &LoadedBundle, thread: &LoadedThread, option
     // The distinct contexts met; sites refer to them by index.
     let mut table = ContextTable::default();
     // LLDB keeps the previous instruction's symbol context while the
-    // address stays in its line-table row.
+    // address stays in its range (line-table row, else symbol).
     let mut previous: Option<u32> = None;
     let forest = CallForest::build(history.items(), |ip| {
-        let tag = match previous.filter(|&t| table.get(t).line_range.is_some_and(|(start, end)| start <= ip && ip < end)) {
+        let tag = match previous.filter(|&t| table.get(t).address_range.is_some_and(|(start, end)| start <= ip && ip < end)) {
             Some(tag) => tag,
             None => table.intern(lookups.entry(ip).or_insert_with(|| loaded.symbols.lookup(ip)).clone()),
         };

@@ -69,7 +69,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
         };
         match args.json {
             Some(style) => {
-                let mut contexts = HashMap::new();
+                let mut contexts = Contexts::default();
                 let array = serde_json::Value::Array(
                     selected.iter().map(|&(id, item)| item_json(&loaded, &mut contexts, id, item, args.raw, time(id))).collect(),
                 );
@@ -124,7 +124,7 @@ fn write_text(
 ) -> std::io::Result<()> {
     let mut previous: Option<SymbolContext> = None;
     let mut previous_was_error = false;
-    let mut contexts: HashMap<u64, SymbolContext> = HashMap::new();
+    let mut contexts = Contexts::default();
     for &(id, item) in selected {
         // `-t`: `[<ns> ns] ` or `[unavailable] ` after the id.
         let stamp = match time(id) {
@@ -137,7 +137,7 @@ fn write_text(
                 if raw {
                     writeln!(out, "    {id}: {stamp}{ip:#018x}")?;
                 } else {
-                    let context = contexts.entry(*ip).or_insert_with(|| loaded.symbols.lookup(*ip)).clone();
+                    let context = contexts.at(loaded, *ip).clone();
                     if !previous.as_ref().is_some_and(|p| p.same_scope(&context)) {
                         writeln!(out, "  {}", context.describe(*ip))?;
                     }
@@ -159,13 +159,33 @@ fn write_text(
     Ok(())
 }
 
+/// The symbol contexts of a thread's instructions in order, as LLDB's dumper
+/// finds them: it keeps the previous instruction's context while the address
+/// stays in its range (line-table row, else symbol), and looks it up afresh
+/// otherwise (looked-up contexts cached by address).
+#[derive(Default)]
+struct Contexts {
+    previous: Option<SymbolContext>,
+    looked_up: HashMap<u64, SymbolContext>,
+}
+
+impl Contexts {
+    fn at(&mut self, loaded: &bundle::LoadedBundle, ip: u64) -> &SymbolContext {
+        let kept = self.previous.as_ref().is_some_and(|p| p.address_range.is_some_and(|(start, end)| start <= ip && ip < end));
+        if !kept {
+            self.previous = Some(self.looked_up.entry(ip).or_insert_with(|| loaded.symbols.lookup(ip)).clone());
+        }
+        self.previous.as_ref().expect("set above")
+    }
+}
+
 /// One item in LLDB's JSON: `id`, then for an instruction `loadAddress`
 /// and (unless `raw`) `module`, `symbol`, `mnemonic` and, with a line,
 /// `source`/`line`/`column`; for an event its name and extra key; for an
 /// error its message.
 fn item_json(
     loaded: &bundle::LoadedBundle,
-    contexts: &mut HashMap<u64, SymbolContext>,
+    contexts: &mut Contexts,
     id: usize,
     item: &Item,
     raw: bool,
@@ -183,8 +203,8 @@ fn item_json(
         Item::Instruction { ip } => {
             object.insert("loadAddress".into(), format!("{ip:#x}").into());
             if !raw {
-                let context = contexts.entry(*ip).or_insert_with(|| loaded.symbols.lookup(*ip));
-                let symbol = context.function.as_ref().map(|(name, _)| context.inlined.clone().unwrap_or_else(|| name.clone()));
+                let context = contexts.at(loaded, *ip);
+                let symbol = context.symbol_name();
                 let (mnemonic, _) = disassemble(&loaded.image, &loaded.symbols, *ip);
                 object.insert("module".into(), json!(context.module.as_deref()));
                 object.insert("symbol".into(), json!(symbol.as_deref()));
