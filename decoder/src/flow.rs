@@ -207,6 +207,14 @@ fn is_query_packet(data: &[u8], at: usize) -> bool {
     }
 }
 
+/// Whether the packet at `at` is a TNT (short or long) by its opcode.
+fn is_tnt_opcode(data: &[u8], at: usize) -> bool {
+    match data.get(at).copied().unwrap_or(0) {
+        0x02 => data.get(at + 1) == Some(&0xa3),
+        opcode => opcode != 0 && opcode & 1 == 0,
+    }
+}
+
 /// Whether the packet at `at` may appear in a PSB+ header, by its opcode:
 /// PAD, FUP, MODE, TSC, MTC, CYC and the extended PIP, CBR, TMA, VMCS, MNT,
 /// PSBEND, OVF.
@@ -298,6 +306,10 @@ pub struct FlowDecoder<'a, M: Memory> {
     time: Option<u64>,
     /// The last TSC value reported as a clock tick.
     notified: Option<u64>,
+    /// In LLDB's slice after a PSB+ without TSC: a time of `None` there is
+    /// LLDB's unknown time (no clock tick), not time read in an earlier part
+    /// of the trace.
+    slice_time_unknown: bool,
     history: History,
     /// Decode from this PSB offset instead of the first PSB.
     start: Option<usize>,
@@ -382,8 +394,9 @@ enum BoundToTip {
 enum Ahead {
     /// At a packet that answers a query or is an event.
     Packet(Packet),
-    /// At a malformed such packet (decoded when it is needed).
-    Malformed,
+    /// At a malformed such packet (decoded when it is needed): its offset
+    /// and the error decoding it gives.
+    Malformed(usize, FlowError),
     /// At the end of the trace (its length).
     End(usize),
 }
@@ -410,6 +423,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             returns: VecDeque::new(),
             time: None,
             notified: None,
+            slice_time_unknown: false,
             history: History::default(),
             start: None,
             stop_at: None,
@@ -574,6 +588,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// Reports `time`, the time at an event's packet (read before reading
     /// ahead past it), if it changed since the last report.
     fn notify_time_at(&mut self, time: Option<u64>) {
+        if time.is_none() && self.slice_time_unknown {
+            // LLDB's slice decoder has not met a TSC yet: the event has none.
+            return;
+        }
         if time.is_none() && self.time.is_none() && self.history.timing.first_timeless_event.is_none() {
             // No TSC read yet: when this is a later part of a trace, the
             // time read before it belongs here (see `History::append`).
@@ -599,6 +617,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         self.mode = None;
         self.tip_queue.clear();
         let mut ip = None;
+        let mut header_tsc = false;
         loop {
             let (at, packet) = match next_packet(&mut self.packets) {
                 Ok(Some(item)) => item,
@@ -607,18 +626,56 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             };
             match packet {
                 Packet::Psbend => break,
-                Packet::Tsc(tsc) => self.tick(tsc),
+                Packet::Tsc(tsc) => {
+                    self.tick(tsc);
+                    header_tsc = true;
+                }
                 Packet::Fup(fup) => ip = fup.ip,
                 Packet::ModeExec { csl, csd, .. } => self.mode = ExecMode::from_mode_exec(csl, csd),
                 Packet::Ovf => return Err((at, FlowError::Overflow)),
                 _ => {}
             }
         }
-        self.notify_time();
+        if self.options.lldb_psb_slices && !header_tsc {
+            // LLDB decodes the slice with a fresh decoder, which knows no
+            // time until a TSC; it announces the slice's TSC (the first one
+            // an event after the PSB carries) before the sync point.
+            self.slice_time_unknown = false;
+            if let Some(tsc) = self.slice_tsc_ahead() {
+                self.notify_time_at(Some(tsc));
+            }
+            self.time = None;
+            self.slice_time_unknown = true;
+        } else {
+            self.slice_time_unknown = false;
+            self.notify_time();
+        }
         self.event(Event::SyncPoint(offset));
         self.tnt_len = 0;
         self.returns.clear();
         Ok(ip)
+    }
+
+    /// LLDB's TSC of a slice whose PSB+ has none: the time of the first
+    /// event that libipt's query decoder, synchronised afresh at the PSB
+    /// (knowing no time), gives with a TSC — the TSC met before an event
+    /// packet, while the packets on the way are events or status (a TNT, or
+    /// a TIP no FUP waits for, ends the search).
+    fn slice_tsc_ahead(&self) -> Option<u64> {
+        let mut ahead = self.packets.clone();
+        let (mut tsc, mut fup_waits) = (None, false);
+        while let Ok(Some((_, packet))) = next_packet(&mut ahead) {
+            match packet {
+                Packet::Tsc(value) => tsc = Some(value),
+                Packet::Mtc(_) | Packet::Cyc(_) | Packet::Tma { .. } | Packet::Pad | Packet::Psb | Packet::Psbend => {}
+                Packet::Fup(_) => fup_waits = true,
+                Packet::TntShort(_) | Packet::TntLong(_) => return None,
+                Packet::Tip(_) if !fup_waits => return None,
+                _ if tsc.is_some() => return tsc,
+                _ => fup_waits = false,
+            }
+        }
+        None
     }
 
     /// The FUP IP of the PSB+ that starts at the packet decoder's position
@@ -764,6 +821,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         match packet {
             Packet::TipPge(Ip { ip: None, .. }) => return Err((offset, pge_without_ip())),
             Packet::TipPge(_) if enabled => {
+                // libipt's query decoder gives the enable event (which the
+                // instruction decoder then rejects) only after consuming the
+                // packet and reading ahead past it: a failure there comes first.
+                self.scan_ahead(&mut self.packets.clone(), None, false)?;
                 self.rejected_event = Some((offset, FlowError::BadContext(None)));
                 return Ok(());
             }
@@ -821,6 +882,15 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     self.scan_ahead(&mut ahead, None, false)?;
                 }
             }
+            // MODE.Exec makes libipt decode the TIP, TIP.PGE or TIP.PGD it
+            // binds to at once: a malformed one fails this event query (a
+            // TNT, damaged or not, does not answer it).
+            (Packet::ModeExec { .. }, Ahead::Malformed(at, error)) => {
+                if is_tnt_opcode(data, at) {
+                    return Err((offset, FlowError::Mismatch { expected: "a TIP after MODE.Exec", ip: None }));
+                }
+                return Err((at, error));
+            }
             // The trace ends before the packet MODE.Exec binds to.
             (Packet::ModeExec { .. }, Ahead::End(end)) => {
                 return Err((end, FlowError::Packet(crate::packet::PacketErrorKind::Truncated { needed: 1, available: 0 }, None)))
@@ -867,7 +937,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 Ok(Some(next)) => next,
                 Ok(None) => break,
                 Err(e) if matches!(e.kind, crate::packet::PacketErrorKind::Truncated { .. }) => break,
-                Err(e) if left_for_later(data, e.offset, &e.kind) => return Ok(Ahead::Malformed),
+                Err(e) if left_for_later(data, e.offset, &e.kind) => return Ok(Ahead::Malformed(e.offset, FlowError::Packet(e.kind, None))),
                 Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
             };
             match packet {

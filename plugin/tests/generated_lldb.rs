@@ -89,8 +89,8 @@ fn generated_walks_with_overflows_dump_as_in_lldb() {
 fn corrupted_walks_dump_as_in_lldb() {
     let Some((image, entries)) = lldb_and_libc() else { return };
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupted_lldb");
-    let seeds = (800..968u64).chain(1000..1096);
-    let (mut differing, mut stopped_by_lldb) = (Vec::new(), 0);
+    let seeds = 800..1200u64;
+    let (mut differing, mut stopped_by_lldb, mut unnoticed) = (Vec::new(), 0, 0);
     for seed in seeds.clone() {
         let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period: 1024, timing: true, overflow_one_in: 0 });
         let damaged = retrace_tests::corrupt::corrupt(&walked.trace, seed, 6000);
@@ -98,7 +98,9 @@ fn corrupted_walks_dump_as_in_lldb() {
         let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &damaged, &[(LIBC, LIBC_LOAD)]);
         let lldb = retrace_tests::lldb::dump_text(&trace_json, 1, "-a -f -e --raw").unwrap_or_else(|e| panic!("{e}"));
         let ours = retrace_dump(&trace_json, &["-a", "-f", "-e", "--raw"]);
-        assert!(ours.contains("(error)"), "seed {seed}: the damage went unnoticed");
+        // A corrupted TSC value or padding byte can be harmless: then both
+        // decode without errors (counted, and rare).
+        unnoticed += usize::from(!ours.contains("(error)"));
         match lldb_stopped_at_damaged_psb(&ours, &lldb) {
             Some(true) => stopped_by_lldb += 1,
             Some(false) => {}
@@ -109,6 +111,7 @@ fn corrupted_walks_dump_as_in_lldb() {
         }
     }
     assert_eq!(differing, Vec::<u64>::new(), "seeds differing from LLDB");
+    assert!(unnoticed * 20 < seeds.clone().count(), "{unnoticed} seeds where the damage went unnoticed");
     // Both outcomes occur in these seeds: full agreement and LLDB giving up.
     assert!(stopped_by_lldb >= 1 && stopped_by_lldb < seeds.count(), "{stopped_by_lldb} seeds where LLDB stopped early");
 }
