@@ -78,8 +78,12 @@ pub enum FlowError {
     BadContext(Option<u64>),
     /// An event packet needs an IP but its IP is suppressed.
     IpSuppressed(Option<u64>),
-    /// Too many instructions without reaching a packet (a loop of direct jumps).
-    NoProgress(u64),
+    /// LLDB's anomaly check: this many instructions without consuming a
+    /// packet (a loop of direct jumps) repeat a loop of this size.
+    InfiniteLoop(u64),
+    /// LLDB's anomaly check: half a million instructions without consuming a
+    /// packet, and no loop found.
+    NoProgress,
     /// A TIP without an IP answered the branch at this address.
     NoIp(Option<u64>),
     /// Not a defect of the trace: LLDB 22 decodes each PSB-to-PSB slice on
@@ -97,14 +101,13 @@ impl FlowError {
             | FlowError::BadInstruction(ip)
             | FlowError::ReturnWithoutCall(ip)
             | FlowError::BadReturnCompression(ip)
-            | FlowError::NoProgress(ip)
             | FlowError::SliceEnd(ip) => Some(ip),
             FlowError::Mismatch { ip, .. }
             | FlowError::Packet(_, ip)
             | FlowError::BadContext(ip)
             | FlowError::IpSuppressed(ip)
             | FlowError::NoIp(ip) => ip,
-            FlowError::Overflow | FlowError::NotEnabled => None,
+            FlowError::Overflow | FlowError::NotEnabled | FlowError::InfiniteLoop(_) | FlowError::NoProgress => None,
         }
     }
 
@@ -125,7 +128,8 @@ impl FlowError {
             FlowError::BadContext(_) => "unexpected packet context",
             FlowError::IpSuppressed(_) => "ip has been suppressed",
             FlowError::NoIp(_) => "no ip",
-            FlowError::NoProgress(_) => "anomalous trace: no packet consumed for too long",
+            FlowError::InfiniteLoop(_) => "anomalous trace: possible infinite loop detected",
+            FlowError::NoProgress => "anomalous trace: possible infinite trace detected",
         }
     }
 
@@ -134,6 +138,9 @@ impl FlowError {
 impl std::fmt::Display for FlowError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.libipt_message())?;
+        if let FlowError::InfiniteLoop(size) = self {
+            return write!(f, " of size {size}");
+        }
         match self.ip() {
             Some(ip) if ip != 0 => write!(f, ": {ip:#018x}"),
             _ => Ok(()),
@@ -291,7 +298,12 @@ pub struct FlowOptions {
 const RETURN_STACK_DEPTH: usize = 64;
 /// Instructions without a branch that consumes trace before the decoder
 /// gives up (a loop of direct jumps says nothing about how often it ran).
-const MAX_STRAIGHT_LINE: u64 = 1 << 16;
+const MAX_STRAIGHT_LINE: u64 = 500_000;
+
+/// LLDB's `infinite-decoding-loop-verification-threshold`: after this many
+/// instructions without consuming a packet (and twice as many, and so on)
+/// LLDB checks whether the last ones repeat a loop.
+const LOOP_CHECK_AFTER: u64 = 10_000;
 
 /// Decodes one thread's Intel PT stream against `memory`.
 pub struct FlowDecoder<'a, M: Memory> {
@@ -353,6 +365,12 @@ pub struct FlowDecoder<'a, M: Memory> {
     /// A packet crossed the start of the next slice: for LLDB it was cut
     /// there, and the slice ended. Decoding goes on at that PSB.
     slice_cut: bool,
+    /// LLDB's slice ended at a PSB after which tracing is off (see
+    /// [`Self::read_ahead`]): decoding goes on at that PSB.
+    slice_ended: bool,
+    /// A TIP.PGD without an IP taken as libipt's disable event (the time at
+    /// its packet), waiting for the far transfer it binds to.
+    held_disable: Option<Option<u64>>,
 }
 
 /// Where the decoder stands after handling something.
@@ -439,6 +457,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             slice_start_blocks: 0,
             slice_psbs: Cow::Borrowed(&[]),
             slice_cut: false,
+            slice_ended: false,
+            held_disable: None,
         }
     }
 
@@ -497,7 +517,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         while synced {
             match self.run() {
                 // LLDB's slice ended inside a packet: on to the next one.
-                Ok(()) if self.slice_cut => synced = self.resync(),
+                Ok(()) if self.slice_cut || self.slice_ended => synced = self.resync(),
                 Ok(()) => break,
                 Err((offset, error)) => {
                     self.history.push_extra(Extra::Error { offset, error });
@@ -520,6 +540,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
 
     fn resync(&mut self) -> bool {
         self.slice_cut = false;
+        self.slice_ended = false;
+        self.held_disable = None;
         self.cut_packet = None;
         self.tnt_len = 0;
         self.rejected_event = None;
@@ -609,6 +631,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// (tracing on) or `None` (tracing off).
     fn psb_plus(&mut self, offset: usize) -> Flow<Option<u64>> {
         self.slice_start_blocks = self.history.executed_blocks();
+        self.held_disable = None;
         // The same header checks wherever a PSB+ is met (read ahead, synced
         // to, or reached while tracing is off).
         read_psb_header(&mut self.packets.clone(), offset)?;
@@ -681,7 +704,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// The FUP IP of the PSB+ that starts at the packet decoder's position
     /// (the PSB itself already read), without consuming anything.
     fn psb_fup_lookahead(&self) -> Option<u64> {
-        let mut ahead = self.packets.clone();
+        Self::header_fup(self.packets.clone())
+    }
+
+    /// The FUP IP of the PSB+ header `ahead` is in (after its PSB).
+    fn header_fup(mut ahead: PacketDecoder<'a>) -> Option<u64> {
         let mut ip = None;
         while let Ok(Some((_, packet))) = next_packet(&mut ahead) {
             match packet {
@@ -915,6 +942,18 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             }
             Ok(Some(first)) => first,
         };
+        if matches!(first.1, Packet::Psb)
+            && self.options.lldb_psb_slices
+            && matches!(read_psb_header(&mut self.packets.clone(), first.0), Ok(true))
+            && self.psb_fup_lookahead().is_none()
+        {
+            // LLDB's slice ends at this PSB, and with tracing off after it
+            // LLDB does not decode on to where the next slice starts: the
+            // trace ends here.
+            self.trace_ends = true;
+            self.slice_ended = true;
+            return Ok(());
+        }
         if matches!(first.1, Packet::Fup(_) | Packet::Psb) {
             self.scan_ahead(&mut self.packets.clone(), Some(first), true)?;
         }
@@ -1045,19 +1084,49 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         if let Err((offset, error)) = self.read_ahead().and_then(|()| self.check_next_event(false)) {
             return Next::Failed(offset, error);
         }
+        self.tracing_disabled_at(time, event)
+    }
+
+    /// Tracing is disabled by a TIP.PGD consumed (and read past) already,
+    /// whose packet was read at `time`.
+    fn tracing_disabled_at(&mut self, time: Option<u64>, event: Event) -> Next {
+        self.disabled = true;
+        self.held_disable = None;
         self.notify_time_at(time);
         self.event(event);
+        // LLDB's slice ends here: it re-lists its last instruction and,
+        // tracing being off, the next instruction query fails (libipt's
+        // end of stream).
+        if self.options.lldb_psb_slices {
+            if let Some((psb, ip)) = self.lldb_repeat_at_slice_end() {
+                return Next::Failed(psb, FlowError::SliceEnd(ip));
+            }
+        }
         Next::Disabled
     }
 
     /// A TIP.PGD without an IP ends only a `far` transfer (SYSCALL, INT,
     /// IRET…); after a near one it does not answer the query.
     fn indirect(&mut self, at: u64, far: bool) -> Flow<Next> {
+        // TNT bits left over do not stop libipt at an indirect branch (they
+        // stay for the next conditional branch) — but then an event packet
+        // next has not been taken as an event, and does not answer.
         if self.tnt_len > 0 {
-            return Err((self.offset(), FlowError::Mismatch { expected: "no TNT bits left at an indirect branch", ip: Some(at) }));
+            let not_an_answer = (self.offset(), FlowError::Mismatch { expected: "a TIP, not an event", ip: Some(at) });
+            match self.peek() {
+                Ok(Some((_, Packet::Tip(_) | Packet::TntShort(_) | Packet::TntLong(_) | Packet::Psb | Packet::Fup(_)))) | Ok(None) => {}
+                Ok(Some(_)) => return Err(not_an_answer),
+                // A damaged event packet is known by its opcode (the query
+                // fails); a damaged TIP fails decoding.
+                Err((at_offset, _)) if is_event_opcode(self.packets.data(), at_offset) => return Err(not_an_answer),
+                Err(e) => return Err(e),
+            }
         }
         let mut next = self.fetch_flow()?;
-        if let Some((_, Packet::TntShort(tnt) | Packet::TntLong(tnt))) = next {
+        if let Some((offset, Packet::TntShort(tnt) | Packet::TntLong(tnt))) = next {
+            if self.tnt_len > 0 {
+                return Err((offset, FlowError::Mismatch { expected: "a TIP, not a second TNT", ip: Some(at) }));
+            }
             // libipt caches one TNT packet met while looking for the TIP;
             // then only a TIP answers (an event there is no answer).
             self.tnt_bits = tnt.bits;
@@ -1183,19 +1252,27 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// loop that decodes on to the next slice's first IP starts by listing
     /// the instruction it last decoded — a second time. Only when this slice
     /// listed one and the next PSB says where its slice starts (elsewhere).
-    fn lldb_repeat_at_slice_end(&mut self) {
-        if !matches!(self.peek(), Ok(Some((_, Packet::Psb)))) {
-            return;
-        }
-        let Some(next_slice_ip) = self.psb_fup_lookahead() else { return };
+    fn lldb_repeat_at_slice_end(&mut self) -> Option<(usize, u64)> {
+        let (psb, next_slice_ip) = match self.peek() {
+            Ok(Some((psb, Packet::Psb))) => (psb, self.psb_fup_lookahead()?),
+            // A packet ran into the next slice's PSB: the slice ends before it.
+            Ok(None) if self.slice_cut => {
+                let psb = *self.slice_psbs.get(self.slice_psbs.partition_point(|&psb| psb <= self.packets.offset()))?;
+                let mut ahead = self.packets.clone();
+                ahead.seek(psb);
+                next_packet(&mut ahead).ok()??;
+                (psb, Self::header_fup(ahead)?)
+            }
+            _ => return None,
+        };
         if self.history.executed_blocks() <= self.slice_start_blocks {
-            return;
+            return None;
         }
-        let Some(last) = self.history.last_instruction_ip().filter(|&ip| ip != next_slice_ip) else { return };
-        if let Ok(id) = self.history.table.block_at(last, self.mode, self.memory) {
-            let one = self.history.table.prefix(id, 1);
-            self.history.push_block(one);
-        }
+        let last = self.history.last_instruction_ip().filter(|&ip| ip != next_slice_ip)?;
+        let id = self.history.table.block_at(last, self.mode, self.memory).ok()?;
+        let one = self.history.table.prefix(id, 1);
+        self.history.push_block(one);
+        Some((psb, last))
     }
 
     /// Whether the instruction at `ip` takes its next IP from the trace.
@@ -1212,13 +1289,16 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     /// Executes blocks from `ip` until tracing is disabled or the trace ends.
     fn execute(&mut self, mut ip: u64) -> Flow<Next> {
         let mut straight = 0u64;
+        let mut loop_check = LOOP_CHECK_AFTER;
         // How `ip` was reached: (block, successor slot) when it is a static
         // successor whose block id can be cached.
         let mut via: Option<(u32, usize)> = None;
         loop {
             // With no TNT bits pending, whatever packet is next may apply
-            // here (libipt reports events as soon as nothing is before them).
-            if self.tnt_len == 0 {
+            // here (libipt reports events as soon as nothing is before them)
+            // — unless a disable event is held: libipt takes no other event
+            // before that one is given.
+            if self.tnt_len == 0 && self.held_disable.is_none() {
                 if let Some(rejected) = self.rejected_event.take() {
                     return Err(rejected);
                 }
@@ -1263,6 +1343,25 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         self.notify_time_at(time);
                         continue;
                     }
+                    // A TIP.PGD without an IP, nothing queued for it: libipt
+                    // takes the disable event now and binds it to the next
+                    // far transfer; branches on the way read the packets
+                    // after it.
+                    Some((_, Packet::TipPgd(Ip { ip: None, .. }))) if self.tip_queue.is_empty() && self.held_disable.is_none() => {
+                        // (Taking it reads ahead to the next event packet; a
+                        // failure there is the failure of this instruction.)
+                        self.peeked = None;
+                        let time = self.time;
+                        // libipt's query decoder is off from here (a MODE.TSX
+                        // is an event of its own).
+                        self.disabled = true;
+                        self.read_ahead().map_err(|(offset, error)| match error {
+                            FlowError::Packet(kind, None) => (offset, FlowError::Packet(kind, Some(ip))),
+                            other => (offset, other),
+                        })?;
+                        self.held_disable = Some(time);
+                        continue;
+                    }
                     Some((offset, Packet::Ovf)) => {
                         self.peeked = None;
                         match self.overflow(offset)? {
@@ -1278,10 +1377,8 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     _ => {}
                 }
             }
-            let binding = self.binding()?;
-            if straight >= MAX_STRAIGHT_LINE {
-                return Err((self.offset(), FlowError::NoProgress(ip)));
-            }
+            let binding = if self.held_disable.is_some() { None } else { self.binding()? };
+
             if let Some(bound @ Binding::Async { ip: at, .. }) = binding {
                 if at == ip {
                     // libipt reports an event bound to this IP before it
@@ -1321,17 +1418,35 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 }
             }
             let block = *self.history.table.get(id);
-            let budget = MAX_STRAIGHT_LINE - straight;
-            if block.count as u64 > budget {
+            // LLDB's anomaly checks, after exactly so many instructions
+            // without a packet: a loop (error after the instruction that
+            // completes the count), or far too many.
+            let budget = loop_check.min(MAX_STRAIGHT_LINE) - straight;
+            if block.count as u64 >= budget {
                 let prefix = self.history.table.prefix(id, budget as u32);
                 self.history.push_block(prefix);
-                return Err((self.offset(), FlowError::NoProgress(ip)));
+                straight += budget;
+                if straight >= MAX_STRAIGHT_LINE {
+                    return Err((self.offset(), FlowError::NoProgress));
+                }
+                if let Some(size) = self.history.loop_at_end() {
+                    return Err((self.offset(), FlowError::InfiniteLoop(size)));
+                }
+                loop_check *= 2;
+                if (block.count as u64) > budget {
+                    // The rest of the block is decoded from its next instruction.
+                    let prefix_block = *self.history.table.get(prefix);
+                    ip = prefix_block.last_ip.wrapping_add(prefix_block.last.len as u64);
+                    via = None;
+                    continue;
+                }
+            } else {
+                self.history.push_block(id);
+                straight += block.count as u64;
             }
-            self.history.push_block(id);
-            straight += block.count as u64;
             let last_ip = block.last_ip;
             let next = last_ip.wrapping_add(block.last.len as u64);
-            if self.tnt_len == 0 {
+            if self.tnt_len == 0 && self.held_disable.is_none() {
                 if let Some((_, Packet::TipPgd(Ip { ip: Some(at), .. }))) = self.peeked {
                     if disables_at(block.last.kind, at) {
                         self.peeked = None;
@@ -1410,6 +1525,17 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         self.push_return(next);
                     }
                     let far = matches!(block.last.kind, FlowKind::Syscall | FlowKind::FarTransfer);
+                    if far {
+                        if let Some(time) = self.held_disable.take() {
+                            // Given now, the event makes libipt decode the
+                            // next one: a failure there replaces it.
+                            self.disabled = true;
+                            if let Err((offset, error)) = self.check_next_event(false) {
+                                return Ok(Next::Failed(offset, error));
+                            }
+                            return Ok(self.tracing_disabled_at(time, Event::HardwareDisabled));
+                        }
+                    }
                     match self.indirect(last_ip, far) {
                         Ok(Next::At(target)) => target,
                         Ok(other) => return Ok(other),
@@ -1492,11 +1618,14 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                         self.status_event(packet)?;
                         Next::Disabled
                     }
-                    // A MODE.Exec binds to this TIP: without an IP, that
-                    // libipt event applies here and is stamped, then the
-                    // next instruction query fails.
-                    (Some((offset, Packet::Tip(Ip { ip: None, .. }))), Some(BoundToTip::ExecMode(..))) => {
-                        self.notify_time();
+                    // A MODE.Exec binds to this TIP (which it does not
+                    // consume). libipt gives that event (stamped) only if the
+                    // TIP has no IP or the IP where tracing would resume;
+                    // then the next instruction query fails: tracing is off.
+                    (Some((offset, Packet::Tip(tip))), Some(BoundToTip::ExecMode(..))) => {
+                        if tip.ip.is_none() || tip.ip == self.history.last_instruction_end() {
+                            self.notify_time();
+                        }
                         return Err((offset, FlowError::NotEnabled));
                     }
                     // A TIP.PGD while tracing is off gives what was queued
@@ -1640,8 +1769,26 @@ mod tests {
         enc.encode_ip(IpPacketKind::TipPge, Some(0x1000));
         enc.encode(&Packet::TntShort(Tnt::from_outcomes([true]))).unwrap();
         let items = FlowDecoder::new(enc.bytes(), &image).decode_all();
-        assert!(matches!(items.last(), Some(Item::Error { error: FlowError::NoProgress(0x1000), .. })), "{:?}", items.last());
+        // As LLDB: 10000 instructions without a packet, then the loop found.
+        assert!(matches!(items.last(), Some(Item::Error { error: FlowError::InfiniteLoop(1), .. })), "{:?}", items.last());
+        assert_eq!(ips(&items).len() as u64, LOOP_CHECK_AFTER);
+        assert_eq!(FlowError::InfiniteLoop(2).to_string(), "anomalous trace: possible infinite loop detected of size 2");
+    }
+
+    #[test]
+    fn straight_line_code_without_a_loop_ends_after_half_a_million_instructions() {
+        let mut image = Image::new();
+        image.add_raw("nops", 0x1000, vec![0x90; 600_000]);
+        let mut enc = PacketEncoder::new();
+        enc.encode(&Packet::Psb).unwrap();
+        enc.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
+        enc.encode(&Packet::Psbend).unwrap();
+        enc.encode_ip(IpPacketKind::TipPge, Some(0x1000));
+        enc.encode(&Packet::TntShort(Tnt::from_outcomes([true]))).unwrap();
+        let items = FlowDecoder::new(enc.bytes(), &image).decode_all();
+        assert!(matches!(items.last(), Some(Item::Error { error: FlowError::NoProgress, .. })), "{:?}", items.last());
         assert_eq!(ips(&items).len() as u64, MAX_STRAIGHT_LINE);
+        assert_eq!(ips(&items).last(), Some(&(0x1000 + MAX_STRAIGHT_LINE - 1)));
     }
 
     #[test]

@@ -439,6 +439,43 @@ impl History {
         self.executed.len()
     }
 
+    /// LLDB's infinite-loop check (`TryIdentifyInfiniteLoop`): the size of
+    /// the loop the last instructions repeat — the last instruction's
+    /// previous occurrence is `size` instructions back, and the `size`
+    /// instructions up to each are the same.
+    pub(crate) fn loop_at_end(&self) -> Option<u64> {
+        // Instruction addresses from the last one back (no checkpoints are
+        // needed: this runs while decoding).
+        let mut back = self.executed.iter().rev().flat_map(|&id| {
+            let addresses: Vec<u64> = self.table.addresses(id).collect();
+            addresses.into_iter().rev()
+        });
+        let target = back.next()?;
+        let mut looped = vec![target];
+        loop {
+            let ip = back.next()?;
+            if ip == target {
+                break;
+            }
+            looped.push(ip);
+        }
+        for &ip in &looped[1..] {
+            if back.next()? != ip {
+                return None;
+            }
+        }
+        Some(looped.len() as u64)
+    }
+
+    /// The address after the last instruction recorded (where execution
+    /// would go on without a branch).
+    pub(crate) fn last_instruction_end(&self) -> Option<u64> {
+        self.executed.last().map(|&id| {
+            let block = self.table.get(id);
+            block.last_ip.wrapping_add(block.last.len as u64)
+        })
+    }
+
     /// The address of the last instruction recorded.
     pub(crate) fn last_instruction_ip(&self) -> Option<u64> {
         self.executed.last().map(|&id| self.table.get(id).last_ip)

@@ -89,7 +89,7 @@ fn generated_walks_with_overflows_dump_as_in_lldb() {
 fn corrupted_walks_dump_as_in_lldb() {
     let Some((image, entries)) = lldb_and_libc() else { return };
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupted_lldb");
-    let seeds = 800..1200u64;
+    let seeds = 800..1300u64;
     let (mut differing, mut stopped_by_lldb, mut unnoticed) = (Vec::new(), 0, 0);
     for seed in seeds.clone() {
         let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period: 1024, timing: true, overflow_one_in: 0 });
