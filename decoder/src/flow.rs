@@ -874,7 +874,13 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
             // decoded too (MODE.Exec queues up; MODE.TSX waits for a FUP,
             // or is an event of its own while tracing is off), reading ahead
             // past each.
-            while let Ahead::Packet(Packet::ModeExec { .. } | Packet::ModeTsx { .. }) = next {
+            while let Ahead::Packet(mode @ (Packet::ModeExec { .. } | Packet::ModeTsx { .. })) = next {
+                if matches!(mode, Packet::ModeTsx { .. }) && !enabled {
+                    // An event of its own: the query that decodes it reads
+                    // ahead past it, and stops.
+                    self.scan_ahead(&mut ahead, None, false)?;
+                    return Ok(());
+                }
                 next = self.scan_ahead(&mut ahead, None, false)?;
             }
         }
@@ -983,6 +989,13 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 Packet::Fup(fup) if fup.ip.is_none() => return Err((offset, FlowError::IpSuppressed(None))),
                 // Decoding an event ahead, LLDB's slice ends at the PSB.
                 Packet::Psb if !note_end && self.options.lldb_psb_slices => break,
+                // After a query, LLDB's slice ends at an intact PSB+ too;
+                // its loop then decodes on to where the next slice starts (as
+                // retrace does, through the PSB+): not the end of the trace.
+                // (At a damaged one LLDB made no slice: its header is read.)
+                Packet::Psb if self.options.lldb_psb_slices && matches!(read_psb_header(&mut ahead.clone(), offset), Ok(true)) => {
+                    return Ok(Ahead::Packet(Packet::Psb))
+                }
                 Packet::Psb if !read_psb_header(ahead, offset)? => break,
                 Packet::Fup(_) | Packet::Psb | Packet::Psbend | Packet::Pad | Packet::Tsc(_) | Packet::Mtc(_) | Packet::Cyc(_) | Packet::Tma { .. } => {}
                 _ => return Ok(Ahead::Packet(packet)),
@@ -1241,6 +1254,9 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     return Ok(Next::End);
                 }
                 self.psb_plus(offset)?;
+                // Synchronising there, libipt reads ahead past the PSB+: the
+                // trace may end right after it.
+                self.read_ahead()?;
                 self.check_next_event(true)?;
                 Ok(Next::At(ip))
             }
