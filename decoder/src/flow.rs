@@ -313,7 +313,10 @@ pub struct FlowDecoder<'a, M: Memory> {
     /// Pending TNT bits, oldest in bit `tnt_len - 1`.
     tnt_bits: u64,
     tnt_len: u32,
-    returns: VecDeque<u64>,
+    /// Return addresses for compressed returns, with the block of the call
+    /// that pushed each (its fall-through successor slot caches the block
+    /// at the return address).
+    returns: VecDeque<(u64, u32)>,
     /// The last TSC value read.
     time: Option<u64>,
     /// The last TSC value reported as a clock tick.
@@ -510,6 +513,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
 
     /// Decodes the whole stream into a compact [`History`].
     pub fn decode_history(mut self) -> History {
+        // About ten executed blocks per trace byte at most (TNT bits are dense):
+        // reserved at once instead of grown by copying.
+        let bytes = self.stop_at.unwrap_or(self.packets.data().len()).saturating_sub(self.start.unwrap_or(0));
+        self.history.reserve_blocks(bytes.saturating_mul(10).min(1 << 26));
         let mut synced = match self.start {
             Some(start) => self.packets.sync_set(start) && self.usable_sync_point(),
             None => self.resync(),
@@ -780,6 +787,17 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     #[inline]
     fn tnt_bit(&mut self) -> Flow<Option<bool>> {
         self.damaged_tip_ahead = false;
+        // The common case: a cached bit, not the last one.
+        if self.tnt_len > 1 {
+            self.tnt_len -= 1;
+            return Ok(Some(self.tnt_bits >> self.tnt_len & 1 == 1));
+        }
+        self.tnt_bit_refill()
+    }
+
+    /// [`Self::tnt_bit`] for the last cached bit or with none cached.
+    #[inline(never)]
+    fn tnt_bit_refill(&mut self) -> Flow<Option<bool>> {
         if self.tnt_len == 0 {
             let ahead = match self.peek() {
                 Err((at, FlowError::Packet(kind, _))) if decoded_later(&kind) && self.packets.data().get(at).map(|b| b & 0x1f) == Some(0x0d) => {
@@ -801,7 +819,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 Some((_, Packet::Fup(Ip { ip: Some(_), .. }))) if self.tnt_after_peeked() => {
                     self.peeked = None;
                     self.tip_queue.push(BoundToTip::AsyncBranch);
-                    return self.tnt_bit();
+                    return self.tnt_bit_refill();
                 }
                 _ => return Ok(None),
             }
@@ -1035,11 +1053,11 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         (offset, error)
     }
 
-    fn push_return(&mut self, address: u64) {
+    fn push_return(&mut self, address: u64, call_block: u32) {
         if self.returns.len() == RETURN_STACK_DEPTH {
             self.returns.pop_front();
         }
-        self.returns.push_back(address);
+        self.returns.push_back((address, call_block));
     }
 
     fn offset(&self) -> usize {
@@ -1393,7 +1411,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     _ => {}
                 }
             }
-            let binding = if self.held_disable.is_some() { None } else { self.binding()? };
+            let binding = if self.held_disable.is_some() || self.tnt_len > 0 { None } else { self.binding()? };
 
             if let Some(bound @ Binding::Async { ip: at, .. }) = binding {
                 if at == ip {
@@ -1481,7 +1499,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 }
                 FlowKind::Call { target } => {
                     if !block.last.is_zero_length_call(last_ip) {
-                        self.push_return(next);
+                        self.push_return(next, id);
                     }
                     via = Some((id, 0));
                     target
@@ -1517,7 +1535,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     }
                     match bit {
                         Ok(Some(true)) => match self.returns.pop_back() {
-                            Some(address) => address,
+                            Some((address, call_block)) => {
+                                via = Some((call_block, 1));
+                                address
+                            }
                             None => {
                                 let error = (self.offset(), FlowError::ReturnWithoutCall(last_ip));
                                 return Err(self.query_failed(error, last_ip));
@@ -1538,7 +1559,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                 FlowKind::IndirectJump | FlowKind::IndirectCall | FlowKind::Syscall | FlowKind::FarTransfer => {
                     straight = 0;
                     if block.last.kind == FlowKind::IndirectCall {
-                        self.push_return(next);
+                        self.push_return(next, id);
                     }
                     let far = matches!(block.last.kind, FlowKind::Syscall | FlowKind::FarTransfer);
                     if far {

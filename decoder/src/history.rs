@@ -305,6 +305,7 @@ impl<'h> Cursor<'h> {
 
 impl History {
     /// Records an executed block.
+    #[inline]
     pub fn push_block(&mut self, id: u32) {
         self.instructions += self.table.get(id).count as u64;
         self.executed.push(id);
@@ -365,6 +366,11 @@ impl History {
         self.build_checkpoints();
     }
 
+    /// Reserves room for `blocks` more executed blocks.
+    pub(crate) fn reserve_blocks(&mut self, blocks: usize) {
+        self.executed.reserve(blocks);
+    }
+
     /// Releases spare capacity and indexes the history once decoding is done.
     pub fn shrink_to_fit(&mut self) {
         self.executed.shrink_to_fit();
@@ -375,11 +381,9 @@ impl History {
     fn build_checkpoints(&mut self) {
         self.checkpoints.clear();
         let mut count = 0u64;
-        for (i, id) in self.executed.iter().enumerate() {
-            if i % CHECKPOINT_EVERY == 0 {
-                self.checkpoints.push(count);
-            }
-            count += self.table.get(*id).count as u64;
+        for chunk in self.executed.chunks(CHECKPOINT_EVERY) {
+            self.checkpoints.push(count);
+            count += chunk.iter().map(|&id| self.table.get(id).count as u64).sum::<u64>();
         }
     }
 
