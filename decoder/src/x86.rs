@@ -131,8 +131,8 @@ pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
     Some(InsnInfo { len: insn.len() as u8, kind })
 }
 
-/// The length of a reserved member of the INC/DEC groups (FE /2–/7, FF /7)
-/// or of the MOV group (C6/C7 /1–/6), or a MOV to or from a segment
+/// The length of a reserved member of the INC/DEC groups (FE /2–/7, FF /7),
+/// of the MOV group (C6/C7 /1–/6) or of the POP group (8F /1–/7), or a MOV to or from a segment
 /// register that does not exist (8C/8E with ModRM.reg 6 or 7), measured as
 /// libipt measures it; a plain instruction for the flow.
 fn reserved_group_member(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnInfo> {
@@ -155,6 +155,8 @@ fn reserved_group_member(bytes: &[u8], ip: u64, mode: ExecMode) -> Option<InsnIn
         // have no immediate (only /0 has one), like MOV r/m, r.
         0xc6 if (1..=6).contains(&reg) => (0xc6, modrm & !0x38),
         0xc7 if (1..=6).contains(&reg) => (0x89, modrm),
+        // POP group: 8F /1–/7 (libipt 2.0.5 knows no XOP) as POP r/m.
+        0x8f if reg != 0 => (0x8f, modrm & !0x38),
         _ => return None,
     };
     let mut patched = bytes.to_vec();
@@ -343,6 +345,10 @@ mod tests {
         // steps over it in libc at 0xdd204; C6 /3 keeps its imm8.
         assert_eq!(measure(&[0xc7, 0x48, 0x85, 0xc0, 0x74, 0x0e], ExecMode::Bits64), Some((3, FlowKind::Other)));
         assert_eq!(measure(&[0xc6, 0x18, 0x05, 0x90], ExecMode::Bits64), Some((3, FlowKind::Other)));
+        // 8F /6 (POP group, undefined; XOP to AMD, unknown to libipt 2.0.5):
+        // measured as POP r/m, 6 bytes, as LLDB steps over it in libc at
+        // 0xd6e09.
+        assert_eq!(measure(&[0x8f, 0xb2, 0x02, 0x00, 0x00, 0x3c, 0x5b], ExecMode::Bits64), Some((6, FlowKind::Other)));
         // ljmp with a register operand (FF /5, mod 11): a far transfer for
         // libipt, whose query LLDB reports at 0xd3103 in libc.
         assert_eq!(measure(&[0xff, 0xeb, 0xdd, 0x66], ExecMode::Bits64), Some((2, FlowKind::FarTransfer)));
