@@ -78,8 +78,9 @@ pub enum FlowError {
     BadContext(Option<u64>),
     /// An event packet needs an IP but its IP is suppressed.
     IpSuppressed(Option<u64>),
-    /// LLDB's anomaly check: this many instructions without consuming a
-    /// packet (a loop of direct jumps) repeat a loop of this size.
+    /// LLDB's anomaly check: after 10000 instructions (or twice, four
+    /// times… as many) without a packet, the last ones repeat a loop of this
+    /// many instructions (a loop of direct jumps).
     InfiniteLoop(u64),
     /// LLDB's anomaly check: half a million instructions without consuming a
     /// packet, and no loop found.
@@ -296,8 +297,10 @@ pub struct FlowOptions {
 }
 
 const RETURN_STACK_DEPTH: usize = 64;
-/// Instructions without a branch that consumes trace before the decoder
-/// gives up (a loop of direct jumps says nothing about how often it ran).
+/// LLDB's `extremely-large-decoding-threshold`: instructions without a
+/// branch that consumes trace before the decoder gives up with
+/// [`FlowError::NoProgress`] (a loop of direct jumps says nothing about how
+/// often it ran).
 const MAX_STRAIGHT_LINE: u64 = 500_000;
 
 /// LLDB's `infinite-decoding-loop-verification-threshold`: after this many
@@ -513,10 +516,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
 
     /// Decodes the whole stream into a compact [`History`].
     pub fn decode_history(mut self) -> History {
-        // About ten executed blocks per trace byte at most (TNT bits are dense):
-        // reserved at once instead of grown by copying.
+        // An estimate of about ten executed blocks per trace byte (TNT bits
+        // are dense), reserved at once instead of grown by copying.
         let bytes = self.stop_at.unwrap_or(self.packets.data().len()).saturating_sub(self.start.unwrap_or(0));
-        self.history.reserve_blocks(bytes.saturating_mul(10).min(1 << 26));
+        self.history.reserve_blocks(bytes.saturating_mul(10).min(1 << 22));
         let mut synced = match self.start {
             Some(start) => self.packets.sync_set(start) && self.usable_sync_point(),
             None => self.resync(),
@@ -639,6 +642,10 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     fn psb_plus(&mut self, offset: usize) -> Flow<Option<u64>> {
         self.slice_start_blocks = self.history.executed_blocks();
         self.held_disable = None;
+        // A new slice: whatever ended the last one (also on a path where
+        // tracing stayed off) is behind.
+        self.trace_ends = false;
+        self.slice_ended = false;
         // The same header checks wherever a PSB+ is met (read ahead, synced
         // to, or reached while tracing is off).
         read_psb_header(&mut self.packets.clone(), offset)?;
@@ -1281,11 +1288,12 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
         }
     }
 
-    /// LLDB's artifact when its slice ends right after the events that
-    /// re-enable tracing: its slice loop stops in event processing, and the
-    /// loop that decodes on to the next slice's first IP starts by listing
-    /// the instruction it last decoded — a second time. Only when this slice
-    /// listed one and the next PSB says where its slice starts (elsewhere).
+    /// LLDB's artifact when its slice ends right after events (those that
+    /// re-enable tracing, or a disable): its slice loop stops in event
+    /// processing, and the loop that decodes on to the next slice's first IP
+    /// starts by listing the instruction it last decoded — a second time.
+    /// Only when this slice listed one and the next PSB says where its slice
+    /// starts (elsewhere). Returns that PSB's offset and the instruction.
     fn lldb_repeat_at_slice_end(&mut self) -> Option<(usize, u64)> {
         let (psb, next_slice_ip) = match self.peek() {
             Ok(Some((psb, Packet::Psb))) => (psb, self.psb_fup_lookahead()?),
@@ -1402,7 +1410,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                             Next::At(resume) => {
                                 ip = resume;
                                 via = None;
-                                straight = 0;
+                                (straight, loop_check) = (0, LOOP_CHECK_AFTER);
                                 continue;
                             }
                             other => return Ok(other),
@@ -1505,7 +1513,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     target
                 }
                 FlowKind::CondBranch { target } => {
-                    straight = 0;
+                    (straight, loop_check) = (0, LOOP_CHECK_AFTER);
                     let bit = self.tnt_bit();
                     if matches!(bit, Ok(Some(_))) && self.last_answer() {
                         return Ok(Next::End);
@@ -1528,7 +1536,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     }
                 }
                 FlowKind::Return => {
-                    straight = 0;
+                    (straight, loop_check) = (0, LOOP_CHECK_AFTER);
                     let bit = self.tnt_bit();
                     if matches!(bit, Ok(Some(_))) && self.last_answer() {
                         return Ok(Next::End);
@@ -1557,7 +1565,7 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
                     }
                 }
                 FlowKind::IndirectJump | FlowKind::IndirectCall | FlowKind::Syscall | FlowKind::FarTransfer => {
-                    straight = 0;
+                    (straight, loop_check) = (0, LOOP_CHECK_AFTER);
                     if block.last.kind == FlowKind::IndirectCall {
                         self.push_return(next, id);
                     }
@@ -1879,5 +1887,30 @@ mod tests {
         assert!(matches!(items[1], Item::Error { error: FlowError::NoMemory(0x9000), .. }), "{items:?}");
         assert_eq!(items[2], Item::Event(Event::SyncPoint(second_psb)));
         assert_eq!(ips(&items), [0x1002]);
+    }
+
+    /// With LLDB's slices, a disable right before a PSB+ that says tracing
+    /// is off ends that slice; the next one decodes in full.
+    #[test]
+    fn a_slice_ending_with_tracing_off_does_not_cut_the_next_one() {
+        let mut image = Image::new();
+        image.add_raw("code", 0x1000, vec![0x74, 0x00, 0x0f, 0x05]); // je .+2; syscall
+        let mut enc = PacketEncoder::new();
+        let mut psbs = Vec::new();
+        for _ in 0..2 {
+            psbs.push(enc.len());
+            enc.encode(&Packet::Psb).unwrap();
+            enc.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
+            enc.encode(&Packet::Psbend).unwrap();
+            enc.encode_ip(IpPacketKind::TipPge, Some(0x1000));
+            enc.encode(&Packet::TntShort(Tnt::from_outcomes([false]))).unwrap();
+            enc.encode_ip(IpPacketKind::TipPgd, None);
+        }
+        let options = FlowOptions { lldb_psb_slices: true };
+        let items = FlowDecoder::new(enc.bytes(), &image).with_options(options).decode_all();
+        assert_eq!(ips(&items), [0x1000, 0x1002, 0x1000, 0x1002], "{items:?}");
+        let syncs: Vec<&Item> = items.iter().filter(|i| matches!(i, Item::Event(Event::SyncPoint(_)))).collect();
+        assert_eq!(syncs, [&Item::Event(Event::SyncPoint(psbs[0])), &Item::Event(Event::SyncPoint(psbs[1]))]);
+        assert!(!items.iter().any(|i| matches!(i, Item::Error { .. })), "{items:?}");
     }
 }

@@ -72,7 +72,8 @@ impl SymbolContext {
         text
     }
 
-    /// The name LLDB's JSON gives the instruction's symbol (`Symbol::GetName`):
+    /// The name LLDB's JSON gives the instruction's symbol
+    /// (`SymbolContext::GetFunctionName`):
     /// the inlined function's, else the function's, a PLT stub's without its
     /// `symbol stub for: ` display prefix.
     pub fn symbol_name(&self) -> Option<Arc<str>> {
@@ -81,6 +82,12 @@ impl SymbolContext {
             return Some(inlined.clone());
         }
         Some(name.strip_prefix(PLT_STUB_PREFIX).map_or_else(|| name.clone(), Arc::from))
+    }
+
+    /// Whether LLDB keeps this context for an instruction at `address`: it
+    /// lies in [`Self::address_range`].
+    pub fn holds(&self, address: u64) -> bool {
+        self.address_range.is_some_and(|(start, end)| start <= address && address < end)
     }
 
     /// ` at file:line[:column]` when the function has debug info and the
@@ -198,10 +205,13 @@ fn plt_stubs(image: &[u8]) -> Vec<SymbolEntry> {
     let Ok(symbols) = sections.symbol_table_by_index(endian, image, link) else { return Vec::new() };
     let (plt_address, plt_size) = (plt.sh_addr(endian), plt.sh_size(endian));
     let align = plt.sh_addralign(endian);
-    let mut entry_size = if align > 0 { plt.sh_entsize(endian).div_ceil(align) * align } else { plt.sh_entsize(endian) };
+    let mut entry_size = if align > 0 { plt.sh_entsize(endian).div_ceil(align).saturating_mul(align) } else { plt.sh_entsize(endian) };
     let count = relocations.len() as u64;
     if entry_size <= 4 {
         entry_size = if align > 0 { plt_size / align / (count + 1) * align } else { plt_size / (count + 1) };
+        if entry_size == 0 {
+            return Vec::new();
+        }
     }
     let Some(first) = count.checked_mul(entry_size).and_then(|all| plt_size.checked_sub(all)) else { return Vec::new() };
     relocations
@@ -211,8 +221,8 @@ fn plt_stubs(image: &[u8]) -> Vec<SymbolEntry> {
         .filter_map(|(i, r)| {
             let symbol = symbols.symbol(object::SymbolIndex(r.r_sym(endian, false) as usize)).ok()?;
             let name = std::str::from_utf8(symbol.name(endian, symbols.strings()).ok()?).ok()?;
-            let start = plt_address + first + i as u64 * entry_size;
-            Some((start, entry_size, 0, plt_address + plt_size, Arc::<str>::from(format!("{PLT_STUB_PREFIX}{name}"))))
+            let start = plt_address.checked_add(first)?.checked_add((i as u64).checked_mul(entry_size)?)?;
+            Some((start, entry_size, 0, plt_address.checked_add(plt_size)?, Arc::<str>::from(format!("{PLT_STUB_PREFIX}{name}"))))
         })
         .collect()
 }
@@ -655,9 +665,29 @@ fn entry_name(unit: gimli::UnitRef<Reader>, entry: &gimli::DebuggingInformationE
         }
     }
     for attr in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
-        if let Ok(Some(gimli::AttributeValue::UnitRef(offset))) = entry.attr_value(attr) {
-            let origin = unit.entry(offset).ok()?;
-            return entry_name(unit, &origin, depth.checked_sub(1)?);
+        match entry.attr_value(attr) {
+            Ok(Some(gimli::AttributeValue::UnitRef(offset))) => {
+                let origin = unit.entry(offset).ok()?;
+                return entry_name(unit, &origin, depth.checked_sub(1)?);
+            }
+            // An origin in another unit (LTO, dwz-style debug files).
+            Ok(Some(gimli::AttributeValue::DebugInfoRef(offset))) => {
+                if let Some(local) = offset.to_unit_offset(&unit.header) {
+                    let origin = unit.entry(local).ok()?;
+                    return entry_name(unit, &origin, depth.checked_sub(1)?);
+                }
+                let mut headers = unit.dwarf.debug_info.units();
+                while let Ok(Some(header)) = headers.next() {
+                    if let Some(local) = offset.to_unit_offset(&header) {
+                        let other = unit.dwarf.unit(header).ok()?;
+                        let other = gimli::UnitRef::new(unit.dwarf, &other);
+                        let origin = other.entry(local).ok()?;
+                        return entry_name(other, &origin, depth.checked_sub(1)?);
+                    }
+                }
+                return None;
+            }
+            _ => {}
         }
     }
     None

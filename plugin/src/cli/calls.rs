@@ -83,7 +83,7 @@ pub(super) fn thread_forest(loaded: &LoadedBundle, thread: &LoadedThread, option
     // address stays in its range (line-table row, else symbol).
     let mut previous: Option<u32> = None;
     let forest = CallForest::build(history.items(), |ip| {
-        let tag = match previous.filter(|&t| table.get(t).address_range.is_some_and(|(start, end)| start <= ip && ip < end)) {
+        let tag = match previous.filter(|&t| table.get(t).holds(ip)) {
             Some(tag) => tag,
             None => table.intern(lookups.entry(ip).or_insert_with(|| loaded.symbols.lookup(ip)).clone()),
         };

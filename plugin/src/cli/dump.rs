@@ -171,7 +171,7 @@ struct Contexts {
 
 impl Contexts {
     fn at(&mut self, loaded: &bundle::LoadedBundle, ip: u64) -> &SymbolContext {
-        let kept = self.previous.as_ref().is_some_and(|p| p.address_range.is_some_and(|(start, end)| start <= ip && ip < end));
+        let kept = self.previous.as_ref().is_some_and(|p| p.holds(ip));
         if !kept {
             self.previous = Some(self.looked_up.entry(ip).or_insert_with(|| loaded.symbols.lookup(ip)).clone());
         }
