@@ -1803,17 +1803,22 @@ mod tests {
         assert_eq!(items.last(), Some(&Item::Event(Event::SoftwareDisabled)));
     }
 
-    #[test]
-    fn a_loop_of_direct_jumps_ends_in_an_error_not_a_hang() {
-        let mut image = Image::new();
-        image.add_raw("loop", 0x1000, vec![0xeb, 0xfe]); // jmp .
+    /// A PSB+, tracing enabled at 0x1000, one taken TNT bit.
+    fn enabled_at_0x1000() -> Vec<u8> {
         let mut enc = PacketEncoder::new();
         enc.encode(&Packet::Psb).unwrap();
         enc.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
         enc.encode(&Packet::Psbend).unwrap();
         enc.encode_ip(IpPacketKind::TipPge, Some(0x1000));
         enc.encode(&Packet::TntShort(Tnt::from_outcomes([true]))).unwrap();
-        let items = FlowDecoder::new(enc.bytes(), &image).decode_all();
+        enc.bytes().to_vec()
+    }
+
+    #[test]
+    fn a_loop_of_direct_jumps_ends_in_an_error_not_a_hang() {
+        let mut image = Image::new();
+        image.add_raw("loop", 0x1000, vec![0xeb, 0xfe]); // jmp .
+        let items = FlowDecoder::new(&enabled_at_0x1000(), &image).decode_all();
         // As LLDB: 10000 instructions without a packet, then the loop found.
         assert!(matches!(items.last(), Some(Item::Error { error: FlowError::InfiniteLoop(1), .. })), "{:?}", items.last());
         assert_eq!(ips(&items).len() as u64, LOOP_CHECK_AFTER);
@@ -1824,13 +1829,7 @@ mod tests {
     fn straight_line_code_without_a_loop_ends_after_half_a_million_instructions() {
         let mut image = Image::new();
         image.add_raw("nops", 0x1000, vec![0x90; 600_000]);
-        let mut enc = PacketEncoder::new();
-        enc.encode(&Packet::Psb).unwrap();
-        enc.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
-        enc.encode(&Packet::Psbend).unwrap();
-        enc.encode_ip(IpPacketKind::TipPge, Some(0x1000));
-        enc.encode(&Packet::TntShort(Tnt::from_outcomes([true]))).unwrap();
-        let items = FlowDecoder::new(enc.bytes(), &image).decode_all();
+        let items = FlowDecoder::new(&enabled_at_0x1000(), &image).decode_all();
         assert!(matches!(items.last(), Some(Item::Error { error: FlowError::NoProgress, .. })), "{:?}", items.last());
         assert_eq!(ips(&items).len() as u64, MAX_STRAIGHT_LINE);
         assert_eq!(ips(&items).last(), Some(&(0x1000 + MAX_STRAIGHT_LINE - 1)));

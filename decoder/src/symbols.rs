@@ -555,14 +555,13 @@ impl FunctionBlocks {
     fn build(unit: gimli::UnitRef<Reader>, function: gimli::UnitOffset<usize>) -> Option<Self> {
         let mut tree = unit.entries_tree(Some(function)).ok()?;
         let root = tree.root().ok()?;
-        let id = |offset: gimli::UnitOffset<usize>| unit.header.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64) + offset.0 as u64;
         let own_ranges = dwarf_ranges(unit, root.entry());
         let low = own_ranges.iter().map(|r| r.0).min()?;
         let mut blocks = FunctionBlocks {
-            nodes: vec![BlockNode { id: id(function), parent: None, children: Vec::new(), dwarf_ranges: own_ranges.clone(), ranges: own_ranges, inlined: None }],
+            nodes: vec![BlockNode { id: debug_info_offset(unit, function), parent: None, children: Vec::new(), dwarf_ranges: own_ranges.clone(), ranges: own_ranges, inlined: None }],
         };
         blocks.finalize(0);
-        blocks.add_children(unit, root, 0, low, &id);
+        blocks.add_children(unit, root, 0, low);
         Some(blocks)
     }
 
@@ -572,7 +571,6 @@ impl FunctionBlocks {
         node: gimli::EntriesTreeNode<Reader>,
         parent: usize,
         low: u64,
-        id: &dyn Fn(gimli::UnitOffset<usize>) -> u64,
     ) {
         let mut children = node.children();
         while let Ok(Some(child)) = children.next() {
@@ -583,13 +581,13 @@ impl FunctionBlocks {
             let dwarf = dwarf_ranges(unit, child.entry());
             let inlined = (tag == gimli::DW_TAG_inlined_subroutine).then(|| entry_name(unit, child.entry(), 8)).flatten();
             let index = self.nodes.len();
-            self.nodes.push(BlockNode { id: id(child.entry().offset()), parent: Some(parent), children: Vec::new(), dwarf_ranges: dwarf.clone(), ranges: Vec::new(), inlined });
+            self.nodes.push(BlockNode { id: debug_info_offset(unit, child.entry().offset()), parent: Some(parent), children: Vec::new(), dwarf_ranges: dwarf.clone(), ranges: Vec::new(), inlined });
             self.nodes[parent].children.push(index);
             for range in dwarf.into_iter().filter(|r| r.0 >= low) {
                 self.add_range(index, range);
             }
             self.finalize(index);
-            self.add_children(unit, child, index, low, id);
+            self.add_children(unit, child, index, low);
         }
     }
 
@@ -614,6 +612,11 @@ impl FunctionBlocks {
         let range_start = lldb_range_containing(&block.ranges, address).map(|i| block.ranges[i].0);
         Some((block.inlined.clone()?, InlinedBlock { id: block.id, entry: block.ranges.first()?.0, range_start }))
     }
+}
+
+/// An entry's offset in `.debug_info` (what identifies a block).
+fn debug_info_offset(unit: gimli::UnitRef<Reader>, offset: gimli::UnitOffset<usize>) -> u64 {
+    unit.header.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64) + offset.0 as u64
 }
 
 /// An entry's address ranges in debug-info order, empty ones included (LLDB
@@ -719,7 +722,7 @@ impl Module {
     /// subprogram at `function` (its unit offset).
     fn inlined_at(&self, lines: &addr2line::Context<Reader>, probe: u64, function: gimli::UnitOffset<usize>) -> Option<(Arc<str>, InlinedBlock)> {
         let unit = lines.find_dwarf_and_unit(probe).skip_all_loads()?;
-        let key = unit.header.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64) + function.0 as u64;
+        let key = debug_info_offset(unit, function);
         let cached = self.blocks.lock().ok()?.get(&key).cloned();
         let blocks = match cached {
             Some(blocks) => blocks,
