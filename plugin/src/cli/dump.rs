@@ -122,7 +122,6 @@ fn write_text(
     raw: bool,
     time: &dyn Fn(usize) -> Option<Option<f64>>,
 ) -> std::io::Result<()> {
-    let mut previous: Option<SymbolContext> = None;
     let mut previous_was_error = false;
     let mut contexts = Contexts::default();
     for &(id, item) in selected {
@@ -137,11 +136,10 @@ fn write_text(
                 if raw {
                     writeln!(out, "    {id}: {stamp}{ip:#018x}")?;
                 } else {
-                    let context = contexts.at(loaded, *ip).clone();
-                    if !previous.as_ref().is_some_and(|p| p.same_scope(&context)) {
+                    let (context, new_scope) = contexts.at(loaded, *ip);
+                    if new_scope {
                         writeln!(out, "  {}", context.describe(*ip))?;
                     }
-                    previous = Some(context);
                     let (_, text) = disassemble(&loaded.image, &loaded.symbols, *ip);
                     writeln!(out, "    {id}: {stamp}{ip:#018x}    {text}")?;
                 }
@@ -170,12 +168,17 @@ struct Contexts {
 }
 
 impl Contexts {
-    fn at(&mut self, loaded: &bundle::LoadedBundle, ip: u64) -> &SymbolContext {
+    /// The context of the instruction at `ip`, and whether LLDB prints a
+    /// context line before it (its scope is not the previous one's).
+    fn at(&mut self, loaded: &bundle::LoadedBundle, ip: u64) -> (&SymbolContext, bool) {
         let kept = self.previous.as_ref().is_some_and(|p| p.holds(ip));
+        let mut new_scope = false;
         if !kept {
-            self.previous = Some(self.looked_up.entry(ip).or_insert_with(|| loaded.symbols.lookup(ip)).clone());
+            let context = self.looked_up.entry(ip).or_insert_with(|| loaded.symbols.lookup(ip)).clone();
+            new_scope = !self.previous.as_ref().is_some_and(|p| p.same_scope(&context));
+            self.previous = Some(context);
         }
-        self.previous.as_ref().expect("set above")
+        (self.previous.as_ref().expect("set above"), new_scope)
     }
 }
 
@@ -203,7 +206,7 @@ fn item_json(
         Item::Instruction { ip } => {
             object.insert("loadAddress".into(), format!("{ip:#x}").into());
             if !raw {
-                let context = contexts.at(loaded, *ip);
+                let (context, _) = contexts.at(loaded, *ip);
                 let symbol = context.symbol_name();
                 let (mnemonic, _) = disassemble(&loaded.image, &loaded.symbols, *ip);
                 object.insert("module".into(), json!(context.module.as_deref()));
