@@ -9,19 +9,9 @@
 //! instruction with a [`Site`] (which function it is in, whether it starts
 //! one, how it transfers control).
 
-use crate::flow::Item;
+use crate::item::Item;
 
-/// How an instruction moves between functions (LLDB's control-flow kinds
-/// call/far call and return/far return; everything else is `Other`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallEffect {
-    /// A call (near, far, `syscall`, `int`).
-    Call,
-    /// A return (near, far, `iret`, `sysret`).
-    Return,
-    /// Anything else.
-    Other,
-}
+pub use crate::x86::CallEffect;
 
 /// What the builder needs to know about one instruction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,7 +193,7 @@ impl<S: PartialEq + Clone> Builder<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::{Event, FlowError};
+    use crate::item::{Event, FlowError};
 
     /// Sites for a toy program: the function is the address's 0x100 page;
     /// 0x?00 starts a function; addresses ending in 0xc call, 0xe return.

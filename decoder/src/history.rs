@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::flow::{Event, FlowError, Item};
+use crate::item::{Event, FlowError, Item};
 use crate::image::Memory;
 use crate::x86::{classify, ExecMode, FlowKind, InsnInfo};
 

@@ -29,6 +29,7 @@ pub mod calls;
 pub mod flow;
 pub mod history;
 pub mod image;
+pub mod item;
 pub mod jitdump;
 pub mod packet;
 pub mod symbols;

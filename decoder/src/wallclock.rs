@@ -5,7 +5,7 @@
 //! reproduced with its arithmetic, including its items-per-nanosecond step).
 
 use crate::bundle::TscConversion;
-use crate::flow::{Event, Item};
+use crate::item::{Event, Item};
 
 /// One range: the items from a clock tick to the next tick with another
 /// nanosecond value.

@@ -244,11 +244,22 @@ fn modrm_operand_len(operand: &[u8], prefixes: &[u8], mode: ExecMode) -> Option<
 const LEGACY_ONLY_OPCODES: [u8; 20] =
     [0x06, 0x07, 0x0e, 0x16, 0x17, 0x1e, 0x1f, 0x27, 0x2f, 0x37, 0x3f, 0x60, 0x61, 0x82, 0x9a, 0xce, 0xd4, 0xd5, 0xd6, 0xea];
 
+/// How an instruction moves between functions (LLDB's control-flow kinds
+/// call/far call and return/far return; everything else is `Other`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallEffect {
+    /// A call (near, far, `syscall`, `int`).
+    Call,
+    /// A return (near, far, `iret`, `sysret`).
+    Return,
+    /// Anything else.
+    Other,
+}
+
 /// How the instruction at `ip` moves between functions, as LLDB classifies
 /// it for call trees: near and far calls, `syscall`/`sysenter` and software
 /// interrupts call; near and far returns, `iret`, `sysret`/`sysexit` return.
-pub fn call_effect(bytes: &[u8], ip: u64, mode: ExecMode) -> crate::calls::CallEffect {
-    use crate::calls::CallEffect;
+pub fn call_effect(bytes: &[u8], ip: u64, mode: ExecMode) -> CallEffect {
     let insn = Decoder::with_ip(mode.bitness(), bytes, ip, DecoderOptions::NONE).decode();
     match insn.mnemonic() {
         Mnemonic::Syscall | Mnemonic::Sysenter => return CallEffect::Call,

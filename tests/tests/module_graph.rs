@@ -1,0 +1,194 @@
+//! The decoder's and the stub's modules import each other without circles,
+//! file by file and top-level module by top-level module (what
+//! docs/ARCHITECTURE.md draws). The graph is read from the sources: every
+//! `crate::a::b` and `super::b` path in code (comments are skipped).
+//!
+//! `cargo test -p retrace-tests --test module_graph -- --nocapture` prints it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A crate's modules (file paths relative to `src`, without `.rs`; `mod.rs`
+/// and `lib.rs` name their folder) and the modules each one refers to.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn module_name(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The source without comments (line comments and doc comments; block
+/// comments are not used in this project).
+fn code_of(text: &str) -> String {
+    text.lines().map(|line| line.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+}
+
+/// Paths after `prefix` (`crate::` or `super::`), as module segments,
+/// including those in `use crate::{a, b::c}` groups.
+fn paths_after(code: &str, prefix: &str) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(prefix) {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for member in group[..end].split(',') {
+                paths.push(segments(member.trim()));
+            }
+        } else {
+            paths.push(segments(rest));
+        }
+    }
+    paths
+}
+
+fn segments(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    loop {
+        let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        if end == 0 {
+            break;
+        }
+        out.push(rest[..end].to_string());
+        match rest[end..].strip_prefix("::") {
+            Some(next) if !next.starts_with('{') => rest = next,
+            Some(next) => {
+                // A group below this path: its first member is enough to name the module.
+                let inner = next.trim_start_matches('{');
+                out.extend(segments(inner));
+                break;
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// The longest known module that `path` (module segments, then perhaps an
+/// item) names.
+fn resolve(modules: &BTreeSet<String>, path: &[String]) -> Option<String> {
+    (1..=path.len()).rev().map(|n| path[..n].join("::")).find(|m| modules.contains(m))
+}
+
+fn graph(crate_src: &Path) -> Graph {
+    let mut files = Vec::new();
+    rust_files(crate_src, &mut files);
+    let modules: BTreeSet<String> = files.iter().map(|f| module_name(crate_src, f)).collect();
+    let mut graph = Graph::new();
+    for file in &files {
+        let module = module_name(crate_src, file);
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        // `super::` is the module's parent (for `a/mod.rs`, module `a`, too).
+        let segments: Vec<String> = module.split("::").filter(|s| !s.is_empty()).map(String::from).collect();
+        let parent = segments[..segments.len().saturating_sub(1)].to_vec();
+        let mut edges = BTreeSet::new();
+        for path in paths_after(&code, "crate::") {
+            edges.extend(resolve(&modules, &path));
+        }
+        for path in paths_after(&code, "super::") {
+            let full: Vec<String> = parent.iter().cloned().chain(path).collect();
+            edges.extend(resolve(&modules, &full));
+        }
+        edges.remove(&module);
+        edges.remove("");
+        graph.insert(module, edges);
+    }
+    graph
+}
+
+/// The same graph between top-level modules.
+fn top_level(graph: &Graph) -> Graph {
+    let top = |m: &str| m.split("::").next().unwrap_or("").to_string();
+    let mut out = Graph::new();
+    for (module, edges) in graph {
+        let entry = out.entry(top(module)).or_default();
+        entry.extend(edges.iter().map(|e| top(e)).filter(|e| *e != top(module)));
+    }
+    out
+}
+
+/// A circle of imports, if there is one.
+fn circle(graph: &Graph) -> Option<Vec<String>> {
+    fn visit(graph: &Graph, node: &str, path: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_string());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(found) = visit(graph, next, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|node| visit(graph, node, &mut Vec::new(), &mut done))
+}
+
+fn print(name: &str, graph: &Graph) {
+    println!("{name}:");
+    for (module, edges) in graph {
+        let edges: Vec<&str> = edges.iter().map(String::as_str).collect();
+        println!("  {:<28} -> {}", if module.is_empty() { "(crate root)" } else { module }, edges.join(", "));
+    }
+}
+
+fn check(crate_dir: &str) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(crate_dir).join("src");
+    let files = graph(&src);
+    let modules = top_level(&files);
+    print(&format!("{crate_dir}: files"), &files);
+    print(&format!("{crate_dir}: top-level modules"), &modules);
+    assert_eq!(circle(&files), None, "{crate_dir}: an import circle between files");
+    assert_eq!(circle(&modules), None, "{crate_dir}: an import circle between top-level modules");
+}
+
+#[test]
+fn the_decoders_modules_import_each_other_without_circles() {
+    check("decoder");
+}
+
+#[test]
+fn a_circle_is_found() {
+    let mut graph = Graph::new();
+    graph.insert("a".into(), ["b".to_string()].into());
+    graph.insert("b".into(), ["c".to_string()].into());
+    graph.insert("c".into(), ["a".to_string()].into());
+    assert_eq!(circle(&graph), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+    graph.get_mut("c").unwrap().clear();
+    assert_eq!(circle(&graph), None);
+}
+
+#[test]
+fn paths_in_use_groups_and_code_are_read() {
+    let code = code_of("use crate::{item::Item, flow::walk::FlowDecoder};\n// crate::comment\nlet x = crate::packet::sync::psb_offsets(d);");
+    let paths = paths_after(&code, "crate::");
+    assert_eq!(paths, vec![vec!["item".to_string(), "Item".into()], vec!["flow".into(), "walk".into(), "FlowDecoder".into()], vec!["packet".into(), "sync".into(), "psb_offsets".into()]]);
+}
