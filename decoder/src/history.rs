@@ -3,18 +3,15 @@
 //! the events and errors between them.
 //!
 //! Blocks live in a [`BlockTable`]: a straight run of instructions ending at
-//! the first control-flow instruction, discovered once per start address
-//! (the decoder's block cache, like libipt's). Item ids follow LLDB's trace
-//! items: instructions, events and errors are numbered together from 0.
+//! the first control-flow instruction, as the flow decoder found them in the
+//! code (`flow::blocks` reads the code; the table only keeps what it found).
+//! Item ids follow LLDB's trace items: instructions, events and errors are
+//! numbered together from 0.
 
 use std::collections::HashMap;
 
 use crate::item::{Event, FlowError, Item};
-use crate::image::Memory;
-use crate::x86::{classify, ExecMode, FlowKind, InsnInfo};
-
-/// Longest block discovered in one go.
-const MAX_BLOCK: usize = 1024;
+use crate::x86::{ExecMode, FlowKind, InsnInfo};
 
 /// A straight run of instructions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,23 +50,18 @@ impl std::hash::Hasher for AddressHasher {
     }
 }
 
-type AddressMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<AddressHasher>>;
-
-/// No successor known yet.
-pub const UNKNOWN: u32 = u32::MAX;
+/// A map keyed by code addresses.
+pub(crate) type AddressMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<AddressHasher>>;
 
 /// Discovered blocks and the instruction lengths they use.
 #[derive(Debug, Clone, Default)]
 pub struct BlockTable {
     blocks: Vec<Block>,
-    /// Cached successors per block: [taken or only target, fall-through].
-    successors: Vec<[u32; 2]>,
     lens: Vec<u8>,
     /// The execution mode each block was decoded in (kept apart from
     /// [`Block`], which the hot path copies).
     modes: Vec<ExecMode>,
-    /// Blocks by start address, one map per execution mode.
-    by_start: [AddressMap<u64, u32>; 3],
+    /// Blocks made of the first instructions of another block.
     partials: AddressMap<(u64, u32, ExecMode), u32>,
 }
 
@@ -94,7 +86,7 @@ impl BlockTable {
         self.blocks.capacity() * std::mem::size_of::<Block>()
             + self.modes.capacity()
             + self.lens.capacity()
-            + (self.by_start.iter().map(|m| m.capacity()).sum::<usize>() + self.partials.capacity()) * 24
+            + self.partials.capacity() * 24
     }
 
     /// The addresses of a block's instructions.
@@ -117,57 +109,21 @@ impl BlockTable {
         self.addresses(id).position(|a| a == ip).map(|i| i as u32)
     }
 
-    /// The block starting at `ip` in execution `mode`, discovering it from
-    /// `memory` if needed. An unknown mode (none given yet, or a reserved
-    /// one) decodes nothing, as in libipt.
-    pub fn block_at(&mut self, ip: u64, mode: Option<ExecMode>, memory: &impl Memory) -> Result<u32, FlowError> {
-        let Some(mode) = mode else {
-            return Err(FlowError::BadInstruction(ip));
-        };
-        if let Some(&id) = self.by_start[mode as usize].get(&ip) {
-            return Ok(id);
-        }
-        let first_len = self.lens.len();
-        let mut at = ip;
-        let mut last = None;
-        let mut bytes = [0u8; 15];
-        for _ in 0..MAX_BLOCK {
-            let n = memory.read(at, &mut bytes);
-            let insn = match (n, classify(&bytes[..n], at, mode)) {
-                (_, Some(insn)) => insn,
-                (0, None) if last.is_none() => return Err(FlowError::NoMemory(at)),
-                (_, None) if last.is_none() => return Err(FlowError::BadInstruction(at)),
-                (_, None) => break, // the block ends before the bad instruction
-            };
-            self.lens.push(insn.len);
-            last = Some((at, insn));
-            if insn.kind != FlowKind::Other {
-                break;
-            }
-            at += insn.len as u64;
-        }
-        let (last_ip, last) = last.expect("at least one instruction");
-        let id = self.blocks.len() as u32;
-        let count = (self.lens.len() - first_len) as u32;
-        self.blocks.push(Block { start: ip, last_ip, count, lens: first_len as u32, last });
-        self.modes.push(mode);
-        self.successors.push([UNKNOWN; 2]);
-        self.by_start[mode as usize].insert(ip, id);
-        Ok(id)
+    /// The execution mode block `id` was decoded in.
+    pub fn mode(&self, id: u32) -> ExecMode {
+        self.modes[id as usize]
     }
 
-    /// The block at `target` reached from block `from` through successor
-    /// slot `slot` (0: taken/only target, 1: fall-through), cached.
-    #[inline]
-    /// The successor is decoded in the mode of `from`.
-    pub fn successor(&mut self, from: u32, slot: usize, target: u64, memory: &impl Memory) -> Result<u32, FlowError> {
-        let cached = self.successors[from as usize][slot];
-        if cached != UNKNOWN {
-            return Ok(cached);
-        }
-        let id = self.block_at(target, Some(self.modes[from as usize]), memory)?;
-        self.successors[from as usize][slot] = id;
-        Ok(id)
+    /// Adds the block of instructions of these lengths at `start`, the last
+    /// one being `last`, decoded in `mode`.
+    pub(crate) fn add(&mut self, start: u64, lens: &[u8], last: InsnInfo, mode: ExecMode) -> u32 {
+        let first = self.lens.len() as u32;
+        let last_ip = start + lens[..lens.len() - 1].iter().map(|&l| l as u64).sum::<u64>();
+        self.lens.extend_from_slice(lens);
+        let id = self.blocks.len() as u32;
+        self.blocks.push(Block { start, last_ip, count: lens.len() as u32, lens: first, last });
+        self.modes.push(mode);
+        id
     }
 
     /// The first `count` instructions of block `id`, as a block of their own.
@@ -184,7 +140,6 @@ impl BlockTable {
         let last_ip = *addresses.last().expect("a non-empty prefix");
         let len = self.lens[block.lens as usize + count as usize - 1];
         let prefix = self.blocks.len() as u32;
-        self.successors.push([UNKNOWN; 2]);
         self.blocks.push(Block {
             start: block.start,
             last_ip,
@@ -333,7 +288,6 @@ impl History {
         for mut block in next.table.blocks.drain(..) {
             block.lens += lens_offset;
             self.table.blocks.push(block);
-            self.table.successors.push([UNKNOWN; 2]);
         }
         self.table.lens.extend_from_slice(&next.table.lens);
         self.table.modes.extend_from_slice(&next.table.modes);
@@ -529,32 +483,12 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::Image;
-
-    #[test]
-    fn blocks_end_at_control_flow_and_prefixes_share_lengths() {
-        let mut image = Image::new();
-        // nop; mov %rax,%rbx (3 bytes); nop; jmp .-7
-        image.add_raw("code", 0x1000, vec![0x90, 0x48, 0x89, 0xc3, 0x90, 0xeb, 0xf9, 0xcc]);
-        let mut table = BlockTable::default();
-        let id = table.block_at(0x1000, Some(ExecMode::Bits64), &image).unwrap();
-        assert_eq!(table.addresses(id).collect::<Vec<_>>(), [0x1000, 0x1001, 0x1004, 0x1005]);
-        assert_eq!(table.get(id).last.kind, FlowKind::Jump { target: 0x1000 });
-        assert_eq!(table.block_at(0x1000, Some(ExecMode::Bits64), &image).unwrap(), id); // cached
-        assert_eq!(table.index_of(id, 0x1004), Some(2));
-        assert_eq!(table.index_of(id, 0x1002), None); // not an instruction boundary
-        let prefix = table.prefix(id, 2);
-        assert_eq!(table.addresses(prefix).collect::<Vec<_>>(), [0x1000, 0x1001]);
-        assert_eq!(table.prefix(id, 2), prefix);
-        assert_eq!(table.block_at(0x3000, Some(ExecMode::Bits64), &image), Err(FlowError::NoMemory(0x3000)));
-    }
 
     #[test]
     fn items_interleave_extras_and_instructions() {
-        let mut image = Image::new();
-        image.add_raw("code", 0x1000, vec![0x90, 0xc3]);
+        // nop; ret
         let mut history = History::default();
-        let id = history.table.block_at(0x1000, Some(ExecMode::Bits64), &image).unwrap();
+        let id = history.table.add(0x1000, &[1, 1], InsnInfo { len: 1, kind: FlowKind::Return }, ExecMode::Bits64);
         history.push_extra(Extra::Event(Event::SyncPoint(0)));
         history.push_block(id);
         history.push_extra(Extra::Event(Event::HardwareDisabled));
