@@ -1,140 +1,16 @@
-//! Loading an LLDB trace bundle (`trace.json`) from disk: the description,
-//! each thread's raw trace, and an [`Image`] of every module's code.
+//! Bundles as the `retrace` CLI opens them: the decoder's one loader
+//! ([`retrace_decoder::bundle::load`]), with what it found damaged logged.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use retrace_decoder::bundle::TraceBundle;
-use retrace_decoder::image::Image;
-use retrace_decoder::jitdump::{CodeRegions, Jitdump};
-use retrace_decoder::symbols::Symbolizer;
+pub use retrace_decoder::bundle::load::{BundleError, LoadedBundle, LoadedThread};
 
-/// Why a bundle cannot be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum BundleError {
-    /// A file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// `trace.json` does not follow LLDB's intel-pt schema.
-    #[error("{path}: not an intel-pt trace bundle description: {reason}")]
-    Schema {
-        /// The description file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A per-cpu bundle (context-switch traces), which retrace cannot decode yet.
-    #[error("{path}: per-cpu traces (\"cpus\") are not supported yet; record or save per-thread traces")]
-    PerCpu {
-        /// The description file.
-        path: PathBuf,
-    },
-    /// A module file is not ELF.
-    #[error("{0}")]
-    Image(#[from] retrace_decoder::image::ImageError),
-    /// A listed jitdump file is not one.
-    #[error("{path}: not a readable jitdump: {reason}")]
-    Jitdump {
-        /// The file.
-        path: PathBuf,
-        /// What the reader said.
-        reason: String,
-    },
-}
-
-/// One thread of a loaded bundle.
-#[derive(Debug, Clone)]
-pub struct LoadedThread {
-    /// Thread id.
-    pub tid: u64,
-    /// Its raw Intel PT.
-    pub trace: Vec<u8>,
-}
-
-/// A loaded bundle.
-#[derive(Debug)]
-pub struct LoadedBundle {
-    /// The description.
-    pub description: TraceBundle,
-    /// Threads in bundle order (LLDB's thread indices 1, 2, …).
-    pub threads: Vec<LoadedThread>,
-    /// The code of every module.
-    pub image: Image,
-    /// Function names and source lines of every module.
-    pub symbols: Symbolizer,
-}
-
-/// The separate debug file of an ELF image, found by its GNU build id under
-/// `/usr/lib/debug/.build-id/` (as LLDB and GDB look for it).
-fn separate_debug_file(image: &[u8]) -> Option<Vec<u8>> {
-    use object::Object;
-    let file = object::File::parse(image).ok()?;
-    let id = file.build_id().ok()??;
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    let path = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
-    std::fs::read(path).ok()
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
-    std::fs::read(path).map_err(|source| BundleError::Read { path: path.to_path_buf(), source })
-}
-
-/// Loads `trace_json` and everything it refers to (relative paths are
-/// relative to its directory, as in LLDB).
+/// Loads `trace_json` and everything it refers to; damaged parts that were
+/// skipped are logged as warnings.
 pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
-    let text = read(trace_json)?;
-    let value: serde_json::Value = serde_json::from_slice(&text)
-        .map_err(|e| BundleError::Schema { path: trace_json.to_path_buf(), reason: e.to_string() })?;
-    if value.get("cpus").is_some_and(|cpus| !cpus.is_null()) {
-        return Err(BundleError::PerCpu { path: trace_json.to_path_buf() });
+    let loaded = retrace_decoder::bundle::load::load(trace_json)?;
+    for warning in &loaded.warnings {
+        tracing::warn!("{warning}");
     }
-    let description: TraceBundle = serde_json::from_value(value)
-        .map_err(|e| BundleError::Schema { path: trace_json.to_path_buf(), reason: e.to_string() })?;
-    if description.kind != "intel-pt" {
-        return Err(BundleError::Schema {
-            path: trace_json.to_path_buf(),
-            reason: format!("type is {:?}, expected \"intel-pt\"", description.kind),
-        });
-    }
-    let base = trace_json.parent().unwrap_or(Path::new("."));
-    let resolve = |relative: &str| base.join(relative);
-    let mut image = Image::new();
-    let mut symbols = Symbolizer::new();
-    let mut threads = Vec::new();
-    for process in &description.processes {
-        for module in &process.modules {
-            let path = resolve(module.file.as_deref().unwrap_or(&module.system_path));
-            let bytes = read(&path)?;
-            let debug = separate_debug_file(&bytes);
-            symbols.add_module(&path.to_string_lossy(), &bytes, module.load_address.0, debug.as_deref());
-            image.add_elf(&module.system_path, bytes, module.load_address.0)?;
-        }
-        // Generated code: each function at its latest address (a MOVE wins
-        // over its LOAD), named in the module `jit-<pid>.dump`.
-        for listed in &process.jitdumps {
-            let path = resolve(listed);
-            let bytes = read(&path)?;
-            let dump = Jitdump::parse(&bytes).map_err(|e| BundleError::Jitdump { path: path.clone(), reason: e.to_string() })?;
-            let regions = CodeRegions::from_dump(&dump);
-            for error in regions.errors() {
-                tracing::warn!(path = %path.display(), %error, "damaged jitdump record");
-            }
-            let module = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| listed.clone());
-            let placed = regions.add_to_image(&mut image, None);
-            regions.add_to_symbolizer(&mut symbols, &module, None);
-            tracing::debug!(path = %path.display(), functions = placed, "jitdump loaded");
-        }
-        for thread in &process.threads {
-            let trace = match &thread.ipt_trace {
-                Some(file) => read(&resolve(file))?,
-                None => Vec::new(),
-            };
-            threads.push(LoadedThread { tid: thread.tid, trace });
-        }
-    }
-    Ok(LoadedBundle { description, threads, image, symbols })
+    Ok(loaded)
 }

@@ -13,7 +13,8 @@ fn main() {
     use retrace_collector::software::StepMode;
     use retrace_decoder::flow::{FlowDecoder, Item};
     use retrace_tests::bench::best_of_three as best;
-    use retrace_tests::bundles::TestBundle;
+    use retrace_decoder::bundle::load::load;
+    use retrace_tests::bundles::{cpu, file_sections};
     use retrace_tests::libipt;
     use retrace_tests::recordings::{build, record_bundle};
 
@@ -22,9 +23,9 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     let exe = build("bench_loop", &dir, &["-O1", "-static"]);
     let trace_json = record_bundle(&exe, &[&iterations], StepMode::Branch, &dir.join("bundle"));
-    let bundle = TestBundle::load(&trace_json);
-    let (_, trace) = &bundle.threads[0];
-    let sections = bundle.file_sections();
+    let bundle = load(&trace_json).expect("load the bundle");
+    let trace = &bundle.threads[0].trace;
+    let sections = file_sections(&bundle);
 
     let (t_ours, n_ours) = best(&|| FlowDecoder::new(trace, &bundle.image).decode_history().instructions());
     let history = FlowDecoder::new(trace, &bundle.image).decode_history();
@@ -32,8 +33,8 @@ fn main() {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let (t_par, n_par) = best(&|| retrace_decoder::flow::decode_parallel(trace, &bundle.image, cores).instructions());
     assert_eq!(n_par, n_ours, "parallel and sequential decode disagree");
-    let (t_blk, n_blk) = best(&|| libipt::block_count(trace, &sections, bundle.cpu()).0);
-    let (t_insn, n_insn) = best(&|| libipt::insn_addresses(trace, &sections, bundle.cpu()).0.len() as u64);
+    let (t_blk, n_blk) = best(&|| libipt::block_count(trace, &sections, cpu(&bundle)).0);
+    let (t_insn, n_insn) = best(&|| libipt::insn_addresses(trace, &sections, cpu(&bundle)).0.len() as u64);
     assert_eq!(n_ours, n_blk, "retrace and the libipt block decoder disagree on the instruction count");
     assert_eq!(n_ours, n_insn, "retrace and the libipt instruction decoder disagree on the instruction count");
 

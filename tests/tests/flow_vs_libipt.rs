@@ -14,21 +14,23 @@ mod with_libipt {
 
     use retrace_collector::software::StepMode;
     use retrace_decoder::flow::{FlowDecoder, Item};
-    use retrace_tests::bundles::TestBundle;
+    use retrace_decoder::bundle::load::load;
+    use retrace_tests::bundles::{cpu, file_sections};
     use retrace_tests::libipt;
     use retrace_tests::recordings::{build, record_bundle};
     use retrace_tests::tools::{require, which};
 
     fn compare(trace_json: &Path) -> u64 {
-        let bundle = TestBundle::load(trace_json);
-        let sections = bundle.file_sections();
+        let bundle = load(trace_json).expect("load the bundle");
+        let sections = file_sections(&bundle);
         let mut total = 0;
-        for (tid, trace) in &bundle.threads {
+        for thread in &bundle.threads {
+            let (tid, trace) = (thread.tid, &thread.trace);
             let items = FlowDecoder::new(trace, &bundle.image).decode_all();
             let ours: Vec<u64> =
                 items.iter().filter_map(|i| if let Item::Instruction { ip } = i { Some(*ip) } else { None }).collect();
             let errors: Vec<&Item> = items.iter().filter(|i| matches!(i, Item::Error { .. })).collect();
-            let (theirs, their_errors) = libipt::insn_addresses(trace, &sections, bundle.cpu());
+            let (theirs, their_errors) = libipt::insn_addresses(trace, &sections, cpu(&bundle));
             assert!(errors.is_empty(), "{tid}: retrace errors {errors:?}");
             assert_eq!(their_errors, 0, "{tid}: libipt errors");
             if let Some(i) = ours.iter().zip(&theirs).position(|(a, b)| a != b) {

@@ -1,10 +1,14 @@
 //! LLDB's intel-pt trace bundle description (`trace.json`), as LLDB 22 reads
 //! and writes it (`trace load`, `trace save`; schema: `trace schema intel-pt`).
 //!
-//! Only the description lives here (no file I/O): the recorder writes bundles
-//! with it and the dump commands read them.
+//! The description lives here (no file I/O): the recorder writes bundles
+//! with it. [`load`] is the decoder's one file-reading edge: it reads a
+//! bundle from disk for every consumer (the `retrace` CLI, the stub's
+//! replay, the LLDB shim, the tests).
 
 use serde::{Deserialize, Serialize};
+
+pub mod load;
 
 /// The CPU the trace claims to come from; LLDB hands it to libipt, which
 /// enables errata workarounds for it and refuses CPUs it does not know.

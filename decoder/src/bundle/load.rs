@@ -1,0 +1,145 @@
+//! Loading an LLDB trace bundle (`trace.json`) from disk: the description,
+//! each thread's raw trace, an [`Image`] of every module's code (and of the
+//! JIT code of the jitdumps a process lists) and a [`Symbolizer`] of their
+//! names. The decoder's only file I/O, at its edge: the decoding layers
+//! below take the bytes this hands them.
+
+use std::path::{Path, PathBuf};
+
+use super::TraceBundle;
+use crate::image::Image;
+use crate::jitdump::{CodeRegions, Jitdump};
+use crate::symbols::Symbolizer;
+
+/// Why a bundle cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// `trace.json` does not follow LLDB's intel-pt schema.
+    #[error("{path}: not an intel-pt trace bundle description: {reason}")]
+    Schema {
+        /// The description file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A per-cpu bundle (context-switch traces), which retrace cannot decode yet.
+    #[error("{path}: per-cpu traces (\"cpus\") are not supported yet; record or save per-thread traces")]
+    PerCpu {
+        /// The description file.
+        path: PathBuf,
+    },
+    /// A module file is not ELF.
+    #[error("{0}")]
+    Image(#[from] crate::image::ImageError),
+    /// A listed jitdump file is not one.
+    #[error("{path}: not a readable jitdump: {reason}")]
+    Jitdump {
+        /// The file.
+        path: PathBuf,
+        /// What the reader said.
+        reason: String,
+    },
+}
+
+/// One thread of a loaded bundle.
+#[derive(Debug, Clone)]
+pub struct LoadedThread {
+    /// Thread id.
+    pub tid: u64,
+    /// Its raw Intel PT.
+    pub trace: Vec<u8>,
+}
+
+/// A loaded bundle.
+#[derive(Debug)]
+pub struct LoadedBundle {
+    /// The description.
+    pub description: TraceBundle,
+    /// Threads in bundle order (LLDB's thread indices 1, 2, …).
+    pub threads: Vec<LoadedThread>,
+    /// The code of every module; each section is named after the file its
+    /// bytes were read from.
+    pub image: Image,
+    /// Function names and source lines of every module.
+    pub symbols: Symbolizer,
+    /// What was read but is damaged (e.g. jitdump records), for the caller
+    /// to report.
+    pub warnings: Vec<String>,
+}
+
+/// The separate debug file of an ELF image, found by its GNU build id under
+/// `/usr/lib/debug/.build-id/` (as LLDB and GDB look for it).
+fn separate_debug_file(image: &[u8]) -> Option<Vec<u8>> {
+    use object::Object;
+    let file = object::File::parse(image).ok()?;
+    let id = file.build_id().ok()??;
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let path = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+    std::fs::read(path).ok()
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
+    std::fs::read(path).map_err(|source| BundleError::Read { path: path.to_path_buf(), source })
+}
+
+/// Loads `trace_json` and everything it refers to (relative paths are
+/// relative to its directory, as in LLDB).
+pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
+    let text = read(trace_json)?;
+    let value: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|e| BundleError::Schema { path: trace_json.to_path_buf(), reason: e.to_string() })?;
+    if value.get("cpus").is_some_and(|cpus| !cpus.is_null()) {
+        return Err(BundleError::PerCpu { path: trace_json.to_path_buf() });
+    }
+    let description: TraceBundle = serde_json::from_value(value)
+        .map_err(|e| BundleError::Schema { path: trace_json.to_path_buf(), reason: e.to_string() })?;
+    if description.kind != "intel-pt" {
+        return Err(BundleError::Schema {
+            path: trace_json.to_path_buf(),
+            reason: format!("type is {:?}, expected \"intel-pt\"", description.kind),
+        });
+    }
+    let base = trace_json.parent().unwrap_or(Path::new("."));
+    let resolve = |relative: &str| base.join(relative);
+    let mut image = Image::new();
+    let mut symbols = Symbolizer::new();
+    let mut threads = Vec::new();
+    let mut warnings = Vec::new();
+    for process in &description.processes {
+        for module in &process.modules {
+            let path = resolve(module.file.as_deref().unwrap_or(&module.system_path));
+            let bytes = read(&path)?;
+            let debug = separate_debug_file(&bytes);
+            symbols.add_module(&path.to_string_lossy(), &bytes, module.load_address.0, debug.as_deref());
+            image.add_elf(&path.to_string_lossy(), bytes, module.load_address.0)?;
+        }
+        // Generated code: each function at its latest address (a MOVE wins
+        // over its LOAD), named in the module `jit-<pid>.dump`.
+        for listed in &process.jitdumps {
+            let path = resolve(listed);
+            let bytes = read(&path)?;
+            let dump = Jitdump::parse(&bytes).map_err(|e| BundleError::Jitdump { path: path.clone(), reason: e.to_string() })?;
+            let regions = CodeRegions::from_dump(&dump);
+            warnings.extend(regions.errors().iter().map(|error| format!("{}: damaged jitdump record: {error}", path.display())));
+            let module = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| listed.clone());
+            regions.add_to_image(&mut image, None);
+            regions.add_to_symbolizer(&mut symbols, &module, None);
+        }
+        for thread in &process.threads {
+            let trace = match &thread.ipt_trace {
+                Some(file) => read(&resolve(file))?,
+                None => Vec::new(),
+            };
+            threads.push(LoadedThread { tid: thread.tid, trace });
+        }
+    }
+    Ok(LoadedBundle { description, threads, image, symbols, warnings })
+}
