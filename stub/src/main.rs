@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use retrace_collector::process::{attach, launch, LaunchOptions};
-use retrace_stub::server::{serve, SessionEnd};
-use retrace_stub::target::ProcessTarget;
+use retrace_stub::protocol::session::{serve, SessionEnd};
+use retrace_stub::target::live::ProcessTarget;
 
 /// A gdb-remote server for LLDB and GDB.
 ///

@@ -1,9 +1,12 @@
-//! The debugged process as a gdbstub `Target`: registers, memory, software
-//! breakpoints, threads and resume actions, on top of ptrace. Process
-//! control itself (launch) comes from `retrace-collector`.
+//! A live process as a target: registers, memory, software and hardware
+//! breakpoints, threads and resume actions on top of ptrace (gdbstub's
+//! `Target`), how it stops ([`stops`]) and its libraries and memory
+//! regions ([`libraries`]). Process control itself (launch, attach) comes
+//! from `retrace-collector`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use gdbstub::common::{Signal as GdbSignal, Tid};
 use gdbstub::target::ext::base::multithread::{
@@ -25,11 +28,16 @@ use gdbstub::target::ext::extended_mode::{
 };
 use gdbstub::target::{Target, TargetError, TargetResult};
 use nix::sys::ptrace;
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 use retrace_collector::process;
 
 use crate::arch::{RegNumber, Regs, X86_64Linux};
+use crate::target::{Inferior, StopReason};
+
+pub mod libraries;
+mod stops;
 
 const INT3: u8 = 0xcc;
 
@@ -59,6 +67,12 @@ pub struct ProcessTarget {
     pub stepping: BTreeSet<Pid>,
     /// Debug-register slots: hardware breakpoints and watchpoints.
     pub debug_slots: [Option<DebugSlot>; 4],
+    /// Threads created since the last stop whose first stop is still due.
+    new_threads: BTreeSet<Pid>,
+    /// The client asked for a stop (Ctrl-C) that is not reported yet.
+    interrupted: bool,
+    /// Readable when a child changed state (SIGCHLD, blocked for the session).
+    sigchld: Option<SignalFd>,
 }
 
 /// One of the four x86 debug-address registers in use.
@@ -231,6 +245,9 @@ impl ProcessTarget {
             running: BTreeSet::new(),
             stepping: BTreeSet::new(),
             debug_slots: [None; 4],
+            new_threads: BTreeSet::new(),
+            interrupted: false,
+            sigchld: None,
         }
     }
 
@@ -328,6 +345,59 @@ impl ProcessTarget {
             }
         }
         Ok(self.running.len())
+    }
+}
+
+impl Inferior for ProcessTarget {
+    fn pid(&self) -> u32 {
+        self.pid.as_raw() as u32
+    }
+
+    fn start_session(&mut self) -> std::io::Result<()> {
+        let mut mask = SigSet::empty();
+        mask.add(Signal::SIGCHLD);
+        mask.thread_block()?;
+        self.sigchld = Some(SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK)?);
+        Ok(())
+    }
+
+    fn stop_events(&self) -> Option<BorrowedFd<'_>> {
+        self.sigchld.as_ref().map(|fd| fd.as_fd())
+    }
+
+    fn poll_stop(&mut self) -> Option<StopReason> {
+        if let Some(sigchld) = &self.sigchld {
+            while let Ok(Some(_)) = sigchld.read_signal() {}
+        }
+        let reason = self.next_stop()?;
+        self.interrupted = false;
+        Some(reason)
+    }
+
+    fn interrupt(&mut self) {
+        for tid in &self.running {
+            // SAFETY: tgkill has no memory-safety preconditions.
+            unsafe { libc::syscall(libc::SYS_tgkill, self.pid.as_raw(), tid.as_raw(), libc::SIGSTOP) };
+        }
+        self.interrupted = true;
+    }
+
+    fn memory_region_info(&self, address: u64) -> Vec<u8> {
+        match process::read_maps(self.pid) {
+            Ok(maps) => libraries::memory_region_info(&maps, address).into_bytes(),
+            Err(_) => b"E01".to_vec(),
+        }
+    }
+
+    fn kill(&mut self) {
+        process::kill_and_reap(self.pid);
+    }
+
+    fn detach(&mut self) {
+        self.remove_all_breakpoints();
+        for tid in &self.threads {
+            let _ = ptrace::detach(*tid, None);
+        }
     }
 }
 
@@ -586,7 +656,7 @@ impl Auxv for ProcessTarget {
 impl LibrariesSvr4 for ProcessTarget {
     fn get_libraries_svr4(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
         let auxv = std::fs::read(format!("/proc/{}/auxv", self.pid)).map_err(TargetError::Io)?;
-        match crate::loader::library_list(&auxv, &crate::loader::ProcessMemory(self.pid)) {
+        match libraries::library_list(&auxv, &libraries::ProcessMemory(self.pid)) {
             Ok(xml) => Ok(copy_window(xml.as_bytes(), offset, length, buf)),
             Err(error) => {
                 tracing::debug!(%error, "no library list");

@@ -228,7 +228,7 @@ pub fn memory_region_info(maps: &[Mapping], address: u64) -> String {
         }
         reply.push_str(";flags:;");
         if !m.path.is_empty() {
-            let _ = write!(reply, "name:{};", crate::server::hex(&m.path));
+            let _ = write!(reply, "name:{};", crate::hex::hex(&m.path));
         }
         return reply;
     }
@@ -361,7 +361,7 @@ mod tests {
         );
         assert_eq!(
             memory_region_info(&maps, 0x5555_5555_5010),
-            format!("start:555555555000;size:1000;permissions:rx;flags:;name:{};", crate::server::hex("/tmp/prog"))
+            format!("start:555555555000;size:1000;permissions:rx;flags:;name:{};", crate::hex::hex("/tmp/prog"))
         );
         assert_eq!(memory_region_info(&maps, 0x1000), "start:0;size:555555554000;");
         assert_eq!(memory_region_info(&maps, 0x5555_5555_6000), "start:555555556000;size:2aaaaaa88000;");

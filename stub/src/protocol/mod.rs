@@ -1,0 +1,13 @@
+//! The protocol side: what the client sends and what it is answered, with
+//! no knowledge of how the program runs (that is the target's,
+//! [`crate::target`]).
+//!
+//! * [`connection`] — the buffered client connection gdbstub writes to;
+//! * [`framing`] — packets cut out of the byte stream, replies framed;
+//! * [`grammar`] — packets gdbstub would choke on, caught first;
+//! * [`session`] — the loop: bytes in, gdbstub's state machine, stops out.
+
+pub mod connection;
+pub mod framing;
+pub mod grammar;
+pub mod session;

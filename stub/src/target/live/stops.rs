@@ -1,0 +1,133 @@
+//! How the live process stops: ptrace events collected until one must be
+//! reported to the client (all-stop: when one thread stops, the others are
+//! stopped too), and new threads let run with the others.
+
+use gdbstub::common::Signal as GdbSignal;
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use super::{tid_of, triggered_slot, ProcessTarget};
+use crate::target::StopReason;
+
+impl ProcessTarget {
+    /// Stops every running thread except `except`, waiting for each to stop.
+    /// A thread that stopped at one of our breakpoints in the meantime is backed
+    /// up so it hits it again later.
+    pub(super) fn stop_others(&mut self, except: Option<Pid>) {
+        let others: Vec<Pid> = self.running.iter().copied().filter(|t| Some(*t) != except).collect();
+        for tid in &others {
+            // SAFETY: tgkill has no memory-safety preconditions.
+            unsafe { libc::syscall(libc::SYS_tgkill, self.pid.as_raw(), tid.as_raw(), libc::SIGSTOP) };
+        }
+        for tid in others {
+            loop {
+                match waitpid(tid, Some(WaitPidFlag::__WALL)) {
+                    Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => break,
+                    Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {
+                        if let Ok(mut regs) = ptrace::getregs(tid) {
+                            if self.has_breakpoint(regs.rip.wrapping_sub(1)) {
+                                regs.rip -= 1;
+                                let _ = ptrace::setregs(tid, regs);
+                            }
+                        }
+                        // The SIGSTOP is still pending: collect it.
+                        let _ = ptrace::cont(tid, None);
+                    }
+                    Ok(WaitStatus::Stopped(_, _)) | Ok(WaitStatus::PtraceEvent(..)) => {
+                        let _ = ptrace::cont(tid, None);
+                    }
+                    _ => {
+                        self.threads.remove(&tid);
+                        break;
+                    }
+                }
+            }
+            self.running.remove(&tid);
+        }
+    }
+
+    /// Collects ptrace events until one must be reported to the client.
+    pub(super) fn next_stop(&mut self) -> Option<StopReason> {
+        loop {
+            let status = match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => return None,
+                Ok(status) => status,
+                Err(_) => return Some(StopReason::Exited(0)),
+            };
+            tracing::debug!(?status, "ptrace");
+            match status {
+                WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_CLONE => {
+                    if let Ok(new) = ptrace::getevent(tid) {
+                        let new = Pid::from_raw(new as i32);
+                        self.threads.insert(new);
+                        self.new_threads.insert(new);
+                    }
+                    let _ = ptrace::cont(tid, None);
+                }
+                WaitStatus::PtraceEvent(tid, _, _) => {
+                    let _ = ptrace::cont(tid, None);
+                }
+                WaitStatus::Stopped(tid, Signal::SIGSTOP) if self.new_threads.remove(&tid) || !self.threads.contains(&tid) => {
+                    // A new thread's first stop: let it run with the others, unless
+                    // only some threads may run now (a step with the others held,
+                    // while the client has lifted breakpoints): then it waits for
+                    // the next resume.
+                    self.threads.insert(tid);
+                    self.init_thread_debug_registers();
+                    if !self.scheduler_locked && ptrace::cont(tid, None).is_ok() {
+                        self.running.insert(tid);
+                    }
+                }
+                WaitStatus::Stopped(tid, Signal::SIGSTOP) if self.interrupted => {
+                    self.running.remove(&tid);
+                    self.stop_others(Some(tid));
+                    return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGINT });
+                }
+                WaitStatus::Stopped(tid, Signal::SIGTRAP) => {
+                    self.running.remove(&tid);
+                    let stepped = self.stepping.contains(&tid);
+                    self.stop_others(Some(tid));
+                    let mut reason = StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP };
+                    if let Some(slot) = triggered_slot(tid).and_then(|i| self.debug_slots[i]) {
+                        return Some(match slot.watch {
+                            Some(kind) => StopReason::Watch { tid: tid_of(tid), kind, addr: slot.address },
+                            None => StopReason::HwBreak(tid_of(tid)),
+                        });
+                    }
+                    if !stepped {
+                        if let Ok(mut regs) = ptrace::getregs(tid) {
+                            if self.has_breakpoint(regs.rip.wrapping_sub(1)) {
+                                regs.rip -= 1;
+                                let _ = ptrace::setregs(tid, regs);
+                                reason = StopReason::SwBreak(tid_of(tid));
+                            }
+                        }
+                    }
+                    return Some(reason);
+                }
+                WaitStatus::Stopped(tid, signal) => {
+                    self.running.remove(&tid);
+                    self.stop_others(Some(tid));
+                    return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: crate::signals::to_gdb(signal) });
+                }
+                WaitStatus::Exited(tid, code) => {
+                    self.threads.remove(&tid);
+                    self.running.remove(&tid);
+                    if tid == self.pid {
+                        return Some(StopReason::Exited(code as u8));
+                    }
+                }
+                WaitStatus::Signaled(tid, signal, _) => {
+                    self.threads.remove(&tid);
+                    self.running.remove(&tid);
+                    if tid == self.pid {
+                        return Some(StopReason::Terminated(crate::signals::to_gdb(signal)));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
