@@ -76,7 +76,7 @@ pub(super) fn is_header_opcode(data: &[u8], at: usize) -> bool {
 /// The next packet as libipt 2.0.5 sees it: packets it does not know (those
 /// of PEBS-via-PT blocks, control-flow events and triggers, newer than it)
 /// are unknown opcodes.
-#[inline(never)]
+#[inline]
 pub(super) fn next_packet(packets: &mut PacketDecoder<'_>) -> Result<Option<(usize, Packet)>, crate::packet::PacketError> {
     use crate::packet::PacketError;
     let next = packets.next_packet()?;
