@@ -72,7 +72,10 @@ impl CodeRegion<'_> {
 
     /// Where the code was at `time` (`None`: where it is last), if it existed then.
     pub fn placement_at(&self, time: Option<u64>) -> Option<&Placement> {
-        self.placements.iter().find(|p| p.valid_at(time))
+        // Timestamps need not grow from record to record (a damaged or odd
+        // file): where validity spans overlap, the latest LOAD or MOVE wins,
+        // later in the file on a tie — the rule `CodeRegions::region_at` uses.
+        self.placements.iter().filter(|p| p.valid_at(time)).max_by_key(|p| (p.since, p.record_offset))
     }
 
     /// The code's address at `time` (`None`: the latest), if it existed then.
@@ -212,8 +215,11 @@ impl<'a> CodeRegions<'a> {
             .take_while(|entry| address - entry.start < self.largest)
             .filter_map(|entry| {
                 let region = self.regions.get(entry.region)?;
-                let placement = region.placements.get(entry.placement)?;
-                (placement.covers(address, region.size()) && placement.valid_at(time))
+                // Only the region's placement at that time counts: another
+                // one valid then too (timestamps out of order) is not where
+                // the code is.
+                let placement = region.placement_at(time)?;
+                (std::ptr::eq(placement, region.placements.get(entry.placement)?) && placement.covers(address, region.size()))
                     .then_some((placement.since, placement.record_offset, region))
             })
             .max_by_key(|&(since, record_offset, _)| (since, record_offset))

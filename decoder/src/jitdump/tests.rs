@@ -627,3 +627,43 @@ fn arbitrary_bytes_never_panic() {
         regions.add_to_image(&mut Image::new(), None);
     }
 }
+
+/// A file the fuzz target found (`../shared/repro`): two placements of one
+/// region valid at the same time (MOVE timestamps out of order) made
+/// `region_at` return a region whose placement at that time does not cover
+/// the address. Every region found must cover the address at that time.
+#[test]
+fn a_found_region_covers_the_address_at_that_time() {
+    let file = include_bytes!("../../tests/data/jitdump-region-at-09a38594.bin");
+    let mut checked = 0;
+    for data in [file.to_vec(), [header_bytes(false), file.to_vec()].concat(), [header_bytes(true), file.to_vec()].concat()] {
+        let Ok(dump) = Jitdump::parse(&data) else { continue };
+        let regions = CodeRegions::from_dump(&dump);
+        for region in regions.regions() {
+            for placement in &region.placements {
+                for (address, time) in [
+                    (placement.address, Some(placement.since)),
+                    (placement.address.wrapping_add(region.size() / 2), None),
+                    (placement.address.wrapping_sub(1), Some(placement.since.wrapping_add(1))),
+                ] {
+                    if let Some(found) = regions.region_at(address, time) {
+                        let at = found.placement_at(time).expect("a found region exists at that time");
+                        assert!(address.wrapping_sub(at.address) < found.size(), "region at {address:#x}, time {time:?}: placed at {:#x}", at.address);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 0, "the file has regions to look up");
+}
+
+/// The fuzz target's file header (version 1, x86-64) in either byte order.
+fn header_bytes(big_endian: bool) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for field in [MAGIC, 1, 40, 62, 0, 1234] {
+        bytes.extend(if big_endian { field.to_be_bytes() } else { field.to_le_bytes() });
+    }
+    bytes.extend([0; 16]);
+    bytes
+}
