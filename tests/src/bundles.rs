@@ -8,13 +8,15 @@ use retrace_decoder::bundle::load::LoadedBundle;
 
 /// The code of a bundle loaded by the decoder's loader
 /// ([`retrace_decoder::bundle::load`]) as files for libipt: each image
-/// section is named after the file its bytes came from.
+/// section of a module is named after the file its bytes came from.
 #[cfg(retrace_libipt)]
 pub fn file_sections(bundle: &LoadedBundle) -> Vec<crate::libipt::FileSection> {
     bundle
         .image
         .sections()
         .iter()
+        // JIT code (from listed jitdumps) is in no file libipt could read.
+        .filter(|s| Path::new(&*s.name).is_file())
         .map(|s| crate::libipt::FileSection {
             path: std::path::PathBuf::from(&*s.name),
             offset: s.offset as u64,

@@ -3,8 +3,8 @@
 //!
 //! The description lives here (no file I/O): the recorder writes bundles
 //! with it. [`load`] is the decoder's one file-reading edge: it reads a
-//! bundle from disk for every consumer (the `retrace` CLI, the stub's
-//! replay, the LLDB shim, the tests).
+//! bundle from disk for every consumer (today the `retrace` CLI and the
+//! tests; the stub's replay and the LLDB shim are to use it too).
 
 use serde::{Deserialize, Serialize};
 
