@@ -21,7 +21,9 @@ use retrace_stub::target::live::ProcessTarget;
 #[derive(Debug, Parser)]
 #[command(name = "retrace-stub", version, about, long_about)]
 struct Args {
-    /// Address to listen on.
+    /// Address to listen on. Anyone who can connect can run code as this
+    /// user (gdb-remote has no authentication): keep it on loopback, or say
+    /// why not (a warning is printed for any other address).
     #[arg(long, default_value = "127.0.0.1:1234")]
     listen: SocketAddr,
     /// Keep address-space randomisation on (it is off by default, as in LLDB and GDB).
@@ -48,6 +50,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if !args.listen.ip().is_loopback() {
+        eprintln!(
+            "retrace-stub: warning: listening on {}, not a loopback address: anyone who can reach it can run code as this user (the protocol has no authentication)",
+            args.listen
+        );
+    }
     let (tracee, threads) = if let Some(pid) = args.attach {
         match attach(nix::unistd::Pid::from_raw(pid)) {
             Ok(attached) => attached,
@@ -72,7 +80,9 @@ fn main() -> ExitCode {
         }
     };
     let how = if args.attach.is_some() { "attached and stopped" } else { "stopped at entry" };
-    eprintln!("retrace-stub: process {} {how}; listening on {}", tracee.pid, args.listen);
+    // The address bound (with port 0 the system chose the port).
+    let bound = listener.local_addr().map_or_else(|_| args.listen.to_string(), |a| a.to_string());
+    eprintln!("retrace-stub: process {} {how}; listening on {bound}", tracee.pid);
     match serve(&listener, ProcessTarget::with_threads(tracee.pid, &threads)) {
         Ok(end) => {
             let text = match end {

@@ -3,11 +3,14 @@
 //! by a timeout.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod common;
+
+use common::{exchange, pid_and_port, start_stub, start_stub_with_args, wait_exit};
 use retrace_tests::recordings::build;
 use retrace_tests::tools::{require, which};
 
@@ -20,49 +23,10 @@ fn debuggee(name: &str) -> PathBuf {
     build("debuggee", &dir, &["-O0"])
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Starts the stub on `program` and waits until it listens.
-fn start_stub(program: &Path) -> (Child, u16) {
-    start_stub_with_args(program, &[])
-}
-
-/// Starts the stub on `program args…` and waits until it listens.
-fn start_stub_with_args(program: &Path, args: &[&Path]) -> (Child, u16) {
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--"])
-        .arg(program)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(line.contains("listening on"), "stub said: {line}");
-    std::thread::spawn(move || for _ in stderr.lines() {});
-    (child, port)
-}
-
 fn run_with_timeout(mut command: Command, seconds: u64) -> String {
     command.stdin(Stdio::null());
     let out = Command::new("timeout").arg(seconds.to_string()).arg(command.get_program()).args(command.get_args()).output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
-
-fn wait_exit(mut child: Child) -> Option<i32> {
-    for _ in 0..100 {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    None
 }
 
 #[test]
@@ -125,31 +89,6 @@ fn lldb_session_breakpoint_variables_registers_steps_exit() {
 }
 
 /// Sends a packet in no-ack mode and returns the reply payload.
-fn exchange(stream: &mut TcpStream, payload: &str) -> String {
-    let sum = payload.bytes().fold(0u8, |s, b| s.wrapping_add(b));
-    stream.write_all(format!("${payload}#{sum:02x}").as_bytes()).unwrap();
-    let mut reply = Vec::new();
-    let mut byte = [0u8; 1];
-    let mut hashes = None;
-    loop {
-        stream.read_exact(&mut byte).unwrap();
-        if reply.is_empty() && byte[0] == b'+' {
-            continue;
-        }
-        reply.push(byte[0]);
-        if let Some(n) = &mut hashes {
-            *n -= 1;
-            if *n == 0 {
-                break;
-            }
-        } else if byte[0] == b'#' {
-            hashes = Some(2);
-        }
-    }
-    let text = String::from_utf8_lossy(&reply).into_owned();
-    text.trim_start_matches('$').rsplit_once('#').map(|(body, _)| body.to_string()).unwrap_or(text)
-}
-
 #[test]
 fn protocol_faults_malformed_packets_second_client_and_disconnect() {
     if !require("gcc", which("gcc").is_some()) {
@@ -345,15 +284,15 @@ fn attach_to_a_running_program_and_detach() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let pid = spinner.id();
-    let port = free_port();
     let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--attach", &pid.to_string()])
+        .args(["--listen", "127.0.0.1:0", "--attach", &pid.to_string()])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
     BufReader::new(stub.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
     assert!(line.contains(&format!("process {pid} attached and stopped")), "{line}");
+    let (_, port) = pid_and_port(&line);
     let mut gdb = Command::new("gdb");
     gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}")])
         .args(["-ex", "bt", "-ex", "print spins > 0", "-ex", "detach"])

@@ -2,8 +2,10 @@
 //! sent in one write each (gdbstub's own `TcpStream` connection writes
 //! every byte separately).
 
+use std::cell::Cell;
 use std::io::Write;
 use std::net::TcpStream;
+use std::rc::Rc;
 
 use gdbstub::conn::Connection;
 
@@ -12,12 +14,25 @@ use gdbstub::conn::Connection;
 pub struct BufferedConnection {
     stream: TcpStream,
     out: Vec<u8>,
+    /// The last packet sent (`$…#cc`), for a client's `-`.
+    last_packet: Vec<u8>,
+    /// Set when a write failed: the client is gone.
+    broken: Rc<Cell<bool>>,
 }
 
 impl BufferedConnection {
-    /// A connection writing to `stream`.
-    pub fn new(stream: TcpStream) -> Self {
-        BufferedConnection { stream, out: Vec::new() }
+    /// A connection writing to `stream`; `broken` is set when a write fails.
+    pub fn new(stream: TcpStream, broken: Rc<Cell<bool>>) -> Self {
+        BufferedConnection { stream, out: Vec::new(), last_packet: Vec::new(), broken }
+    }
+
+    /// Sends the last packet again (the client's `-`).
+    pub fn resend_last_packet(&mut self) -> std::io::Result<()> {
+        if self.last_packet.is_empty() {
+            return Ok(());
+        }
+        self.out.extend_from_slice(&self.last_packet);
+        self.flush()
     }
 }
 
@@ -36,8 +51,16 @@ impl Connection for BufferedConnection {
 
     fn flush(&mut self) -> Result<(), Self::Error> {
         tracing::debug!(reply = %String::from_utf8_lossy(&self.out), "<-");
-        Write::write_all(&mut self.stream, &self.out)?;
+        // Replies are escaped: a `$` starts a packet.
+        if let Some(start) = self.out.iter().rposition(|&b| b == b'$') {
+            self.last_packet.clear();
+            self.last_packet.extend_from_slice(&self.out[start..]);
+        }
+        let sent = Write::write_all(&mut self.stream, &self.out).and_then(|()| Write::flush(&mut self.stream));
         self.out.clear();
-        Write::flush(&mut self.stream)
+        if sent.is_err() {
+            self.broken.set(true);
+        }
+        sent
     }
 }

@@ -5,10 +5,12 @@
 //! gdbstub's session ([`super::grammar`]), and hands the rest on. The
 //! program is reached only through [`Inferior`].
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::os::fd::AsFd;
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::rc::Rc;
 
 use gdbstub::conn::Connection;
 use gdbstub::stub::state_machine::GdbStubStateMachine;
@@ -16,8 +18,9 @@ use gdbstub::stub::{DisconnectReason, GdbStub};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::connection::BufferedConnection;
-use super::framing::{escape_and_frame, Framed, Framer};
+use super::framing::{escape_and_frame, frame, Framed, Framer};
 use super::grammar::malformed;
+use super::threads::Selection;
 use crate::hex::hex;
 use crate::target::{Inferior, StopReason};
 
@@ -85,105 +88,243 @@ pub enum ServerError {
     Sys(#[from] nix::Error),
 }
 
-/// Serves one client on `listener` for `target` until the session ends.
+/// The most bytes a packet may have (`PacketSize`, as advertised in
+/// `qSupported`): a reply never exceeds it, and a client's packet longer
+/// than that is refused without being kept.
+pub const PACKET_SIZE: usize = 4096;
+
+/// The most bytes one `m` reply carries: its hex digits and framing fit in
+/// [`PACKET_SIZE`] (clients ask for the rest themselves). One such read is
+/// one read of the target, so a reply is data or an error, never both.
+const MAX_MEMORY_READ: u64 = (PACKET_SIZE as u64 - 4) / 2;
+
+/// The client's side of the connection: bytes read but not yet framed.
+struct Client {
+    reader: TcpStream,
+    unread: VecDeque<u8>,
+    buf: Vec<u8>,
+}
+
+/// What waiting for the client brought.
+enum Wait {
+    /// Bytes arrived (in `unread`), or the wait timed out, or the target's
+    /// stop events became readable.
+    Ready,
+    /// The client closed the connection (FIN) or reset it (RST).
+    Gone,
+}
+
+impl Client {
+    /// Waits for the client's bytes, a second client (turned away at
+    /// once), the target's stop events, or `timeout`.
+    fn wait(&mut self, listener: &TcpListener, stop_events: Option<BorrowedFd<'_>>, timeout: PollTimeout) -> std::io::Result<Wait> {
+        let mut fds = vec![PollFd::new(self.reader.as_fd(), PollFlags::POLLIN), PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        fds.extend(stop_events.map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+        let (client, second) = (ready(&fds[0]), ready(&fds[1]));
+        drop(fds);
+        if second {
+            refuse_second_client(listener);
+        }
+        if client {
+            match self.reader.read(&mut self.buf) {
+                Ok(0) => return Ok(Wait::Gone),
+                Ok(n) => self.unread.extend(&self.buf[..n]),
+                Err(e) if is_client_gone(&e) => return Ok(Wait::Gone),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Wait::Ready)
+    }
+}
+
+/// Whether an I/O error means the client went away.
+fn is_client_gone(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(error.kind(), K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof)
+}
+
+/// What the session does with a client's packet.
+enum Screened {
+    /// Hand it (perhaps rewritten) to gdbstub.
+    Forward(Vec<u8>),
+    /// Answer it here.
+    Answer(Vec<u8>),
+    /// LLDB's `k`: kill the program, answer `X09`.
+    Kill,
+}
+
+/// Decides what becomes of a packet `body` (escaped, as sent).
+fn screen(body: &[u8], target: &impl Inferior, selection: &mut Selection) -> Screened {
+    if body == b"k" {
+        // LLDB's kill waits for the exit stop reply (`X09`, as lldb-server
+        // sends); gdbstub in extended mode would answer `OK`. (GDB sends vKill.)
+        return Screened::Kill;
+    }
+    if malformed(body) {
+        tracing::warn!(packet = %String::from_utf8_lossy(body), "malformed packet");
+        return Screened::Answer(b"E16".to_vec());
+    }
+    if let Some(reply) = intercept(body, target) {
+        return Screened::Answer(reply);
+    }
+    let text = String::from_utf8_lossy(body);
+    if let Err(reason) = selection.check(&text, target) {
+        tracing::warn!(packet = %text, reason, "refused");
+        return Screened::Answer(b"E16".to_vec());
+    }
+    Screened::Forward(rewrite(body))
+}
+
+/// Packets gdbstub would mishandle as sent, in a form it takes: a bare
+/// `qSupported` (no features: gdbstub ends its session) declares no
+/// multiprocess support, which is what a client that names none has; an
+/// `m` longer than a reply can carry asks for what fits.
+fn rewrite(body: &[u8]) -> Vec<u8> {
+    if body == b"qSupported" || body == b"qSupported:" {
+        return b"qSupported:multiprocess-".to_vec();
+    }
+    if let Some(rest) = body.strip_prefix(b"m") {
+        let text = String::from_utf8_lossy(rest);
+        if let Some((address, length)) = text.split_once(',') {
+            if u64::from_str_radix(length, 16).is_ok_and(|n| n > MAX_MEMORY_READ) {
+                return format!("m{address},{MAX_MEMORY_READ:x}").into_bytes();
+            }
+        }
+    }
+    body.to_vec()
+}
+
+type Machine<'a, T> = GdbStubStateMachine<'a, T, BufferedConnection>;
+
+/// Hands gdbstub a whole packet (or a `0x03`), byte by byte.
+fn feed<'a, T: Inferior>(mut gdb: Machine<'a, T>, target: &mut T, bytes: &[u8]) -> Result<Machine<'a, T>, ServerError> {
+    let fatal = |e: gdbstub::stub::GdbStubError<String, std::io::Error>| ServerError::Protocol(e.to_string());
+    for &byte in bytes {
+        gdb = match gdb {
+            GdbStubStateMachine::Idle(inner) => inner.incoming_data(target, byte).map_err(fatal)?,
+            GdbStubStateMachine::Running(inner) => inner.incoming_data(target, byte).map_err(fatal)?,
+            other => return Ok(other),
+        };
+    }
+    Ok(gdb)
+}
+
+/// Serves one client on `listener` for `target` until the session ends:
+/// the client leaves (FIN or RST; the program is killed), kills the program
+/// (`k`, `vKill`), detaches (`D`; it runs on), or the program ends.
 /// Further clients are refused with a message while one is connected.
 pub fn serve<T: Inferior>(listener: &TcpListener, mut target: T) -> Result<SessionEnd, ServerError> {
     let (stream, peer) = listener.accept()?;
     tracing::info!(%peer, "client connected");
     stream.set_nodelay(true)?;
     listener.set_nonblocking(true)?;
-    let mut reader = stream.try_clone()?;
-    let conn = BufferedConnection::new(stream);
+    let broken = Rc::new(Cell::new(false));
+    let mut client = Client { reader: stream.try_clone()?, unread: VecDeque::new(), buf: vec![0; 4096] };
+    let conn = BufferedConnection::new(stream, broken.clone());
     target.start_session()?;
+    match run(listener, &mut target, &mut client, conn) {
+        Ok(end) => Ok(end),
+        // The client went away while being answered.
+        Err(ServerError::Io(e)) if is_client_gone(&e) => {
+            target.kill();
+            Ok(SessionEnd::ClientGone)
+        }
+        Err(ServerError::Protocol(_)) if broken.get() => {
+            target.kill();
+            Ok(SessionEnd::ClientGone)
+        }
+        Err(e) => Err(e),
+    }
+}
 
-    let mut framer = Framer::default();
-    let mut pending: VecDeque<u8> = VecDeque::new();
+fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client, conn: BufferedConnection) -> Result<SessionEnd, ServerError> {
+    let mut framer = Framer::new(PACKET_SIZE - 4);
+    let mut selection = Selection::default();
     let mut no_ack = false;
-    let mut buf = [0u8; 4096];
     let fatal = |e: gdbstub::stub::GdbStubError<String, std::io::Error>| ServerError::Protocol(e.to_string());
-
-    let mut gdb = GdbStub::new(conn).run_state_machine(&mut target).map_err(fatal)?;
+    let stub = GdbStub::builder(conn).packet_buffer_size(PACKET_SIZE).build().map_err(|e| ServerError::Protocol(e.to_string()))?;
+    let mut gdb = stub.run_state_machine(target).map_err(fatal)?;
     loop {
         gdb = match gdb {
             GdbStubStateMachine::Idle(mut inner) => {
-                if let Some(byte) = pending.pop_front() {
-                    inner.incoming_data(&mut target, byte).map_err(fatal)?
-                } else {
-                    refuse_second_client(listener);
-                    let n = reader.read(&mut buf)?;
-                    if n == 0 {
+                let Some(byte) = client.unread.pop_front() else {
+                    if let Wait::Gone = client.wait(listener, None, PollTimeout::NONE)? {
                         target.kill();
                         return Ok(SessionEnd::ClientGone);
                     }
-                    for &byte in &buf[..n] {
-                        match framer.feed(byte) {
-                            None => {}
-                            Some(Framed::Forward(bytes)) => pending.extend(bytes),
-                            Some(Framed::Packet(body, raw)) => {
-                                tracing::debug!(packet = %String::from_utf8_lossy(&body), "->");
-                                let checksum = body.iter().fold(0u8, |sum, b| sum.wrapping_add(*b));
-                                let stated = std::str::from_utf8(&raw[raw.len() - 2..]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
-                                if stated != Some(checksum) {
-                                    tracing::warn!(packet = %String::from_utf8_lossy(&raw), "bad checksum; packet dropped");
-                                    if !no_ack {
-                                        Connection::write(inner.borrow_conn(), b'-')?;
-                                        Connection::flush(inner.borrow_conn())?;
-                                    }
-                                    continue;
+                    gdb = GdbStubStateMachine::Idle(inner);
+                    continue;
+                };
+                match framer.feed(byte) {
+                    None => GdbStubStateMachine::Idle(inner),
+                    Some(Framed::Interrupt) => feed(GdbStubStateMachine::Idle(inner), target, &[0x03])?,
+                    Some(framed @ (Framed::Nak | Framed::BadChecksum)) => {
+                        ask_again(inner.borrow_conn(), &framed, no_ack)?;
+                        GdbStubStateMachine::Idle(inner)
+                    }
+                    Some(Framed::TooLong) => {
+                        tracing::warn!(limit = PACKET_SIZE, "packet longer than PacketSize refused");
+                        answer(inner.borrow_conn(), no_ack, b"E16")?;
+                        GdbStubStateMachine::Idle(inner)
+                    }
+                    Some(Framed::Packet(body)) => {
+                        tracing::debug!(packet = %String::from_utf8_lossy(&body), "->");
+                        match screen(&body, target, &mut selection) {
+                            Screened::Kill => {
+                                target.kill();
+                                answer(inner.borrow_conn(), no_ack, b"X09")?;
+                                return Ok(SessionEnd::Killed);
+                            }
+                            Screened::Answer(reply) => {
+                                answer(inner.borrow_conn(), no_ack, &reply)?;
+                                GdbStubStateMachine::Idle(inner)
+                            }
+                            Screened::Forward(body) => {
+                                if body == b"QStartNoAckMode" {
+                                    no_ack = true;
                                 }
-                                if body == b"k" {
-                                    // LLDB's kill waits for the exit stop reply
-                                    // (`X09`, as lldb-server sends); gdbstub in
-                                    // extended mode would answer `OK`. (GDB sends vKill.)
-                                    target.kill();
-                                    answer(inner.borrow_conn(), no_ack, b"X09")?;
-                                    return Ok(SessionEnd::Killed);
-                                }
-                                let reply = if malformed(&body) {
-                                    tracing::warn!(packet = %String::from_utf8_lossy(&body), "malformed packet");
-                                    Some(b"E16".to_vec())
-                                } else {
-                                    intercept(&body, &target)
-                                };
-                                if let Some(reply) = reply {
-                                    answer(inner.borrow_conn(), no_ack, &reply)?;
-                                } else {
-                                    if body == b"QStartNoAckMode" {
-                                        no_ack = true;
-                                    }
-                                    pending.extend(raw);
-                                }
+                                feed(GdbStubStateMachine::Idle(inner), target, &frame(&body))?
                             }
                         }
                     }
-                    GdbStubStateMachine::Idle(inner)
                 }
             }
-            GdbStubStateMachine::Running(inner) => {
-                if let Some(byte) = pending.pop_front() {
-                    inner.incoming_data(&mut target, byte).map_err(fatal)?
-                } else if let Some(reason) = target.poll_stop() {
-                    inner.report_stop(&mut target, reason).map_err(fatal)?
-                } else {
-                    let mut fds = vec![PollFd::new(reader.as_fd(), PollFlags::POLLIN)];
-                    fds.extend(target.stop_events().map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
-                    poll(&mut fds, PollTimeout::from(100u16))?;
-                    let client = fds[0].revents().is_some_and(|r| !r.is_empty());
-                    drop(fds);
-                    if client {
-                        let n = reader.read(&mut buf)?;
-                        if n == 0 {
-                            target.kill();
-                            return Ok(SessionEnd::ClientGone);
+            GdbStubStateMachine::Running(mut inner) => {
+                if let Some(reason) = target.poll_stop() {
+                    inner.report_stop(target, reason).map_err(fatal)?
+                } else if let Some(byte) = client.unread.pop_front() {
+                    // In all-stop mode a client sends only `0x03` while the
+                    // program runs; anything else is answered, not run.
+                    match framer.feed(byte) {
+                        None => GdbStubStateMachine::Running(inner),
+                        Some(Framed::Interrupt) => feed(GdbStubStateMachine::Running(inner), target, &[0x03])?,
+                        Some(framed @ (Framed::Nak | Framed::BadChecksum)) => {
+                            ask_again(inner.borrow_conn(), &framed, no_ack)?;
+                            GdbStubStateMachine::Running(inner)
                         }
-                        pending.extend(&buf[..n]);
+                        Some(Framed::TooLong | Framed::Packet(_)) => {
+                            tracing::warn!("a packet while the program runs refused");
+                            answer(inner.borrow_conn(), no_ack, b"E16")?;
+                            GdbStubStateMachine::Running(inner)
+                        }
+                    }
+                } else {
+                    if let Wait::Gone = client.wait(listener, target.stop_events(), PollTimeout::from(100u16))? {
+                        target.kill();
+                        return Ok(SessionEnd::ClientGone);
                     }
                     GdbStubStateMachine::Running(inner)
                 }
             }
             GdbStubStateMachine::CtrlCInterrupt(inner) => {
                 target.interrupt();
-                inner.interrupt_handled(&mut target, None::<StopReason>).map_err(fatal)?
+                inner.interrupt_handled(target, None::<StopReason>).map_err(fatal)?
             }
             GdbStubStateMachine::Disconnected(inner) => {
                 let end = match inner.get_reason() {
@@ -203,8 +344,24 @@ pub fn serve<T: Inferior>(listener: &TcpListener, mut target: T) -> Result<Sessi
     }
 }
 
+/// A `-` from the client: the last packet again. A packet whose checksum
+/// did not match: with acks on, a `-` asks the client for it again.
+fn ask_again(conn: &mut BufferedConnection, framed: &Framed, no_ack: bool) -> std::io::Result<()> {
+    match framed {
+        Framed::Nak => conn.resend_last_packet(),
+        _ => {
+            tracing::warn!("bad checksum; packet dropped");
+            if no_ack {
+                return Ok(());
+            }
+            Connection::write(conn, b'-')?;
+            Connection::flush(conn)
+        }
+    }
+}
+
 fn refuse_second_client(listener: &TcpListener) {
-    if let Ok((mut other, peer)) = listener.accept() {
+    while let Ok((mut other, peer)) = listener.accept() {
         tracing::warn!(%peer, "refusing a second client");
         let _ = Write::write_all(&mut other, b"retrace-stub: another debugger is already connected\n");
     }

@@ -33,6 +33,9 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
     /// [`Self::stop_events`] returns.
     fn start_session(&mut self) -> std::io::Result<()>;
 
+    /// Whether the program has this thread (a Linux tid) now.
+    fn has_thread(&self, tid: u64) -> bool;
+
     /// A descriptor that becomes readable when the program may have
     /// stopped (the session waits on it and on the client at once); `None`
     /// when stops are known without waiting.

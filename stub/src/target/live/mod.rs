@@ -73,6 +73,8 @@ pub struct ProcessTarget {
     interrupted: bool,
     /// Readable when a child changed state (SIGCHLD, blocked for the session).
     sigchld: Option<SignalFd>,
+    /// A stop to report without waiting (an interrupt while nothing ran).
+    stop_now: Option<StopReason>,
 }
 
 /// One of the four x86 debug-address registers in use.
@@ -248,6 +250,7 @@ impl ProcessTarget {
             new_threads: BTreeSet::new(),
             interrupted: false,
             sigchld: None,
+            stop_now: None,
         }
     }
 
@@ -361,11 +364,19 @@ impl Inferior for ProcessTarget {
         Ok(())
     }
 
+    fn has_thread(&self, tid: u64) -> bool {
+        i32::try_from(tid).is_ok_and(|tid| self.threads.contains(&Pid::from_raw(tid)))
+    }
+
     fn stop_events(&self) -> Option<BorrowedFd<'_>> {
         self.sigchld.as_ref().map(|fd| fd.as_fd())
     }
 
     fn poll_stop(&mut self) -> Option<StopReason> {
+        if let Some(stop) = self.stop_now.take() {
+            self.interrupted = false;
+            return Some(stop);
+        }
         if let Some(sigchld) = &self.sigchld {
             while let Ok(Some(_)) = sigchld.read_signal() {}
         }
@@ -375,6 +386,12 @@ impl Inferior for ProcessTarget {
     }
 
     fn interrupt(&mut self) {
+        if self.running.is_empty() {
+            // Nothing runs (a resume that started no thread): the stop is now.
+            if let Some(&tid) = self.threads.first() {
+                self.stop_now = Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: gdbstub::common::Signal::SIGINT });
+            }
+        }
         for tid in &self.running {
             // SAFETY: tgkill has no memory-safety preconditions.
             unsafe { libc::syscall(libc::SYS_tgkill, self.pid.as_raw(), tid.as_raw(), libc::SIGSTOP) };

@@ -1,0 +1,135 @@
+//! The harness the stub's tests share: a stub started on a program, raw
+//! packets exchanged with it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Starts the stub on `program` and waits until it listens.
+pub fn start_stub(program: &Path) -> (Child, u16) {
+    start_stub_with_args(program, &[])
+}
+
+/// Starts the stub on `program args…` and waits until it listens.
+pub fn start_stub_with_args(program: &Path, args: &[&Path]) -> (Child, u16) {
+    let (child, port, _) = start_stub_listening(program, args, "127.0.0.1");
+    (child, port)
+}
+
+/// Starts the stub on `program args…` listening on `host` (the port the
+/// system picks, read back from what the stub says, so that tests running
+/// at once never race for one) and waits until it listens; returns it, the
+/// port and the program's pid.
+pub fn start_stub_listening(program: &Path, args: &[&Path], host: &str) -> (Child, u16, i32) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
+        .args(["--listen", &format!("{host}:0"), "--"])
+        .arg(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the stub ended before listening");
+    }
+    let (pid, port) = pid_and_port(&line);
+    // What the stub says later is the test's output (shown when it fails).
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            eprintln!("stub: {line}");
+        }
+    });
+    (child, port, pid)
+}
+
+pub fn wait_exit(mut child: Child) -> Option<i32> {
+    for _ in 0..100 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    None
+}
+
+/// Sends `payload` as a packet and returns the reply's body.
+pub fn exchange(stream: &mut TcpStream, payload: &str) -> String {
+    stream.write_all(&framed(payload.as_bytes())).unwrap();
+    read_packet(stream).unwrap_or_else(|| panic!("no reply to {payload}"))
+}
+
+/// The program's pid and the port from the stub's first line:
+/// "retrace-stub: process PID stopped at entry; listening on HOST:PORT".
+pub fn pid_and_port(line: &str) -> (i32, u16) {
+    let pid = line.split_whitespace().nth(2).and_then(|p| p.parse().ok());
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
+    match (pid, port) {
+        (Some(pid), Some(port)) => (pid, port),
+        _ => panic!("stub said: {line}"),
+    }
+}
+
+/// `body` framed: `$body#cc`.
+pub fn framed(body: &[u8]) -> Vec<u8> {
+    let sum = body.iter().fold(0u8, |s, b| s.wrapping_add(*b));
+    let mut packet = vec![b'$'];
+    packet.extend_from_slice(body);
+    packet.extend_from_slice(format!("#{sum:02x}").as_bytes());
+    packet
+}
+
+/// The next packet's body from the stub (acknowledgements skipped); `None`
+/// when none comes before the stream's read timeout or the stub closes.
+pub fn read_packet(stream: &mut TcpStream) -> Option<String> {
+    let mut reply = Vec::new();
+    let mut byte = [0u8; 1];
+    let mut hashes = None;
+    loop {
+        if stream.read_exact(&mut byte).is_err() {
+            return None;
+        }
+        if reply.is_empty() && byte[0] != b'$' {
+            continue;
+        }
+        reply.push(byte[0]);
+        if let Some(n) = &mut hashes {
+            *n -= 1;
+            if *n == 0 {
+                break;
+            }
+        } else if byte[0] == b'#' {
+            hashes = Some(2);
+        }
+    }
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    Some(text.trim_start_matches('$').rsplit_once('#').map(|(body, _)| body.to_string()).unwrap_or(text))
+}
+
+/// Whether process `pid` exists and has not ended (a zombie has).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// A reply body with the protocol's run-length encoding undone (`x*n`:
+/// `x` and then `n - 29` more of it).
+pub fn run_length_decoded(body: &str) -> String {
+    let mut out = String::new();
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        if c == '*' {
+            let count = chars.next().map_or(0, |n| n as usize - 29);
+            let last = out.chars().last().unwrap_or('0');
+            out.extend(std::iter::repeat(last).take(count));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
