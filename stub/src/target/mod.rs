@@ -6,7 +6,9 @@
 //! server talks to its replay sessions through one such interface; so does
 //! this one.
 //!
-//! * [`live`] — a process running now, under ptrace.
+//! * [`live`] — a process running now, under ptrace;
+//! * [`inert`] — a program in buffers that never runs (its threads stop as
+//!   soon as they are resumed): what the protocol side is fuzzed against.
 //!
 //! The recorded history (`--record`) and a saved trace (`--replay`) are to
 //! be targets of their own behind the same interface.
@@ -18,6 +20,7 @@ use gdbstub::target::Target;
 
 use crate::arch::X86_64Linux;
 
+pub mod inert;
 pub mod live;
 
 /// A stop reason to report to the client (thread ids are Linux tids).
