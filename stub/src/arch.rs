@@ -39,6 +39,11 @@ pub struct Regs {
 /// Number of registers.
 pub const REGISTER_COUNT: usize = 60;
 
+/// Size in bytes of all registers, as `g` and `G` carry them.
+pub fn register_block_size() -> usize {
+    (0..REGISTER_COUNT).filter_map(register_size).sum()
+}
+
 /// Size in bytes of register `n`.
 pub fn register_size(n: usize) -> Option<usize> {
     Some(match n {

@@ -115,7 +115,8 @@ pub(crate) fn malformed(body: &[u8]) -> bool {
         'p' => !(rest.len() <= 8 && is_hex64(rest)),
         'P' => !rest.split_once('=').is_some_and(|(n, v)| n.len() <= 8 && is_hex64(n) && !v.is_empty() && is_hex_bytes(v)),
         'g' => text != "g",
-        'G' => !(!rest.is_empty() && is_hex_bytes(rest)),
+        // Every register, as `g` reads them (a partial `G` would zero the rest).
+        'G' => !(rest.len() == 2 * crate::arch::register_block_size() && is_hex_bytes(rest)),
         'H' => !(matches!(rest.as_bytes().first(), Some(b'g' | b'c')) && is_thread_id(&rest[1..])),
         'T' => !is_thread_id(rest),
         'c' | 's' => !(rest.is_empty() || is_hex64(rest)),
@@ -177,5 +178,9 @@ mod tests {
         ] {
             assert!(malformed(bad.as_bytes()), "{bad} accepted");
         }
+        // `G` carries every register, as `g` reads them.
+        let all = "00".repeat(crate::arch::register_block_size());
+        assert!(!malformed(format!("G{all}").as_bytes()));
+        assert!(malformed(format!("G{}", &all[2..]).as_bytes()));
     }
 }
