@@ -9,25 +9,22 @@ use std::num::NonZeroUsize;
 use std::os::fd::BorrowedFd;
 
 use gdbstub::common::{Signal as GdbSignal, Tid};
-use gdbstub::target::ext::auxv::{Auxv, AuxvOps};
+use gdbstub::target::ext::auxv::Auxv;
 use gdbstub::target::ext::base::multithread::{
     MultiThreadBase, MultiThreadResume, MultiThreadResumeOps, MultiThreadSchedulerLocking, MultiThreadSchedulerLockingOps,
     MultiThreadSingleStep, MultiThreadSingleStepOps,
 };
 use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, SingleRegisterAccessOps};
-use gdbstub::target::ext::base::BaseOps;
-use gdbstub::target::ext::breakpoints::{
-    Breakpoints, BreakpointsOps, HwBreakpoint, HwBreakpointOps, HwWatchpoint, HwWatchpointOps, SwBreakpoint, SwBreakpointOps, WatchKind,
-};
-use gdbstub::target::ext::exec_file::{ExecFile, ExecFileOps};
+use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind};
+use gdbstub::target::ext::exec_file::ExecFile;
 use gdbstub::target::ext::extended_mode::{
-    Args, AttachKind, CurrentActivePid, CurrentActivePidOps, ExtendedMode, ExtendedModeOps, ShouldTerminate,
+    Args, AttachKind, CurrentActivePid, CurrentActivePidOps, ExtendedMode, ShouldTerminate,
 };
-use gdbstub::target::ext::libraries::{LibrariesSvr4, LibrariesSvr4Ops};
+use gdbstub::target::ext::libraries::LibrariesSvr4;
 use gdbstub::target::ext::thread_extra_info::{ThreadExtraInfo, ThreadExtraInfoOps};
-use gdbstub::target::{Target, TargetError, TargetResult};
+use gdbstub::target::{TargetError, TargetResult};
 
-use crate::arch::{RegNumber, Regs, X86_64Linux};
+use crate::arch::{RegNumber, Regs};
 use crate::target::{Inferior, StopReason};
 
 /// Where the inert program's memory starts.
@@ -129,46 +126,7 @@ impl Inferior for InertTarget {
     fn detach(&mut self) {}
 }
 
-impl Target for InertTarget {
-    type Arch = X86_64Linux;
-    type Error = String;
-
-    fn base_ops(&mut self) -> BaseOps<'_, Self::Arch, Self::Error> {
-        BaseOps::MultiThread(self)
-    }
-
-    fn support_breakpoints(&mut self) -> Option<BreakpointsOps<'_, Self>> {
-        Some(self)
-    }
-
-    fn support_exec_file(&mut self) -> Option<ExecFileOps<'_, Self>> {
-        Some(self)
-    }
-
-    fn support_auxv(&mut self) -> Option<AuxvOps<'_, Self>> {
-        Some(self)
-    }
-
-    fn support_libraries_svr4(&mut self) -> Option<LibrariesSvr4Ops<'_, Self>> {
-        Some(self)
-    }
-
-    fn support_extended_mode(&mut self) -> Option<ExtendedModeOps<'_, Self>> {
-        Some(self)
-    }
-
-    fn use_fork_stop_reason(&self) -> bool {
-        false
-    }
-
-    fn use_vfork_stop_reason(&self) -> bool {
-        false
-    }
-
-    fn use_vforkdone_stop_reason(&self) -> bool {
-        false
-    }
-}
+crate::target::offer_capabilities!(InertTarget);
 
 impl MultiThreadBase for InertTarget {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {
@@ -274,20 +232,6 @@ impl MultiThreadSchedulerLocking for InertTarget {
     fn set_resume_action_scheduler_lock(&mut self) -> Result<(), Self::Error> {
         self.scheduler_locked = true;
         Ok(())
-    }
-}
-
-impl Breakpoints for InertTarget {
-    fn support_sw_breakpoint(&mut self) -> Option<SwBreakpointOps<'_, Self>> {
-        Some(self)
-    }
-
-    fn support_hw_breakpoint(&mut self) -> Option<HwBreakpointOps<'_, Self>> {
-        Some(self)
-    }
-
-    fn support_hw_watchpoint(&mut self) -> Option<HwWatchpointOps<'_, Self>> {
-        Some(self)
     }
 }
 

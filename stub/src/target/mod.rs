@@ -61,3 +61,70 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
     /// The client detached: the program runs on without the debugger.
     fn detach(&mut self);
 }
+
+/// The gdbstub capabilities every target offers — the same for all, so
+/// that a packet reaches the same gdbstub parser whatever is debugged (the
+/// protocol side's checks, and its fuzzing against the inert target, hold
+/// for the live one): multi-thread base with resume, single step and
+/// scheduler locking, software and hardware breakpoints and watchpoints,
+/// the executable's path, auxv, the library list, extended mode (only so
+/// that thread ids carry the real pid); no fork events.
+macro_rules! offer_capabilities {
+    ($target:ty) => {
+        impl gdbstub::target::Target for $target {
+            type Arch = crate::arch::X86_64Linux;
+            type Error = String;
+
+            fn base_ops(&mut self) -> gdbstub::target::ext::base::BaseOps<'_, Self::Arch, Self::Error> {
+                gdbstub::target::ext::base::BaseOps::MultiThread(self)
+            }
+
+            fn support_breakpoints(&mut self) -> Option<gdbstub::target::ext::breakpoints::BreakpointsOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_exec_file(&mut self) -> Option<gdbstub::target::ext::exec_file::ExecFileOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_auxv(&mut self) -> Option<gdbstub::target::ext::auxv::AuxvOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_libraries_svr4(&mut self) -> Option<gdbstub::target::ext::libraries::LibrariesSvr4Ops<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_extended_mode(&mut self) -> Option<gdbstub::target::ext::extended_mode::ExtendedModeOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn use_fork_stop_reason(&self) -> bool {
+                false
+            }
+
+            fn use_vfork_stop_reason(&self) -> bool {
+                false
+            }
+
+            fn use_vforkdone_stop_reason(&self) -> bool {
+                false
+            }
+        }
+
+        impl gdbstub::target::ext::breakpoints::Breakpoints for $target {
+            fn support_sw_breakpoint(&mut self) -> Option<gdbstub::target::ext::breakpoints::SwBreakpointOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_hw_breakpoint(&mut self) -> Option<gdbstub::target::ext::breakpoints::HwBreakpointOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_hw_watchpoint(&mut self) -> Option<gdbstub::target::ext::breakpoints::HwWatchpointOps<'_, Self>> {
+                Some(self)
+            }
+        }
+    };
+}
+pub(crate) use offer_capabilities;
