@@ -3,7 +3,13 @@
 //! checks, the packets answered before gdbstub, gdbstub's state machine)
 //! debugging an inert program (no process). Must never panic or end the
 //! session in error; every reply is a whole packet with a right checksum,
-//! no longer than PacketSize.
+//! no longer than PacketSize, and nothing follows the last one.
+//!
+//! An input whose first byte is even is sent as it is; otherwise the rest
+//! is split at newlines and each line sent as a packet with its right
+//! checksum (a line `\x03` or `-` alone is sent bare), so that mutations
+//! reach the parsers behind the checksum (`packet_path.dict` holds real
+//! packets).
 #![no_main]
 
 use std::io::{Read, Write};
@@ -28,12 +34,35 @@ fn check_replies(bytes: &[u8]) {
         assert!(hash + 3 <= PACKET_SIZE, "a reply of {} bytes", hash + 3);
         rest = &packet[hash + 3..];
     }
+    assert!(rest.iter().all(|&b| b == b'+' || b == b'-'), "bytes after the last reply: {rest:?}");
+}
+
+/// The bytes a client sends for fuzz input `data`.
+fn client_bytes(data: &[u8]) -> Vec<u8> {
+    match data.split_first() {
+        Some((mode, rest)) if mode % 2 == 1 => {
+            let mut out = Vec::new();
+            for line in rest.split(|&b| b == b'\n') {
+                match line {
+                    b"\x03" | b"-" => out.extend_from_slice(line),
+                    _ => {
+                        let sum = line.iter().fold(0u8, |s, b| s.wrapping_add(*b));
+                        out.push(b'$');
+                        out.extend_from_slice(line);
+                        out.extend_from_slice(format!("#{sum:02x}").as_bytes());
+                    }
+                }
+            }
+            out
+        }
+        _ => data.to_vec(),
+    }
 }
 
 fuzz_target!(|data: &[u8]| {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
-    let input = data.to_vec();
+    let input = client_bytes(data);
     let client = std::thread::spawn(move || {
         let mut stream = TcpStream::connect(address).unwrap();
         let _ = stream.write_all(&input);

@@ -50,6 +50,9 @@ impl Connection for BufferedConnection {
     }
 
     fn flush(&mut self) -> Result<(), Self::Error> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
         tracing::debug!(reply = %String::from_utf8_lossy(&self.out), "<-");
         // Replies are escaped: a `$` starts a packet.
         if let Some(start) = self.out.iter().rposition(|&b| b == b'$') {

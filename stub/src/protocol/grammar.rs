@@ -12,6 +12,12 @@ fn is_hex64(text: &str) -> bool {
     (1..=16).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// A process or thread number gdbstub takes as one: hex, not zero (zero is
+/// written `0` and means "any"; gdbstub refuses `00`).
+fn is_nonzero_hex64(text: &str) -> bool {
+    is_hex64(text) && text.bytes().any(|b| b != b'0')
+}
+
 /// Hex digits in pairs: encoded bytes (possibly none).
 fn is_hex_bytes(text: &str) -> bool {
     text.len() % 2 == 0 && text.bytes().all(|b| b.is_ascii_hexdigit())
@@ -20,7 +26,7 @@ fn is_hex_bytes(text: &str) -> bool {
 /// A thread id: `-1`, a hex number, or `p<pid>.<tid>` with either part
 /// `-1` or hex (a bare `p<pid>` gdbstub does not take).
 pub(crate) fn is_thread_id(text: &str) -> bool {
-    let part = |p: &str| p == "-1" || is_hex64(p);
+    let part = |p: &str| matches!(p, "-1" | "0") || is_nonzero_hex64(p);
     match text.strip_prefix('p') {
         Some(rest) => rest.split_once('.').is_some_and(|(pid, tid)| part(pid) && part(tid)),
         None => part(text),
@@ -54,7 +60,7 @@ fn is_xfer_read(text: &str) -> bool {
     };
     let annex_ok = match object {
         "features" => annex == "target.xml",
-        "exec-file" => annex.is_empty() || is_hex64(annex),
+        "exec-file" => annex.is_empty() || is_nonzero_hex64(annex),
         "auxv" | "libraries-svr4" => annex.is_empty(),
         _ => true, // not offered: gdbstub answers it as unknown
     };
@@ -92,7 +98,11 @@ pub(crate) fn malformed(body: &[u8]) -> bool {
     if body.first() == Some(&b'X') {
         return !is_binary_write(body);
     }
-    let Ok(text) = std::str::from_utf8(body) else { return true };
+    // Other bytes than text make any command below malformed (they are not
+    // hex digits); a packet gdbstub does not know (`qSearch:memory` carries
+    // a binary pattern) it answers empty.
+    let text = String::from_utf8_lossy(body);
+    let text = &*text;
     let Some(first) = text.chars().next() else { return true };
     let rest = &text[first.len_utf8()..];
     // Commands gdbstub knows that take nothing after their name (it
@@ -101,7 +111,7 @@ pub(crate) fn malformed(body: &[u8]) -> bool {
     const EXACT: [&str; 11] =
         ["?", "k", "!", "g", "qC", "qfThreadInfo", "qsThreadInfo", "QStartNoAckMode", "QEnvironmentReset", "vCont?", "qAttached"];
     if let Some(name) = EXACT.iter().find(|name| text.starts_with(**name)) {
-        let attached_pid = *name == "qAttached" && text.strip_prefix("qAttached:").is_some_and(is_hex64);
+        let attached_pid = *name == "qAttached" && text.strip_prefix("qAttached:").is_some_and(is_nonzero_hex64);
         return text != *name && !attached_pid;
     }
     match first {
@@ -128,16 +138,22 @@ pub(crate) fn malformed(body: &[u8]) -> bool {
         // A bare `vCont` would resume nothing, and nothing would stop.
         'v' if text.starts_with("vCont") => text != "vCont?",
         'v' if text.starts_with("vKill") => !text.strip_prefix("vKill;").is_some_and(is_hex64),
-        'v' if text.starts_with("vAttach") => !text.strip_prefix("vAttach;").is_some_and(is_hex64),
+        'v' if text.starts_with("vAttach") => !text.strip_prefix("vAttach;").is_some_and(is_nonzero_hex64),
         'v' if text.starts_with("vRun") => !text.strip_prefix("vRun;").is_some_and(|args| args.split(';').all(is_hex_bytes)),
         'q' if text.starts_with("qXfer:") => !is_xfer_read(text),
-        'q' if text.starts_with("qThreadExtraInfo") => !text.strip_prefix("qThreadExtraInfo,").is_some_and(is_thread_id),
+        // gdbstub wants a real process in `p<pid>.<tid>` here.
+        'q' if text.starts_with("qThreadExtraInfo") => !text
+            .strip_prefix("qThreadExtraInfo,")
+            .is_some_and(|t| is_thread_id(t) && t.strip_prefix('p').is_none_or(|r| r.split_once('.').is_some_and(|(pid, _)| is_nonzero_hex64(pid)))),
         'q' if text.starts_with("qC") => text != "qC",
         'Q' if text.starts_with("QStartNoAckMode") => text != "QStartNoAckMode",
         'Q' if text.starts_with("QSetWorkingDir") => !text.strip_prefix("QSetWorkingDir:").is_some_and(is_hex_bytes),
         'Q' if text.starts_with("QDisableRandomization") => !matches!(text, "QDisableRandomization:0" | "QDisableRandomization:1"),
         'Q' if text.starts_with("QStartupWithShell") => !matches!(text, "QStartupWithShell:0" | "QStartupWithShell:1"),
-        'Q' if text.starts_with("QEnvironmentHexEncoded") => !text.strip_prefix("QEnvironmentHexEncoded:").is_some_and(is_hex_bytes),
+        // `NAME=VALUE`, hex-encoded.
+        'Q' if text.starts_with("QEnvironmentHexEncoded") => !text
+            .strip_prefix("QEnvironmentHexEncoded:")
+            .is_some_and(|hex| is_hex_bytes(hex) && hex.as_bytes().chunks(2).any(|pair| pair.eq_ignore_ascii_case(b"3d"))),
         'Q' if text.starts_with("QEnvironmentUnset") => !text.strip_prefix("QEnvironmentUnset:").is_some_and(is_hex_bytes),
         'q' if text.starts_with("qRegisterInfo") => !text.strip_prefix("qRegisterInfo").is_some_and(|n| n.len() <= 8 && is_hex64(n)),
         // `qSupported:feature;feature…` (none empty); a bare one is rewritten
@@ -145,8 +161,7 @@ pub(crate) fn malformed(body: &[u8]) -> bool {
         'q' if text.starts_with("qSupported") => {
             !(matches!(text, "qSupported" | "qSupported:") || text.strip_prefix("qSupported:").is_some_and(|f| f.split(';').all(|f| !f.is_empty())))
         }
-        // No command this stub takes carries other bytes outside `X`'s data.
-        _ => !text.is_ascii(),
+        _ => false,
     }
 }
 
@@ -163,7 +178,8 @@ mod tests {
             "jThreadsInfo", "vKill;1c96", "D;1c96", "D", "qC", "qXfer:exec-file:read:1c96:0,ffb", "qXfer:auxv:read::0,131071",
             "qThreadExtraInfo,p1c96.1c96", "vAttach;1c96", "QSetWorkingDir:2f746d70", "X1000,2:}]}]", "!", "qAttached", "qAttached:1c96",
             "qSupported", "qSupported:", "qSupported:xmlRegisters=i386;multiprocess+", "QDisableRandomization:1", "qRegisterInfo1a",
-            "QEnvironmentHexEncoded:413d31", "qfThreadInfo",
+            "QEnvironmentHexEncoded:413d31", "qfThreadInfo", "qSearch:memory:1000;4;\u{de}\u{ad}",
+            "Hgp4d2.0", "vCont;c:04d2",
         ] {
             assert!(!malformed(ok.as_bytes()), "{ok} rejected");
         }
@@ -172,9 +188,11 @@ mod tests {
             "garbage", "?x", "D;0x", "vKill", "qThreadExtraInfo", "qC1", "QStartNoAckMode:x", "qXfer:features:read:foo.xml:0,10",
             "qXfer:exec-file:read:zz:0,10", "vRun;zz", "vAttach;zz", "QSetWorkingDir:zz", "Hgp1", "T-1x", "vCont;s", "vCont;S05",
             "vCont;s:p-1.-1", "vCont;c:p0.0", "vCont", "vContx", "R00", "X555555558020,1:}", "X1000,2:\u{1}}", "X1000,2:}}}", "m112233445566778899,1",
-            "m0,10000000000000000", "p10000000000000000", "P10000000000000000=00", "é", "qSupportedmultiprocess+",
+            "m0,10000000000000000", "p10000000000000000", "P10000000000000000=00", "qSupportedmultiprocess+",
             "qSupported:a;;b", "qSupported:a;", "qfThreadInfoX", "kill", "qAttachedX", "QDisableRandomization:2", "qRegisterInfozz",
-            "Z0,1000,1;X2,abcd",
+            "Z0,1000,1;X2,abcd", "qAttached:0",
+            "vAttach;0", "qXfer:exec-file:read:0:0,1", "QEnvironmentHexEncoded:", "QEnvironmentHexEncoded:41",
+            "qThreadExtraInfo,p-1.4d2", "qThreadExtraInfo,p0.4d2", "Hg00", "Hc00", "Hgp4d2.00", "Tp00.4d2", "vCont;c:00", "vCont;c:p4d2.00",
         ] {
             assert!(malformed(bad.as_bytes()), "{bad} accepted");
         }

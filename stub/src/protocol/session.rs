@@ -215,6 +215,17 @@ fn feed<'a, T: Inferior>(mut gdb: Machine<'a, T>, target: &mut T, bytes: &[u8]) 
     Ok(gdb)
 }
 
+/// Sends what gdbstub wrote and did not flush.
+fn flush<T: Inferior>(gdb: &mut Machine<'_, T>) -> std::io::Result<()> {
+    let conn = match gdb {
+        GdbStubStateMachine::Idle(inner) => inner.borrow_conn(),
+        GdbStubStateMachine::Running(inner) => inner.borrow_conn(),
+        GdbStubStateMachine::CtrlCInterrupt(inner) => inner.borrow_conn(),
+        GdbStubStateMachine::Disconnected(inner) => inner.borrow_conn(),
+    };
+    Connection::flush(conn)
+}
+
 /// Serves one client on `listener` for `target` until the session ends:
 /// the client leaves (FIN or RST; the program is killed), kills the program
 /// (`k`, `vKill`), detaches (`D`; it runs on), or the program ends.
@@ -262,8 +273,9 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                     continue;
                 };
                 match framer.feed(byte) {
-                    None => GdbStubStateMachine::Idle(inner),
-                    Some(Framed::Interrupt) => feed(GdbStubStateMachine::Idle(inner), target, &[0x03])?,
+                    // An interrupt with nothing running has nothing to stop
+                    // (gdbstub would hold it and stop the next resume at once).
+                    None | Some(Framed::Interrupt) => GdbStubStateMachine::Idle(inner),
                     Some(framed @ (Framed::Nak | Framed::BadChecksum)) => {
                         ask_again(inner.borrow_conn(), &framed, no_ack)?;
                         GdbStubStateMachine::Idle(inner)
@@ -289,7 +301,10 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                                 if body == b"QStartNoAckMode" {
                                     no_ack = true;
                                 }
-                                feed(GdbStubStateMachine::Idle(inner), target, &frame(&body))?
+                                let mut next = feed(GdbStubStateMachine::Idle(inner), target, &frame(&body))?;
+                                // gdbstub leaves a resume's `+` unsent until the stop.
+                                flush(&mut next)?;
+                                next
                             }
                         }
                     }
