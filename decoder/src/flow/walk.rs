@@ -422,6 +422,13 @@ impl<'a, M: Memory> FlowDecoder<'a, M> {
     }
 
     /// Executes blocks from `ip` until tracing is disabled or the trace ends.
+    ///
+    /// One function of ~170 lines on purpose: it is the decoder's hot loop,
+    /// and every iteration carries `ip`, the successor slot it came through
+    /// (`via`) and LLDB's straight-line counters from the block lookup through
+    /// the anomaly checks to the branch that ends the block, which updates
+    /// all three. The rarer parts are functions of their own (`events_at`,
+    /// `bind`, `ret`, `indirect`).
     fn execute(&mut self, mut ip: u64) -> Flow<Next> {
         let mut straight = StraightLine::new();
         // How `ip` was reached: (block, successor slot) when it is a static
