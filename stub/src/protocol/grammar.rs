@@ -77,7 +77,7 @@ fn is_vcont(actions: &str) -> bool {
             None => (action, None),
         };
         let step = matches!(kind, "s") || (kind.len() == 3 && kind.starts_with('S'));
-        let kind_ok = matches!(kind, "c" | "s") || (kind.len() == 3 && matches!(&kind[..1], "C" | "S") && is_hex64(&kind[1..]));
+        let kind_ok = matches!(kind, "c" | "s") || (kind.len() == 3 && kind.is_ascii() && matches!(&kind[..1], "C" | "S") && is_hex64(&kind[1..]));
         let thread_ok = match thread {
             None => !step,
             Some(thread) => is_thread_id(thread) && !(step && thread.ends_with("-1")) && !is_any_thread(thread),
@@ -190,7 +190,7 @@ mod tests {
             "vCont;s:p-1.-1", "vCont;c:p0.0", "vCont", "vContx", "R00", "X555555558020,1:}", "X1000,2:\u{1}}", "X1000,2:}}}", "m112233445566778899,1",
             "m0,10000000000000000", "p10000000000000000", "P10000000000000000=00", "qSupportedmultiprocess+",
             "qSupported:a;;b", "qSupported:a;", "qfThreadInfoX", "kill", "qAttachedX", "QDisableRandomization:2", "qRegisterInfozz",
-            "Z0,1000,1;X2,abcd", "qAttached:0",
+            "Z0,1000,1;X2,abcd", "vCont;c\u{fffd}", "vCont;\u{e9}x", "qAttached:0",
             "vAttach;0", "qXfer:exec-file:read:0:0,1", "QEnvironmentHexEncoded:", "QEnvironmentHexEncoded:41",
             "qThreadExtraInfo,p-1.4d2", "qThreadExtraInfo,p0.4d2", "Hg00", "Hc00", "Hgp4d2.00", "Tp00.4d2", "vCont;c:00", "vCont;c:p4d2.00",
         ] {
