@@ -288,9 +288,22 @@ fn listening_beyond_loopback_warns() {
     let mut stderr = std::io::BufReader::new(stub.stderr.take().unwrap());
     let mut first = String::new();
     std::io::BufRead::read_line(&mut stderr, &mut first).unwrap();
+    // Stop the stub only once it has launched the program (killed while
+    // launching, it would leave the program running untraced).
+    let mut listening = String::new();
+    while !listening.contains("listening on") {
+        listening.clear();
+        assert!(std::io::BufRead::read_line(&mut stderr, &mut listening).unwrap() > 0, "the stub ended before listening");
+    }
+    let (pid, _) = common::pid_and_port(&listening);
     let _ = stub.kill();
     let _ = stub.wait();
     assert!(first.contains("warning") && first.contains("anyone who can reach it"), "{first}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(pid), "the program outlived its stub");
 }
 
 /// Packets a client sends, for the random test to mutate. Writes to memory
