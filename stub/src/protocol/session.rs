@@ -202,9 +202,13 @@ fn rewrite(body: &[u8]) -> Vec<u8> {
 
 type Machine<'a, T> = GdbStubStateMachine<'a, T, BufferedConnection>;
 
+/// A fatal error of gdbstub's state machine.
+fn fatal(error: gdbstub::stub::GdbStubError<String, std::io::Error>) -> ServerError {
+    ServerError::Protocol(error.to_string())
+}
+
 /// Hands gdbstub a whole packet (or a `0x03`), byte by byte.
 fn feed<'a, T: Inferior>(mut gdb: Machine<'a, T>, target: &mut T, bytes: &[u8]) -> Result<Machine<'a, T>, ServerError> {
-    let fatal = |e: gdbstub::stub::GdbStubError<String, std::io::Error>| ServerError::Protocol(e.to_string());
     for &byte in bytes {
         gdb = match gdb {
             GdbStubStateMachine::Idle(inner) => inner.incoming_data(target, byte).map_err(fatal)?,
@@ -258,7 +262,6 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
     let mut framer = Framer::new(PACKET_SIZE - 4);
     let mut selection = Selection::default();
     let mut no_ack = false;
-    let fatal = |e: gdbstub::stub::GdbStubError<String, std::io::Error>| ServerError::Protocol(e.to_string());
     let stub = GdbStub::builder(conn).packet_buffer_size(PACKET_SIZE).build().map_err(|e| ServerError::Protocol(e.to_string()))?;
     let mut gdb = stub.run_state_machine(target).map_err(fatal)?;
     loop {
