@@ -160,22 +160,52 @@ pub fn perf_attr(pmu: &IntelPtPmu, config: &PtEventConfig) -> sys::bindings::per
     attr
 }
 
-/// The bytes of an overwrite-mode AUX buffer, oldest first: `aux_head` is the
-/// kernel's running write position (it may exceed the buffer size); a buffer
-/// that never wrapped is returned up to the head only.
-pub fn aux_snapshot(aux: &[u8], aux_head: u64) -> Vec<u8> {
+/// How the kernel runs an AUX ring, which decides what `aux_head` means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuxMode {
+    /// The AUX area is mapped read-only (snapshot mode, what retrace and
+    /// lldb-server use): the kernel overwrites the oldest data and publishes
+    /// `aux_head` as its write offset *inside* the buffer (always < size);
+    /// pages never written are still zero.
+    Overwrite,
+    /// The AUX area is mapped read-write: `aux_head` and `aux_tail` are
+    /// running byte counters and the kernel stops writing (and reports loss)
+    /// when the reader falls a buffer behind.
+    Stream {
+        /// The reader's `aux_tail`: everything before it was consumed.
+        tail: u64,
+    },
+}
+
+/// The bytes of an AUX ring, oldest first.
+///
+/// * [`AuxMode::Overwrite`]: `aux[head..] ++ aux[..head]`, as lldb-server
+///   reads it. Before the first wrap `aux[head..]` was never written and is
+///   zero; those leading zero bytes are dropped (a decoder would read them as
+///   PAD packets and skip them anyway). After a wrap the oldest bytes start
+///   mid-packet; decoders synchronise at the first PSB.
+/// * [`AuxMode::Stream`]: the unread bytes `tail..head` (at most one buffer).
+pub fn aux_snapshot(aux: &[u8], aux_head: u64, mode: AuxMode) -> Vec<u8> {
     if aux.is_empty() {
         return Vec::new();
     }
     let size = aux.len() as u64;
-    if aux_head < size {
-        return aux[..aux_head as usize].to_vec();
+    match mode {
+        AuxMode::Overwrite => {
+            let head = (aux_head % size) as usize;
+            let mut out = Vec::with_capacity(aux.len());
+            let older = &aux[head..];
+            let written = older.iter().position(|&b| b != 0).unwrap_or(older.len());
+            out.extend_from_slice(&older[written..]);
+            out.extend_from_slice(&aux[..head]);
+            out
+        }
+        AuxMode::Stream { tail } => {
+            let available = aux_head.saturating_sub(tail).min(size);
+            let start = aux_head - available;
+            (start..aux_head).map(|position| aux[(position % size) as usize]).collect()
+        }
     }
-    let head = (aux_head % size) as usize;
-    let mut out = Vec::with_capacity(aux.len());
-    out.extend_from_slice(&aux[head..]);
-    out.extend_from_slice(&aux[..head]);
-    out
 }
 
 /// One thread's Intel PT event with its mapped metadata page and AUX buffer.
@@ -241,7 +271,7 @@ impl ThreadPtEvent {
             let head = std::ptr::read_volatile(std::ptr::addr_of!((*self.meta).aux_head));
             std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
             let aux = std::slice::from_raw_parts(self.aux, self.aux_len);
-            let bytes = aux_snapshot(aux, head);
+            let bytes = aux_snapshot(aux, head, AuxMode::Overwrite);
             sys::ioctls::ENABLE(self.fd.as_raw_fd(), 0);
             bytes
         }
@@ -319,20 +349,85 @@ mod tests {
         assert!(matches!(IntelPtPmu::detect(Path::new(SYSFS_DIR)), Err(IntelPtError::Absent { .. })));
     }
 
+    /// The kernel's side of an overwrite-mode AUX ring, as
+    /// `arch/x86/events/intel/pt.c` runs it in snapshot mode: pages start
+    /// zero-filled, bytes go in at the write offset, which wraps to 0 at the
+    /// end, and the offset published as `aux_head` stays inside the buffer.
+    struct KernelOverwriteRing {
+        aux: Vec<u8>,
+        offset: usize,
+    }
+
+    impl KernelOverwriteRing {
+        fn new(size: usize) -> Self {
+            KernelOverwriteRing { aux: vec![0; size], offset: 0 }
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &byte in bytes {
+                self.aux[self.offset] = byte;
+                self.offset = (self.offset + 1) % self.aux.len();
+            }
+        }
+        fn aux_head(&self) -> u64 {
+            self.offset as u64
+        }
+    }
+
+    /// A trace stream with no zero bytes (a real one has them only in PADs).
+    fn stream(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8 + 1).collect()
+    }
+
     #[test]
-    fn aux_ring_reads_oldest_first() {
-        let aux: Vec<u8> = (0..16).collect();
-        // partial fill: only what was written
-        assert_eq!(aux_snapshot(&aux, 5), vec![0, 1, 2, 3, 4]);
-        assert_eq!(aux_snapshot(&aux, 0), Vec::<u8>::new());
-        // exactly full
-        assert_eq!(aux_snapshot(&aux, 16), aux);
-        // wrapped: head beyond size, data from head onwards is oldest
-        let mut expected: Vec<u8> = (6..16).collect();
-        expected.extend(0..6);
-        assert_eq!(aux_snapshot(&aux, 16 + 6), expected);
-        assert_eq!(aux_snapshot(&aux, 16 * 1000 + 6), expected);
-        assert!(aux_snapshot(&[], 7).is_empty());
+    fn overwrite_ring_before_the_first_wrap_holds_what_was_written() {
+        let mut ring = KernelOverwriteRing::new(64);
+        assert!(aux_snapshot(&ring.aux, ring.aux_head(), AuxMode::Overwrite).is_empty());
+        let data = stream(40);
+        ring.write(&data);
+        assert_eq!(ring.aux_head(), 40);
+        // The never-written zero tail aux[40..] is not returned.
+        assert_eq!(aux_snapshot(&ring.aux, ring.aux_head(), AuxMode::Overwrite), data);
+    }
+
+    #[test]
+    fn overwrite_ring_exactly_full_or_just_past_the_wrap_keeps_every_byte() {
+        let data = stream(64 + 3);
+        let mut ring = KernelOverwriteRing::new(64);
+        ring.write(&data[..64]);
+        assert_eq!(ring.aux_head(), 0, "the kernel's offset wrapped to the start");
+        assert_eq!(aux_snapshot(&ring.aux, ring.aux_head(), AuxMode::Overwrite), &data[..64]);
+        ring.write(&data[64..]);
+        assert_eq!(ring.aux_head(), 3);
+        // The newest 64 bytes, oldest first: not an empty or 3-byte trace.
+        assert_eq!(aux_snapshot(&ring.aux, ring.aux_head(), AuxMode::Overwrite), &data[3..]);
+    }
+
+    #[test]
+    fn overwrite_ring_that_wrapped_several_times_holds_the_newest_buffer() {
+        for total in [3 * 64 + 17, 5 * 64, 7 * 64 + 63, 1000 * 64 + 1] {
+            let data = stream(total);
+            let mut ring = KernelOverwriteRing::new(64);
+            // Written in uneven chunks, as AUX transactions end where they end.
+            for chunk in data.chunks(23) {
+                ring.write(chunk);
+            }
+            assert!(ring.aux_head() < 64);
+            assert_eq!(aux_snapshot(&ring.aux, ring.aux_head(), AuxMode::Overwrite), &data[total - 64..], "{total} bytes");
+        }
+    }
+
+    #[test]
+    fn stream_ring_reads_from_tail_to_head() {
+        let data = stream(200);
+        let mut aux = vec![0u8; 64];
+        for (position, byte) in data.iter().enumerate() {
+            aux[position % 64] = *byte;
+        }
+        assert_eq!(aux_snapshot(&aux, 200, AuxMode::Stream { tail: 150 }), &data[150..200]);
+        assert_eq!(aux_snapshot(&aux, 200, AuxMode::Stream { tail: 200 }), Vec::<u8>::new());
+        // A reader more than a buffer behind gets the newest buffer.
+        assert_eq!(aux_snapshot(&aux, 200, AuxMode::Stream { tail: 0 }), &data[136..200]);
+        assert!(aux_snapshot(&[], 7, AuxMode::Overwrite).is_empty());
     }
 
     #[test]
