@@ -68,7 +68,10 @@ fn packets_without_time(trace: &[u8]) -> Vec<(usize, retrace_decoder::packet::Pa
 
 fn summary(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "retrace record failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("JSON summary")
+    // retrace's messages go to stderr; the JSON summary is its last line.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("JSON summary expected as stderr's last line ({e}): {stderr}"))
 }
 
 fn insn_log(bundle: &Path, tid: u64) -> Vec<u64> {

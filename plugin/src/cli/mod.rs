@@ -78,6 +78,10 @@ enum Command {
     /// instruction), and writes the same packets hardware would. `auto` picks
     /// intel-pt when available. ASLR is disabled, as LLDB and GDB do.
     ///
+    /// retrace's own messages (outcome, counts, bundle path; --json's summary
+    /// as the last line) go to stderr, as perf's and rr's do: the program's
+    /// stdout reaches stdout untouched, so `retrace record -- prog | sort` works.
+    ///
     /// Example: retrace record -o /tmp/ls-trace -- /bin/true
     Record {
         /// Where to capture: auto, intel-pt or software.
@@ -100,7 +104,7 @@ enum Command {
         /// single-step recording.
         #[arg(long)]
         insn_log: bool,
-        /// Print the summary as JSON.
+        /// Print the summary as one line of JSON (on stderr, last line).
         #[arg(long)]
         json: bool,
         /// The program and its arguments.

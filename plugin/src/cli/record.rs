@@ -145,30 +145,30 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
             "instructions_per_second": rate,
             "undecodable_instructions": recording.undecodable,
         });
-        println!("{summary}");
+        eprintln!("{summary}");
     } else {
-        println!("{}", recording.outcome);
+        eprintln!("{}", recording.outcome);
         for thread in &recording.threads {
-            println!("  thread {}: {} instructions, {} bytes of trace", thread.tid, thread.instructions, thread.trace.len());
+            eprintln!("  thread {}: {} instructions, {} bytes of trace", thread.tid, thread.instructions, thread.trace.len());
         }
         if info.backend == "intel-pt" {
-            println!(
+            eprintln!(
                 "recorded {} bytes of Intel PT in {} thread(s), {seconds:.2} s (instruction counts need a decode)",
                 recording.trace_bytes(),
                 recording.threads.len()
             );
         } else {
-            println!(
+            eprintln!(
                 "recorded {instructions} instructions in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
                 recording.threads.len(),
                 recording.trace_bytes()
             );
         }
         if recording.undecodable > 0 {
-            println!("{} instruction(s) could not be decoded and appear as tracing gaps", recording.undecodable);
+            eprintln!("{} instruction(s) could not be decoded and appear as tracing gaps", recording.undecodable);
         }
-        println!("bundle: {}", trace_json.display());
-        println!("  lldb-22 -o \"trace load {}\" -o \"thread trace dump instructions\"", trace_json.display());
+        eprintln!("bundle: {}", trace_json.display());
+        eprintln!("  lldb-22 -o \"trace load {}\" -o \"thread trace dump instructions\"", trace_json.display());
     }
     let code = match recording.outcome {
         Outcome::Exited(_) | Outcome::InstructionLimit => 0,
