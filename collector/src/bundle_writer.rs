@@ -8,7 +8,7 @@ use retrace_decoder::bundle::{
     BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress, Recorder, TraceBundle, TscConversion,
 };
 
-use crate::software::Recording;
+use crate::software::{ImageRecording, Recording};
 
 /// Why a bundle could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -38,8 +38,15 @@ pub struct BundleInfo {
 }
 
 /// Writes `recording` into `dir` (created if needed). Returns the path of
-/// `trace.json`. With `instruction_logs`, each thread's executed addresses are
-/// also written to `threads/<tid>.insns` (hex, one per line).
+/// `trace.json`. Threads that kept an instruction log also get
+/// `threads/<tid>.insns` (hex addresses, one per line).
+///
+/// Each program image the process ran (one more per `execve`) is a process
+/// entry of its own in `trace.json`, with the same pid, its own threads and
+/// its own modules: LLDB's schema has no notion of exec, and loads each entry
+/// as a target of its own (`target list` shows one per image, `target select
+/// N` switches). The first image's files are `threads/<tid>.intelpt_trace`;
+/// image N (N ≥ 1) writes `threads/<tid>.exec<N>.intelpt_trace`.
 pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Result<PathBuf, BundleWriteError> {
     let threads_dir = dir.join("threads");
     let modules_dir = dir.join("modules");
@@ -62,59 +69,15 @@ pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Res
     io(&threads_dir, std::fs::create_dir_all(&threads_dir))?;
     io(&modules_dir, std::fs::create_dir_all(&modules_dir))?;
 
-    let mut threads = Vec::new();
-    for thread in &recording.threads {
-        let name = format!("threads/{}.intelpt_trace", thread.tid);
-        let path = dir.join(&name);
-        io(&path, std::fs::write(&path, &thread.trace))?;
-        if let Some(log) = &thread.instruction_log {
-            let path = dir.join(format!("threads/{}.insns", thread.tid));
-            let mut text = String::with_capacity(log.len() * 17);
-            for ip in log {
-                text.push_str(&format!("{ip:016x}\n"));
-            }
-            io(&path, std::fs::write(&path, text))?;
-        }
-        threads.push(BundleThread { tid: thread.tid as u64, ipt_trace: Some(name) });
-    }
-
-    let mut modules = Vec::new();
-    for module in &recording.modules {
-        let relative = match &module.image {
-            Some(image) => {
-                let name = format!("modules/vdso-{:x}.so", module.base);
-                let path = dir.join(&name);
-                io(&path, std::fs::write(&path, image))?;
-                name
-            }
-            None => {
-                let name = format!("modules/{}", module.path.trim_start_matches('/'));
-                let path = dir.join(&name);
-                if let Some(parent) = path.parent() {
-                    io(parent, std::fs::create_dir_all(parent))?;
-                }
-                io(Path::new(&module.path), std::fs::copy(&module.path, &path))?;
-                name
-            }
-        };
-        modules.push(BundleModule {
-            system_path: module.path.clone(),
-            file: Some(relative),
-            load_address: LoadAddress(module.base),
-            uuid: None,
-        });
+    let mut processes = Vec::new();
+    for (number, image) in recording.images.iter().enumerate() {
+        processes.push(write_image(dir, recording.pid, number, image)?);
     }
 
     let bundle = TraceBundle {
         kind: "intel-pt".into(),
         cpu_info: info.cpu_info.clone(),
-        processes: vec![BundleProcess {
-            pid: recording.pid as u64,
-            triple: Some("x86_64-pc-linux-gnu".into()),
-            threads,
-            modules,
-            jitdumps: Vec::new(),
-        }],
+        processes,
         tsc_perf_zero_conversion: recording.tsc_conversion.map(|c| TscConversion {
             time_mult: c.time_mult,
             time_shift: c.time_shift,
@@ -131,4 +94,61 @@ pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Res
     let text = serde_json::to_string_pretty(&bundle).expect("bundle serialises");
     io(&json_path, std::fs::write(&json_path, text + "\n"))?;
     Ok(json_path)
+}
+
+/// The file stem of a thread's files in image `number`.
+pub fn thread_file_stem(tid: u32, number: usize) -> String {
+    match number {
+        0 => format!("threads/{tid}"),
+        n => format!("threads/{tid}.exec{n}"),
+    }
+}
+
+fn write_image(dir: &Path, pid: u32, number: usize, image: &ImageRecording) -> Result<BundleProcess, BundleWriteError> {
+    let mut threads = Vec::new();
+    for thread in &image.threads {
+        let stem = thread_file_stem(thread.tid, number);
+        let name = format!("{stem}.intelpt_trace");
+        let path = dir.join(&name);
+        io(&path, std::fs::write(&path, &thread.trace))?;
+        if let Some(log) = &thread.instruction_log {
+            let path = dir.join(format!("{stem}.insns"));
+            let mut text = String::with_capacity(log.len() * 17);
+            for ip in log {
+                text.push_str(&format!("{ip:016x}\n"));
+            }
+            io(&path, std::fs::write(&path, text))?;
+        }
+        threads.push(BundleThread { tid: thread.tid as u64, ipt_trace: Some(name) });
+    }
+
+    let mut modules = Vec::new();
+    for module in &image.modules {
+        let relative = match &module.image {
+            Some(bytes) => {
+                let name = format!("modules/vdso-{:x}.so", module.base);
+                let path = dir.join(&name);
+                io(&path, std::fs::write(&path, bytes))?;
+                name
+            }
+            None => {
+                let name = format!("modules/{}", module.path.trim_start_matches('/'));
+                let path = dir.join(&name);
+                if !path.exists() {
+                    if let Some(parent) = path.parent() {
+                        io(parent, std::fs::create_dir_all(parent))?;
+                    }
+                    io(Path::new(&module.path), std::fs::copy(&module.path, &path))?;
+                }
+                name
+            }
+        };
+        modules.push(BundleModule {
+            system_path: module.path.clone(),
+            file: Some(relative),
+            load_address: LoadAddress(module.base),
+            uuid: None,
+        });
+    }
+    Ok(BundleProcess { pid: pid as u64, triple: Some("x86_64-pc-linux-gnu".into()), threads, modules, jitdumps: Vec::new() })
 }

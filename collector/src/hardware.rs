@@ -1,26 +1,258 @@
-//! Recording with the hardware backend: the program runs at full speed under
-//! ptrace (only clone and exit events stop it) while the CPU's Intel PT writes
-//! each thread's trace into its AUX ring ([`intel_pt::ThreadPtEvent`]).
+//! Recording with the hardware backend: the program runs at full speed
+//! under ptrace while the CPU's Intel PT writes each thread's trace into its
+//! AUX ring ([`intel_pt::ThreadPtEvent`]).
 //!
-//! This machine class has no Intel PT, so this loop is exercised only up to
-//! the PMU check here; its parts (sysfs parsing, `perf_event_attr`, the AUX
-//! ring read) are unit-tested on their own.
+//! Process control is [`crate::control`]'s, as for the software backend; this
+//! loop only opens a trace per thread when the thread starts (before it runs
+//! an instruction), reads it when the thread exits, and starts a new image at
+//! each `execve`. Where each thread's trace comes from is a
+//! [`ThreadTraceSource`]: [`PerfIntelPt`] here, anything in tests — so the
+//! loop runs on machines without the PMU too.
+//!
+//! A thread whose trace cannot be opened (the locked-memory budget, a
+//! refused `perf_event_open`) is left untraced and named in
+//! [`Recording::warnings`]; the others are recorded.
+//!
+//! Modules come from `/proc/PID/maps`, read at every stop; a library mapped
+//! and used between two stops of a program that then execs is missed (the
+//! kernel's `PERF_RECORD_MMAP2` sideband would close that gap).
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use nix::errno::Errno;
 use nix::sys::ptrace;
-use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use retrace_decoder::bundle::CpuInfo;
 
-use crate::intel_pt::{IntelPtError, IntelPtPmu, PtEventConfig, ThreadPtEvent};
-use crate::process::{self, Tracee};
-use crate::software::{Outcome, RecordOptions, Recording, ThreadRecording};
+use crate::control::{ProcessEvent, TracedProcess, Wait};
+use crate::intel_pt::{IntelPtError, IntelPtPmu, MlockBudget, PtEventConfig, ThreadPtEvent};
+use crate::process::{self, LoadedModule, Tracee};
+use crate::software::{ImageRecording, Outcome, RecordOptions, Recording, ThreadRecording};
+
+/// Where each thread's trace comes from.
+pub trait ThreadTraceSource {
+    /// One thread's open trace.
+    type Trace;
+    /// Starts tracing `tid`, which is stopped (at its first instruction, or
+    /// where recording starts).
+    fn open(&mut self, tid: Pid) -> Result<Self::Trace, String>;
+    /// Everything the thread's trace holds, oldest first; the trace is closed.
+    fn read(&mut self, trace: Self::Trace) -> Vec<u8>;
+}
+
+/// Intel PT through `perf_event_open`, one event and AUX ring per thread,
+/// each ring sized within the locked-memory budget.
+pub struct PerfIntelPt {
+    pmu: IntelPtPmu,
+    config: PtEventConfig,
+    budget: MlockBudget,
+}
+
+impl PerfIntelPt {
+    /// The PMU described below `sysfs`, configured by `config`, with the
+    /// budget of this process's user.
+    pub fn new(sysfs: &Path, config: PtEventConfig) -> Result<Self, IntelPtError> {
+        Ok(PerfIntelPt { pmu: IntelPtPmu::detect(sysfs)?, config, budget: MlockBudget::for_this_process() })
+    }
+
+    /// Opens (and closes) an event on the calling thread: the check `auto`
+    /// makes before choosing this backend.
+    pub fn probe(&self) -> Result<(), IntelPtError> {
+        let config = PtEventConfig { buffer_size: 4096, ..self.config };
+        ThreadPtEvent::open(&self.pmu, &config, 0).map(drop)
+    }
+}
+
+impl ThreadTraceSource for PerfIntelPt {
+    type Trace = (ThreadPtEvent, usize);
+
+    fn open(&mut self, tid: Pid) -> Result<Self::Trace, String> {
+        let size = self.budget.reserve(self.config.buffer_size).ok_or_else(|| self.budget.exhausted_message())?;
+        let config = PtEventConfig { buffer_size: size, ..self.config };
+        match ThreadPtEvent::open(&self.pmu, &config, tid.as_raw()) {
+            Ok(event) => Ok((event, size)),
+            Err(error) => {
+                self.budget.release(size);
+                let hint = match &error {
+                    IntelPtError::Sys { source, .. } if source.raw_os_error() == Some(libc::EPERM) => {
+                        format!(" ({})", MlockBudget::LIMITS_HINT)
+                    }
+                    _ => String::new(),
+                };
+                Err(format!("{error}{hint}"))
+            }
+        }
+    }
+
+    fn read(&mut self, (event, size): Self::Trace) -> Vec<u8> {
+        let bytes = event.snapshot();
+        drop(event);
+        self.budget.release(size);
+        bytes
+    }
+}
+
+/// The image being recorded: threads in creation order, each with its open
+/// trace or the bytes read from it.
+struct OpenImage<T> {
+    threads: Vec<(Pid, Option<T>, Vec<u8>)>,
+    modules: Vec<LoadedModule>,
+}
+
+impl<T> OpenImage<T> {
+    fn new() -> Self {
+        OpenImage { threads: Vec::new(), modules: Vec::new() }
+    }
+
+    fn read_thread<S: ThreadTraceSource<Trace = T>>(&mut self, source: &mut S, tid: Pid) {
+        for (_, trace, bytes) in self.threads.iter_mut().filter(|(t, ..)| *t == tid) {
+            if let Some(trace) = trace.take() {
+                *bytes = source.read(trace);
+            }
+        }
+    }
+
+    fn finish<S: ThreadTraceSource<Trace = T>>(mut self, source: &mut S) -> ImageRecording {
+        for (_, trace, bytes) in &mut self.threads {
+            if let Some(trace) = trace.take() {
+                *bytes = source.read(trace);
+            }
+        }
+        let threads = self
+            .threads
+            .into_iter()
+            .map(|(tid, _, trace)| ThreadRecording { tid: tid.as_raw() as u32, trace, instructions: 0, instruction_log: None })
+            .collect();
+        ImageRecording { threads, modules: self.modules }
+    }
+
+    fn refresh_modules(&mut self, pid: Pid) {
+        if let Ok(maps) = process::read_maps(pid) {
+            for module in process::modules_in(pid, &maps) {
+                if !self.modules.iter().any(|m| m.path == module.path && m.base == module.base) {
+                    self.modules.push(module);
+                }
+            }
+        }
+    }
+}
+
+/// Records `tracee` with Intel PT until it exits (or the stop flag).
+/// `max_instructions` cannot be enforced by hardware tracing and is ignored.
+pub fn record_hardware(
+    tracee: Tracee,
+    sysfs: &Path,
+    config: &PtEventConfig,
+    options: &RecordOptions,
+) -> Result<Recording, IntelPtError> {
+    let mut source = match PerfIntelPt::new(sysfs, *config) {
+        Ok(source) => source,
+        Err(error) => {
+            process::kill_and_reap(tracee.pid);
+            return Err(error);
+        }
+    };
+    if let Err(error) = source.probe() {
+        process::kill_and_reap(tracee.pid);
+        return Err(error);
+    }
+    Ok(record_threads(tracee, &mut source, options))
+}
+
+/// The hardware backend's loop over any [`ThreadTraceSource`]: runs
+/// `tracee` freely until it exits (or `options.stop` is set: set it from a
+/// signal handler installed without `SA_RESTART`, so a blocked wait returns).
+pub fn record_threads<S: ThreadTraceSource>(tracee: Tracee, source: &mut S, options: &RecordOptions) -> Recording {
+    let start = Instant::now();
+    let pid = tracee.pid;
+    let mut process = TracedProcess::new(pid, [pid]);
+    let mut images = Vec::new();
+    let mut image: OpenImage<S::Trace> = OpenImage::new();
+    let mut warnings = Vec::new();
+    let open = |tid: Pid, image: &mut OpenImage<S::Trace>, source: &mut S, warnings: &mut Vec<String>| {
+        match source.open(tid) {
+            Ok(trace) => image.threads.push((tid, Some(trace), Vec::new())),
+            Err(reason) => {
+                tracing::warn!(tid = tid.as_raw(), %reason, "thread not traced");
+                warnings.push(format!("thread {tid} is not traced: {reason}"));
+            }
+        }
+    };
+    image.refresh_modules(pid);
+    open(pid, &mut image, source, &mut warnings);
+    let _ = ptrace::cont(pid, None);
+    let outcome = loop {
+        if options.stop.load(Ordering::Relaxed) {
+            image.refresh_modules(pid);
+            let traced: Vec<Pid> = image.threads.iter().map(|(tid, ..)| *tid).collect();
+            for tid in traced {
+                image.read_thread(source, tid);
+            }
+            process.kill();
+            break Outcome::Interrupted;
+        }
+        let event = match process.next_event(Wait::Block) {
+            Ok(Some(event)) => event,
+            Ok(None) => continue,
+            Err(error) => {
+                warnings.push(format!("waiting for the program failed: {error}"));
+                process.kill();
+                break Outcome::Interrupted;
+            }
+        };
+        let resume = |tid: Pid, signal| {
+            let _ = ptrace::cont(tid, signal);
+        };
+        match event {
+            ProcessEvent::ThreadStarted(tid) => {
+                image.refresh_modules(pid);
+                open(tid, &mut image, source, &mut warnings);
+                resume(tid, None);
+            }
+            ProcessEvent::Exec { tid, former } => {
+                // The old image's traces end with execve; the new program
+                // starts a new image at its first instruction.
+                let finished = std::mem::replace(&mut image, OpenImage::new());
+                let _ = former;
+                images.push(finished.finish(source));
+                image.refresh_modules(pid);
+                open(tid, &mut image, source, &mut warnings);
+                resume(tid, None);
+            }
+            ProcessEvent::Exiting(tid) => {
+                image.refresh_modules(pid);
+                image.read_thread(source, tid);
+                resume(tid, None);
+            }
+            ProcessEvent::Signal(tid, signal) => {
+                image.refresh_modules(pid);
+                resume(tid, Some(signal));
+            }
+            // The program's own int3 or raise(SIGTRAP): it is the program's signal.
+            ProcessEvent::Trap(tid) => resume(tid, Some(nix::sys::signal::Signal::SIGTRAP)),
+            ProcessEvent::Spawned { parent, .. } => {
+                image.refresh_modules(pid);
+                resume(parent, None);
+            }
+            ProcessEvent::Other(tid) => resume(tid, None),
+            ProcessEvent::ForkedChild(_) | ProcessEvent::ThreadGone(_) => {}
+            ProcessEvent::Exited(code) => break Outcome::Exited(code),
+            ProcessEvent::Killed(signal) => break Outcome::Signaled { signal, at: None },
+        }
+    };
+    tracee.unpin_tracer();
+    images.push(image.finish(source));
+    Recording {
+        pid: pid.as_raw() as u32,
+        images,
+        outcome,
+        elapsed: start.elapsed(),
+        undecodable: 0,
+        tsc_conversion: crate::perf_clock::tsc_conversion(),
+        warnings,
+    }
+}
 
 /// The CPU from `/proc/cpuinfo` (vendor, family, model, stepping of the first CPU).
 pub fn host_cpu_info() -> Option<CpuInfo> {
@@ -43,122 +275,10 @@ pub fn parse_cpuinfo(text: &str) -> Option<CpuInfo> {
     })
 }
 
-/// Records `tracee` with Intel PT until it exits (or the limit/stop flag).
-/// `max_instructions` cannot be enforced by hardware tracing and is ignored.
-pub fn record_hardware(
-    tracee: Tracee,
-    sysfs: &Path,
-    config: &PtEventConfig,
-    options: &RecordOptions,
-) -> Result<Recording, IntelPtError> {
-    let start = Instant::now();
-    let pmu = match IntelPtPmu::detect(sysfs) {
-        Ok(pmu) => pmu,
-        Err(error) => {
-            process::kill_and_reap(tracee.pid);
-            return Err(error);
-        }
-    };
-    let mut events: HashMap<Pid, ThreadPtEvent> = HashMap::new();
-    let mut order: Vec<Pid> = Vec::new();
-    let mut traces: HashMap<Pid, Vec<u8>> = HashMap::new();
-    let mut modules = Vec::new();
-    let pid = tracee.pid;
-
-    let open = |tid: Pid, events: &mut HashMap<Pid, ThreadPtEvent>, order: &mut Vec<Pid>| -> Result<(), IntelPtError> {
-        let event = ThreadPtEvent::open(&pmu, config, tid.as_raw())?;
-        events.insert(tid, event);
-        order.push(tid);
-        Ok(())
-    };
-    if let Err(error) = open(pid, &mut events, &mut order) {
-        process::kill_and_reap(pid);
-        return Err(error);
-    }
-    let _ = ptrace::cont(pid, None);
-    let mut outcome = Outcome::Exited(0);
-    loop {
-        if options.stop.load(Ordering::Relaxed) {
-            outcome = Outcome::Interrupted;
-            for (tid, event) in &events {
-                traces.insert(*tid, event.snapshot());
-            }
-            let _ = kill(pid, Signal::SIGKILL);
-        }
-        let status = match waitpid(None, Some(WaitPidFlag::__WALL)) {
-            Ok(status) => status,
-            Err(Errno::ECHILD) => break,
-            Err(Errno::EINTR) => continue,
-            Err(source) => {
-                return Err(IntelPtError::Sys { what: "waitpid", source: std::io::Error::from_raw_os_error(source as i32) })
-            }
-        };
-        match status {
-            WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_CLONE => {
-                if let Ok(new) = ptrace::getevent(tid) {
-                    let new = Pid::from_raw(new as i32);
-                    if !events.contains_key(&new) {
-                        open(new, &mut events, &mut order)?;
-                    }
-                }
-                let _ = ptrace::cont(tid, None);
-            }
-            WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_EXIT => {
-                if tid == pid {
-                    if let Ok(maps) = process::read_maps(pid) {
-                        modules = process::modules_in(pid, &maps);
-                    }
-                }
-                if let Some(event) = events.remove(&tid) {
-                    traces.insert(tid, event.snapshot());
-                }
-                let _ = ptrace::cont(tid, None);
-            }
-            WaitStatus::PtraceEvent(tid, ..) => {
-                let _ = ptrace::cont(tid, None);
-            }
-            WaitStatus::Stopped(tid, Signal::SIGSTOP) if !events.contains_key(&tid) || traces.contains_key(&tid) => {
-                let _ = ptrace::cont(tid, None);
-            }
-            WaitStatus::Stopped(tid, signal) => {
-                let _ = ptrace::cont(tid, Some(signal));
-            }
-            WaitStatus::Exited(tid, code) if tid == pid && outcome != Outcome::Interrupted => {
-                outcome = Outcome::Exited(code)
-            }
-            WaitStatus::Signaled(tid, signal, _) if tid == pid && outcome != Outcome::Interrupted => {
-                outcome = Outcome::Signaled { signal, at: None }
-            }
-            _ => {}
-        }
-    }
-    tracee.unpin_tracer();
-    for (tid, event) in events.drain() {
-        traces.entry(tid).or_insert_with(|| event.snapshot());
-    }
-    let threads = order
-        .into_iter()
-        .map(|tid| ThreadRecording {
-            tid: tid.as_raw() as u32,
-            trace: traces.remove(&tid).unwrap_or_default(),
-            instructions: 0,
-            instruction_log: None,
-        })
-        .collect();
-    Ok(Recording {
-        pid: pid.as_raw() as u32,
-        threads,
-        modules,
-        outcome,
-        elapsed: start.elapsed(),
-        undecodable: 0,
-        tsc_conversion: crate::perf_clock::tsc_conversion(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::wait::{waitpid, WaitPidFlag};
 
     #[test]
     fn cpuinfo_of_the_first_processor() {

@@ -41,6 +41,9 @@ pub enum IntelPtError {
         /// The error.
         source: std::io::Error,
     },
+    /// The locked-memory budget has no room for even the smallest buffer.
+    #[error("{0}")]
+    Budget(String),
     /// The AUX buffer size must be a power of two of at least one page.
     #[error("trace buffer size {0} must be a power of two of at least 4096 bytes")]
     BadBufferSize(usize),
@@ -116,6 +119,89 @@ impl IntelPtPmu {
             }
         };
         Ok(IntelPtPmu { perf_type, tsc: field("tsc")?, psb_period: field("psb_period")? })
+    }
+}
+
+/// The locked memory perf lets this user pin for AUX buffers, and what is
+/// left of it. The kernel charges each mapping (AUX pages plus the metadata
+/// page) first to the per-user `perf_event_mlock_kb` × online CPUs, then to
+/// the process's `RLIMIT_MEMLOCK`; past both, `mmap` fails with `EPERM`
+/// unless the user has `CAP_IPC_LOCK` or `perf_event_paranoid` is -1
+/// (`kernel/events/core.c`, `perf_mmap`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MlockBudget {
+    /// Bytes left; `None` when unlimited.
+    remaining: Option<u64>,
+    total: Option<u64>,
+}
+
+const PAGE: u64 = 4096;
+
+impl MlockBudget {
+    /// The smallest AUX buffer worth opening (a few PSB periods).
+    pub const MIN_BUFFER: usize = 64 << 10;
+
+    /// What to raise when the budget runs out.
+    pub const LIMITS_HINT: &'static str =
+        "raise /proc/sys/kernel/perf_event_mlock_kb (per user and CPU) or the locked-memory limit (ulimit -l), or pass a smaller trace buffer";
+
+    /// A budget from the limits: `mlock_kb` (`perf_event_mlock_kb`) per CPU
+    /// for `cpus` CPUs, plus `rlimit_memlock` bytes; `unlimited` when the
+    /// kernel does not enforce them.
+    pub fn from_limits(mlock_kb: u64, cpus: u64, rlimit_memlock: u64, unlimited: bool) -> Self {
+        if unlimited {
+            return MlockBudget { remaining: None, total: None };
+        }
+        let total = (mlock_kb * 1024).saturating_mul(cpus).saturating_add(rlimit_memlock);
+        MlockBudget { remaining: Some(total), total: Some(total) }
+    }
+
+    /// The budget of this process's user, from `/proc/sys/kernel`,
+    /// `getrlimit` and its privileges (root stands for `CAP_IPC_LOCK`).
+    pub fn for_this_process() -> Self {
+        let read = |name: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).ok().and_then(|t| t.trim().parse::<i64>().ok());
+        let mlock_kb = read("perf_event_mlock_kb").unwrap_or(516).max(0) as u64;
+        let paranoid = read("perf_event_paranoid").unwrap_or(2);
+        let cpus = std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1);
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes into the struct we pass.
+        let memlock = if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } == 0 { limit.rlim_cur } else { 0 };
+        let unlimited = paranoid == -1 || nix::unistd::geteuid().is_root() || memlock == libc::RLIM_INFINITY;
+        MlockBudget::from_limits(mlock_kb, cpus, memlock, unlimited)
+    }
+
+    /// Reserves the largest power-of-two buffer of at most `wanted` bytes
+    /// (and at least [`Self::MIN_BUFFER`], or `wanted` if smaller) that fits,
+    /// with its metadata page. `None` when none fits.
+    pub fn reserve(&mut self, wanted: usize) -> Option<usize> {
+        let Some(remaining) = self.remaining else { return Some(wanted) };
+        let floor = wanted.min(Self::MIN_BUFFER);
+        let mut size = wanted;
+        while size as u64 + PAGE > remaining {
+            if size / 2 < floor {
+                return None;
+            }
+            size /= 2;
+        }
+        self.remaining = Some(remaining - size as u64 - PAGE);
+        Some(size)
+    }
+
+    /// Gives back what [`Self::reserve`] took for a `size`-byte buffer.
+    pub fn release(&mut self, size: usize) {
+        if let (Some(remaining), Some(total)) = (self.remaining, self.total) {
+            self.remaining = Some((remaining + size as u64 + PAGE).min(total));
+        }
+    }
+
+    /// Why a thread got no buffer.
+    pub fn exhausted_message(&self) -> String {
+        format!(
+            "no room for a trace buffer in the locked-memory budget ({} KiB left of {} KiB); {}",
+            self.remaining.unwrap_or(0) / 1024,
+            self.total.unwrap_or(0) / 1024,
+            Self::LIMITS_HINT
+        )
     }
 }
 
@@ -428,6 +514,26 @@ mod tests {
         // A reader more than a buffer behind gets the newest buffer.
         assert_eq!(aux_snapshot(&aux, 200, AuxMode::Stream { tail: 0 }), &data[136..200]);
         assert!(aux_snapshot(&[], 7, AuxMode::Overwrite).is_empty());
+    }
+
+    #[test]
+    fn mlock_budget_shrinks_buffers_then_refuses() {
+        // 516 KiB per CPU on 2 CPUs + 64 KiB of RLIMIT_MEMLOCK = 1096 KiB.
+        let mut budget = MlockBudget::from_limits(516, 2, 64 << 10, false);
+        assert_eq!(budget.reserve(4 << 20), Some(1 << 20), "4 MiB does not fit: halved until it does");
+        // 1096 - (1024 + 4) = 68 KiB left: exactly the floor of 64 KiB with its metadata page.
+        assert_eq!(budget.reserve(4 << 20), Some(64 << 10));
+        assert_eq!(budget.reserve(4 << 20), None, "nothing left");
+        assert!(budget.exhausted_message().contains("perf_event_mlock_kb"), "{}", budget.exhausted_message());
+        budget.release(1 << 20);
+        assert_eq!(budget.reserve(4 << 20), Some(1 << 20), "a closed buffer's share is back");
+        // A small request is granted as asked, even below the usual floor.
+        let mut small = MlockBudget::from_limits(0, 1, 20 << 10, false);
+        assert_eq!(small.reserve(8192), Some(8192));
+        assert_eq!(small.reserve(8192), None);
+        // Unlimited (root, paranoid -1): always the size asked for.
+        let mut unlimited = MlockBudget::from_limits(0, 1, 0, true);
+        assert_eq!(unlimited.reserve(4 << 20), Some(4 << 20));
     }
 
     #[test]

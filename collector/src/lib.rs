@@ -4,8 +4,9 @@
 //! streams plus the sideband (modules, load addresses, threads, timing) needed
 //! to decode them, and writes them as LLDB trace bundles.
 //!
-//! * [`process`] — launching under ptrace, memory and memory-map reading (the
-//!   one owner of process control in retrace);
+//! * [`process`] — launching under ptrace, memory and memory-map reading;
+//! * [`control`] — the process-control core every backend shares: the one
+//!   owner of `waitpid` (threads, clone/fork/vfork, exec, signals, exit);
 //! * [`software`] — the software backend: single-steps every thread and
 //!   encodes the flow as genuine Intel PT ([`pt_writer`]), so every consumer
 //!   (retrace, libipt, LLDB's intel-pt plugin) decodes one format;
@@ -18,6 +19,7 @@
 //! It must never parse trace formats itself: that is the decoder's job.
 
 pub mod bundle_writer;
+pub mod control;
 pub mod emulate;
 pub mod hardware;
 pub mod intel_pt;

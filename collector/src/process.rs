@@ -54,6 +54,9 @@ pub struct LaunchOptions {
     pub disable_aslr: bool,
     /// Pin the tracer, and so the tracee, to this CPU.
     pub pin_cpu: Option<usize>,
+    /// Send the program's stdout to this file (created or truncated)
+    /// instead of the tracer's.
+    pub stdout: Option<PathBuf>,
 }
 
 impl LaunchOptions {
@@ -64,6 +67,7 @@ impl LaunchOptions {
             args: args.into_iter().map(Into::into).collect(),
             disable_aslr: true,
             pin_cpu: None,
+            stdout: None,
         }
     }
 }
@@ -103,7 +107,9 @@ pub fn current_cpu() -> usize {
 /// (with `pin_cpu`, the calling thread and the program share that CPU until
 /// [`Tracee::unpin_tracer`]),
 /// in its own process group (so a terminal's Ctrl-C reaches the tracer only).
-/// Threads it creates are traced too (`PTRACE_O_TRACECLONE`); it is killed if
+/// Threads it creates are traced too (`PTRACE_O_TRACECLONE`), forked children
+/// stop at their start (to be released by [`crate::control`]), later `execve`s
+/// are ptrace events (`PTRACE_O_TRACEEXEC`), not `SIGTRAP`s; it is killed if
 /// the tracer dies (`PTRACE_O_EXITKILL`).
 pub fn launch(options: &LaunchOptions) -> Result<Tracee, LaunchError> {
     let program = cstring(&options.program)?;
@@ -111,6 +117,7 @@ pub fn launch(options: &LaunchOptions) -> Result<Tracee, LaunchError> {
     for arg in &options.args {
         argv.push(cstring(arg)?);
     }
+    let stdout = options.stdout.as_ref().map(|path| cstring(path.as_os_str())).transpose()?;
     let mut tracer_affinity = None;
     if let Some(cpu) = options.pin_cpu {
         tracer_affinity = nix::sched::sched_getaffinity(Pid::from_raw(0)).ok();
@@ -126,6 +133,13 @@ pub fn launch(options: &LaunchOptions) -> Result<Tracee, LaunchError> {
             // SAFETY: plain system calls; on any failure the child reports and exits.
             unsafe {
                 libc::setpgid(0, 0);
+                if let Some(path) = &stdout {
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644);
+                    if fd < 0 || libc::dup2(fd, 1) < 0 {
+                        libc::_exit(126);
+                    }
+                    libc::close(fd);
+                }
                 if options.disable_aslr {
                     let persona = libc::personality(0xffff_ffff);
                     if persona != -1 {
@@ -164,6 +178,7 @@ pub fn launch(options: &LaunchOptions) -> Result<Tracee, LaunchError> {
             // Forked children are attached only so the recorder can remove its
             // breakpoints from their copy of memory and detach them.
             let options = ptrace::Options::PTRACE_O_TRACECLONE
+                | ptrace::Options::PTRACE_O_TRACEEXEC
                 | ptrace::Options::PTRACE_O_TRACEFORK
                 | ptrace::Options::PTRACE_O_TRACEVFORK
                 | ptrace::Options::PTRACE_O_TRACEEXIT

@@ -172,6 +172,7 @@ impl ThreadPtWriter {
     /// continued at `next_ip` (`None` when the thread ended inside it, e.g.
     /// `exit`). `tsc` is the time of the observation.
     pub fn executed(&mut self, ip: u64, insn: &InsnInfo, next_ip: Option<u64>, tsc: u64) {
+        self.periodic_psb(ip, insn, tsc);
         if !self.enabled {
             self.enable(ip, tsc);
         }
@@ -205,13 +206,31 @@ impl ThreadPtWriter {
                 self.disabled();
             }
         }
-        // The periodic PSB never directly follows an event packet: LLDB 22
-        // decodes each PSB-to-PSB slice separately and, when a slice ends
-        // right after events, appends the last instruction a second time
-        // and fails on the next branch ("reached end of trace stream").
-        // Pending TNT bits count as a flow packet (the PSB+ flushes them).
-        if self.encoder.len() - self.last_psb >= self.psb_period && (!self.awaiting_flow || self.tnt.len > 0) {
-            self.psb_plus(tsc, if self.enabled { next_ip } else { None });
+    }
+
+    /// A PSB+ when one is due, placed before the instruction at `ip`
+    /// executes (its FUP names `ip`). LLDB 22 decodes each PSB-to-PSB slice
+    /// on its own, and a slice's decode ends cleanly only if the instruction
+    /// at the next PSB's IP needs no packet (libipt then reports the end of
+    /// the slice with it); one that does (a conditional branch, an indirect
+    /// transfer, a return, a system call) fails with "reached end of trace
+    /// stream". So a due PSB waits for an instruction that needs no packet —
+    /// for at most another period, as straight runs of branches are rare.
+    /// It also never directly follows an event packet: a slice ending right
+    /// after events makes LLDB append the last instruction a second time.
+    /// Pending TNT bits count as a flow packet (the PSB+ flushes them).
+    fn periodic_psb(&mut self, ip: u64, insn: &InsnInfo, tsc: u64) {
+        let since = self.encoder.len() - self.last_psb;
+        if since < self.psb_period || (self.awaiting_flow && self.tnt.len == 0) {
+            return;
+        }
+        if !self.enabled {
+            self.psb_plus(tsc, None);
+            return;
+        }
+        let needs_packet = !matches!(insn.kind, FlowKind::Other | FlowKind::Jump { .. } | FlowKind::Call { .. });
+        if !needs_packet || since >= 2 * self.psb_period {
+            self.psb_plus(tsc, Some(ip));
         }
     }
 
@@ -336,14 +355,23 @@ mod tests {
     fn periodic_psb_carries_the_current_ip_and_resets_return_stack() {
         let mut w = ThreadPtWriter::new(64);
         let mut ip = 0x1000;
-        for i in 0..200u64 {
-            // alternate conditional branches and indirect jumps
-            if i % 2 == 0 {
-                w.executed(ip, &insn(2, FlowKind::CondBranch { target: ip + 0x10 }), Some(ip + 2), i);
-                ip += 2;
-            } else {
-                w.executed(ip, &insn(2, FlowKind::IndirectJump), Some(ip + 0x100), i);
-                ip += 0x100;
+        let mut needing_no_packet = Vec::new();
+        for i in 0..300u64 {
+            // conditional branches, indirect jumps and plain instructions
+            match i % 3 {
+                0 => {
+                    w.executed(ip, &insn(2, FlowKind::CondBranch { target: ip + 0x10 }), Some(ip + 2), i);
+                    ip += 2;
+                }
+                1 => {
+                    w.executed(ip, &insn(2, FlowKind::IndirectJump), Some(ip + 0x100), i);
+                    ip += 0x100;
+                }
+                _ => {
+                    needing_no_packet.push(ip);
+                    w.executed(ip, &insn(3, FlowKind::Other), Some(ip + 3), i);
+                    ip += 3;
+                }
             }
         }
         let bytes = w.into_bytes();
@@ -353,7 +381,24 @@ mod tests {
         for offset in retrace_decoder::packet::sync::psb_offsets(&bytes).skip(1) {
             let fup = PacketDecoder::new(&bytes[offset..]).map(|i| i.unwrap().1).find(|p| p.name() == "fup");
             let ip = fup.unwrap().ip().unwrap().ip.unwrap();
-            assert!(ip >= 0x1000 && ip < 0x1000 + 200 * 0x100, "{ip:x}");
+            // LLDB's slice before it ends cleanly: the instruction there needs no packet.
+            assert!(needing_no_packet.contains(&ip), "PSB at {ip:#x}, an instruction that needs a packet");
+        }
+    }
+
+    #[test]
+    fn a_due_psb_waits_at_most_another_period_for_a_clean_place() {
+        let mut w = ThreadPtWriter::new(64);
+        let mut ip = 0x1000;
+        for i in 0..400u64 {
+            w.executed(ip, &insn(2, FlowKind::IndirectJump), Some(ip + 0x100), i);
+            ip += 0x100;
+        }
+        let bytes = w.into_bytes();
+        let psbs: Vec<usize> = retrace_decoder::packet::sync::psb_offsets(&bytes).collect();
+        assert!(psbs.len() > 5, "{} PSBs", psbs.len());
+        for pair in psbs.windows(2) {
+            assert!(pair[1] - pair[0] <= 2 * 64 + 32, "PSBs {} bytes apart", pair[1] - pair[0]);
         }
     }
 }

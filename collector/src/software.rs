@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::ptrace;
-use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
+use crate::control::{ProcessEvent, Spawn, TracedProcess, Wait};
 use crate::emulate::{emulate_branch, Registers};
 use crate::process::{self, LoadedModule, Tracee};
 use crate::pt_writer::{ThreadPtWriter, DEFAULT_PSB_PERIOD};
@@ -106,15 +106,24 @@ pub struct ThreadRecording {
     pub instruction_log: Option<Vec<u64>>,
 }
 
+/// What the process ran between two `execve`s: one program image, its
+/// threads and its modules.
+#[derive(Debug, Clone, Default)]
+pub struct ImageRecording {
+    /// Threads in creation order (each trace ends where the image ended).
+    pub threads: Vec<ThreadRecording>,
+    /// Modules seen mapped while this image ran.
+    pub modules: Vec<LoadedModule>,
+}
+
 /// A finished recording.
 #[derive(Debug, Clone)]
 pub struct Recording {
     /// Process id.
     pub pid: u32,
-    /// Threads in creation order.
-    pub threads: Vec<ThreadRecording>,
-    /// Modules seen mapped during the recording.
-    pub modules: Vec<LoadedModule>,
+    /// The program images the process ran, oldest first: one, plus one per
+    /// successful `execve` (a thread's id may appear in several).
+    pub images: Vec<ImageRecording>,
     /// How it ended.
     pub outcome: Outcome,
     /// Wall time of the recording.
@@ -124,17 +133,25 @@ pub struct Recording {
     pub undecodable: u64,
     /// How the TSC values in the trace convert to perf-clock nanoseconds.
     pub tsc_conversion: Option<crate::perf_clock::TscConversion>,
+    /// What the user should know about the recording (threads not traced,
+    /// smaller trace buffers), one sentence each.
+    pub warnings: Vec<String>,
 }
 
 impl Recording {
+    /// Every thread of every image, in order.
+    pub fn threads(&self) -> impl Iterator<Item = &ThreadRecording> {
+        self.images.iter().flat_map(|image| &image.threads)
+    }
+
     /// Instructions in all threads.
     pub fn instructions(&self) -> u64 {
-        self.threads.iter().map(|t| t.instructions).sum()
+        self.threads().map(|t| t.instructions).sum()
     }
 
     /// Bytes of trace in all threads.
     pub fn trace_bytes(&self) -> usize {
-        self.threads.iter().map(|t| t.trace.len()).sum()
+        self.threads().map(|t| t.trace.len()).sum()
     }
 }
 
@@ -236,7 +253,10 @@ fn rip(tid: Pid) -> Result<u64, Errno> {
 
 struct Recorder<'a> {
     pid: Pid,
+    process: TracedProcess,
     options: &'a RecordOptions,
+    /// Images the process left by `execve`.
+    finished_images: Vec<ImageRecording>,
     threads: HashMap<Pid, ThreadState>,
     modules: Vec<LoadedModule>,
     maps: Vec<process::Mapping>,
@@ -250,8 +270,6 @@ struct Recorder<'a> {
     blocks: HashMap<u64, Block>,
     /// Decoded instructions of read-only code, for single-stepping.
     insn_cache: HashMap<u64, InsnInfo>,
-    /// Forked children to clean up and detach.
-    forked: Vec<Pid>,
     clock: TraceClock,
 }
 
@@ -358,6 +376,10 @@ impl Recorder<'_> {
             }
         }
         self.thread(tid).next_ip = now;
+        if let Some(now) = now {
+            // Known before it runs: an `execve` leaves no old code to read it from.
+            let _ = self.decode_at(now);
+        }
     }
 
     fn finish_thread(&mut self, tid: Pid) {
@@ -571,12 +593,55 @@ impl Recorder<'_> {
         for tid in tids {
             self.finish_thread(tid);
         }
-        let _ = kill(self.pid, Signal::SIGKILL);
-        while let Ok(status) = waitpid(None, Some(WaitPidFlag::__WALL)) {
-            if let WaitStatus::PtraceEvent(tid, ..) | WaitStatus::Stopped(tid, _) = status {
-                let _ = ptrace::cont(tid, None);
+        self.process.kill();
+    }
+
+    /// The threads of the image being recorded, in creation order; the
+    /// recorder's per-image state starts afresh.
+    fn take_image(&mut self) -> ImageRecording {
+        let mut threads: Vec<(usize, ThreadRecording)> = std::mem::take(&mut self.threads)
+            .into_iter()
+            .map(|(tid, state)| {
+                let instructions = state.writer.instructions();
+                let trace = state.writer.into_bytes();
+                (state.order, ThreadRecording { tid: tid.as_raw() as u32, trace, instructions, instruction_log: state.log })
+            })
+            .collect();
+        threads.sort_by_key(|(order, _)| *order);
+        ImageRecording { threads: threads.into_iter().map(|(_, t)| t).collect(), modules: std::mem::take(&mut self.modules) }
+    }
+
+    /// `execve` succeeded in `former` (now `tid`): the old image's traces end
+    /// with the system call; the new program is recorded from its first
+    /// instruction as an image of its own.
+    fn exec(&mut self, tid: Pid, former: Pid) -> Result<(), RecordError> {
+        if let Some(ip) = self.threads.get(&former).and_then(|state| state.next_ip) {
+            // The old code is gone: the instruction is known from before it ran,
+            // or is the two-byte `syscall` every x86-64 execve goes through.
+            let insn = self.insn_cache.get(&ip).copied().or_else(|| classify(&[0x0f, 0x05], ip, ExecMode::Bits64));
+            if let Some(insn) = insn {
+                self.record_executed(former, ip, &insn, None);
             }
+            self.thread(former).finished = true;
         }
+        let tids: Vec<Pid> = self.threads.keys().copied().collect();
+        for old in tids {
+            self.finish_thread(old);
+        }
+        let image = self.take_image();
+        tracing::info!(pid = self.pid.as_raw(), threads = image.threads.len(), "execve: a new program image");
+        self.finished_images.push(image);
+        // The old address space and everything learnt about it are gone.
+        self.breakpoints.clear();
+        self.blocks.clear();
+        self.insn_cache.clear();
+        self.maps.clear();
+        self.exit_ip = None;
+        self.branch_stops = self.options.mode == StepMode::Branch;
+        self.refresh_modules();
+        let first = rip(tid).map_err(Self::ptrace_error("PTRACE_PEEKUSER", tid))?;
+        self.thread(tid).next_ip = Some(first);
+        self.resume(tid, None)
     }
 
     fn run(&mut self) -> Result<Outcome, RecordError> {
@@ -584,7 +649,7 @@ impl Recorder<'_> {
         self.thread(self.pid).next_ip = Some(first);
         self.refresh_modules();
         self.resume(self.pid, None)?;
-        let mut main_outcome = None;
+        let main_outcome;
         let mut since_progress = 0u64;
         loop {
             if self.options.stop.load(Ordering::Relaxed) {
@@ -601,33 +666,25 @@ impl Recorder<'_> {
                     progress(self.total);
                 }
             }
-            let status = match waitpid(None, Some(WaitPidFlag::__WALL)) {
-                Ok(status) => status,
-                Err(Errno::ECHILD) => break,
-                Err(Errno::EINTR) => continue,
+            let event = match self.process.next_event(Wait::Block) {
+                Ok(Some(event)) => event,
+                Ok(None) => continue, // interrupted: look at the stop flag
                 Err(source) => return Err(RecordError::Ptrace { what: "waitpid", tid: -1, source }),
             };
-            match status {
-                WaitStatus::Stopped(pid, _)
-                    if self.forked.contains(&pid)
-                        || (!self.threads.contains_key(&pid) && process::thread_group(pid) != Some(self.pid)) =>
-                {
-                    // A forked child (not recorded): give it its code back and let it go.
-                    self.remove_all_breakpoints(pid);
-                    let _ = ptrace::detach(pid, None);
-                    self.forked.retain(|p| *p != pid);
+            match event {
+                ProcessEvent::ForkedChild(child) => {
+                    // Not recorded: give it its code back (it is let go after this).
+                    self.remove_all_breakpoints(child);
                 }
-                WaitStatus::Stopped(tid, Signal::SIGTRAP) => self.on_trap(tid)?,
-                WaitStatus::Stopped(tid, Signal::SIGSTOP)
-                    if !self.threads.contains_key(&tid) || self.thread(tid).next_ip.is_none() =>
-                {
+                ProcessEvent::Trap(tid) => self.on_trap(tid)?,
+                ProcessEvent::ThreadStarted(tid) => {
                     // A new thread's first stop: it starts at the instruction after clone.
                     if let Ok(now) = rip(tid) {
                         self.thread(tid).next_ip = Some(now);
                     }
                     self.resume(tid, None)?;
                 }
-                WaitStatus::Stopped(tid, signal) => {
+                ProcessEvent::Signal(tid, signal) => {
                     // Signal-delivery stop: the instruction at RIP has not executed.
                     let Ok(now) = rip(tid) else { continue };
                     self.catch_up(tid, now);
@@ -648,26 +705,20 @@ impl Recorder<'_> {
                         self.resume(tid, Some(signal))?;
                     }
                 }
-                WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_CLONE => {
-                    if let Ok(new) = ptrace::getevent(tid) {
-                        self.leave_branch_mode();
-                        self.thread(Pid::from_raw(new as i32));
-                    }
-                    self.step(tid, None)?;
-                }
-                WaitStatus::PtraceEvent(tid, _, event)
-                    if event == libc::PTRACE_EVENT_FORK || event == libc::PTRACE_EVENT_VFORK =>
-                {
-                    if event == libc::PTRACE_EVENT_VFORK {
+                ProcessEvent::Spawned { parent, child, kind } => {
+                    match kind {
+                        Spawn::Thread => {
+                            self.leave_branch_mode();
+                            self.thread(child);
+                        }
                         // The child borrows our memory: it must run without breakpoints.
-                        self.leave_branch_mode();
+                        Spawn::Vfork => self.leave_branch_mode(),
+                        Spawn::Fork => {}
                     }
-                    if let Ok(child) = ptrace::getevent(tid) {
-                        self.forked.push(Pid::from_raw(child as i32));
-                    }
-                    self.step(tid, None)?;
+                    self.step(parent, None)?;
                 }
-                WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_EXIT => {
+                ProcessEvent::Exec { tid, former } => self.exec(tid, former)?,
+                ProcessEvent::Exiting(tid) => {
                     if tid == self.pid {
                         self.refresh_modules();
                     }
@@ -685,23 +736,21 @@ impl Recorder<'_> {
                     self.finish_thread(tid);
                     let _ = ptrace::cont(tid, None);
                 }
-                WaitStatus::PtraceEvent(tid, ..) => self.step(tid, None)?,
-                WaitStatus::Exited(tid, code) => {
-                    self.finish_thread(tid);
-                    if tid == self.pid {
-                        main_outcome = Some(Outcome::Exited(code));
-                    }
+                ProcessEvent::Other(tid) => self.step(tid, None)?,
+                ProcessEvent::ThreadGone(tid) => self.finish_thread(tid),
+                ProcessEvent::Exited(code) => {
+                    self.finish_thread(self.pid);
+                    main_outcome = Outcome::Exited(code);
+                    break;
                 }
-                WaitStatus::Signaled(tid, signal, _) => {
-                    self.finish_thread(tid);
-                    if tid == self.pid {
-                        main_outcome = Some(Outcome::Signaled { signal, at: self.exit_ip });
-                    }
+                ProcessEvent::Killed(signal) => {
+                    self.finish_thread(self.pid);
+                    main_outcome = Outcome::Signaled { signal, at: self.exit_ip };
+                    break;
                 }
-                _ => {}
             }
         }
-        Ok(main_outcome.unwrap_or(Outcome::Exited(0)))
+        Ok(main_outcome)
     }
 }
 
@@ -711,7 +760,9 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
     let start = Instant::now();
     let mut recorder = Recorder {
         pid: tracee.pid,
+        process: TracedProcess::new(tracee.pid, [tracee.pid]),
         options,
+        finished_images: Vec::new(),
         threads: HashMap::new(),
         modules: Vec::new(),
         maps: Vec::new(),
@@ -722,7 +773,6 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
         breakpoints: HashMap::new(),
         blocks: HashMap::new(),
         insn_cache: HashMap::new(),
-        forked: Vec::new(),
         clock: TraceClock::choose(),
     };
     let result = recorder.run();
@@ -734,25 +784,16 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
             return Err(error);
         }
     };
-    let mut threads: Vec<(usize, ThreadRecording)> = recorder
-        .threads
-        .into_iter()
-        .map(|(tid, state)| {
-            let instructions = state.writer.instructions();
-            (
-                state.order,
-                ThreadRecording { tid: tid.as_raw() as u32, trace: state.writer.into_bytes(), instructions, instruction_log: state.log },
-            )
-        })
-        .collect();
-    threads.sort_by_key(|(order, _)| *order);
+    let last = recorder.take_image();
+    let mut images = std::mem::take(&mut recorder.finished_images);
+    images.push(last);
     Ok(Recording {
         pid: tracee.pid.as_raw() as u32,
-        threads: threads.into_iter().map(|(_, t)| t).collect(),
-        modules: recorder.modules,
+        images,
         outcome,
         elapsed: start.elapsed(),
         undecodable: recorder.undecodable,
         tsc_conversion: Some(recorder.clock.conversion()),
+        warnings: Vec::new(),
     })
 }

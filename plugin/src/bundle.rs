@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-pub use retrace_decoder::bundle::load::{BundleError, LoadedBundle, LoadedThread};
+pub use retrace_decoder::bundle::load::{BundleError, LoadedBundle, LoadedProcess, LoadedThread};
 
 /// Loads `trace_json` and everything it refers to; damaged parts that were
 /// skipped are logged as warnings.

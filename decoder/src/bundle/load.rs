@@ -56,6 +56,21 @@ pub struct LoadedThread {
     pub tid: u64,
     /// Its raw Intel PT.
     pub trace: Vec<u8>,
+    /// Index of its process entry in [`LoadedBundle::processes`].
+    pub process: usize,
+}
+
+/// One process entry of a bundle: its code and symbols. A process that
+/// exec'd is one entry per program image (same pid), each with its own.
+#[derive(Debug)]
+pub struct LoadedProcess {
+    /// Process id.
+    pub pid: u64,
+    /// The code of its modules; each section is named after the file its
+    /// bytes were read from.
+    pub image: Image,
+    /// Function names and source lines of its modules.
+    pub symbols: Symbolizer,
 }
 
 /// A loaded bundle.
@@ -63,16 +78,36 @@ pub struct LoadedThread {
 pub struct LoadedBundle {
     /// The description.
     pub description: TraceBundle,
-    /// Threads in bundle order (LLDB's thread indices 1, 2, …).
+    /// Threads of every process entry, in bundle order.
     pub threads: Vec<LoadedThread>,
-    /// The code of every module; each section is named after the file its
-    /// bytes were read from.
-    pub image: Image,
-    /// Function names and source lines of every module.
-    pub symbols: Symbolizer,
+    /// The process entries, in bundle order.
+    pub processes: Vec<LoadedProcess>,
     /// What was read but is damaged (e.g. jitdump records), for the caller
     /// to report.
     pub warnings: Vec<String>,
+}
+
+impl LoadedBundle {
+    /// The code `thread` ran.
+    pub fn image_of(&self, thread: &LoadedThread) -> &Image {
+        &self.processes[thread.process].image
+    }
+
+    /// The symbols of the code `thread` ran.
+    pub fn symbols_of(&self, thread: &LoadedThread) -> &Symbolizer {
+        &self.processes[thread.process].symbols
+    }
+
+    /// The first process entry's code (a bundle of one process, as most are).
+    pub fn image(&self) -> &Image {
+        &self.processes[0].image
+    }
+
+    /// LLDB's thread index of `thread` within its process entry (1, 2, …),
+    /// as `thread trace dump` prints it in that entry's target.
+    pub fn thread_index(&self, thread: &LoadedThread) -> usize {
+        self.threads.iter().filter(|t| t.process == thread.process).position(|t| std::ptr::eq(t, thread)).map_or(0, |i| i + 1)
+    }
 }
 
 /// The separate debug file of an ELF image, found by its GNU build id under
@@ -109,11 +144,12 @@ pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
     }
     let base = trace_json.parent().unwrap_or(Path::new("."));
     let resolve = |relative: &str| base.join(relative);
-    let mut image = Image::new();
-    let mut symbols = Symbolizer::new();
     let mut threads = Vec::new();
+    let mut processes = Vec::new();
     let mut warnings = Vec::new();
     for process in &description.processes {
+        let mut image = Image::new();
+        let mut symbols = Symbolizer::new();
         for module in &process.modules {
             let path = resolve(module.file.as_deref().unwrap_or(&module.system_path));
             let bytes = read(&path)?;
@@ -138,8 +174,12 @@ pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
                 Some(file) => read(&resolve(file))?,
                 None => Vec::new(),
             };
-            threads.push(LoadedThread { tid: thread.tid, trace });
+            threads.push(LoadedThread { tid: thread.tid, trace, process: processes.len() });
         }
+        processes.push(LoadedProcess { pid: process.pid, image, symbols });
     }
-    Ok(LoadedBundle { description, threads, image, symbols, warnings })
+    if processes.is_empty() {
+        processes.push(LoadedProcess { pid: 0, image: Image::new(), symbols: Symbolizer::new() });
+    }
+    Ok(LoadedBundle { description, threads, processes, warnings })
 }

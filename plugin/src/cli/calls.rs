@@ -43,15 +43,19 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
     }
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    for (index, thread) in loaded.threads.iter().enumerate() {
+    for thread in &loaded.threads {
         if tid.is_some_and(|tid| tid != thread.tid) {
             continue;
         }
         let (forest, table, _) = thread_forest(&loaded, thread, options);
         match format {
             Format::Text => {
-                writeln!(out, "thread #{}: tid = {}", index + 1, thread.tid)?;
-                let printer = TextPrinter { forest: &forest, symbols: &loaded.symbols, contexts: &table };
+                let index = loaded.thread_index(thread);
+                if loaded.processes.len() > 1 && index == 1 {
+                    writeln!(out, "target #{}: pid = {}", thread.process, loaded.processes[thread.process].pid)?;
+                }
+                writeln!(out, "thread #{index}: tid = {}", thread.tid)?;
+                let printer = TextPrinter { forest: &forest, symbols: loaded.symbols_of(thread), contexts: &table };
                 for (k, &root) in forest.roots.iter().enumerate() {
                     write!(out, "\n[call tree #{k}]\n")?;
                     printer.call(&mut out, root, 0)?;
@@ -74,7 +78,7 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
 /// One thread's call forest (LLDB's rules), the symbol contexts its
 /// segments' tags refer to, and the decoded history.
 pub(super) fn thread_forest(loaded: &LoadedBundle, thread: &LoadedThread, options: FlowOptions) -> (CallForest, ContextTable, History) {
-    let history = decode_parallel_with(&thread.trace, &loaded.image, super::dump::cores(), options);
+    let history = decode_parallel_with(&thread.trace, loaded.image_of(thread), super::dump::cores(), options);
     let mut lookups: HashMap<u64, SymbolContext> = HashMap::new();
     let mut effects: HashMap<u64, CallEffect> = HashMap::new();
     // The distinct contexts met; sites refer to them by index.
@@ -85,13 +89,13 @@ pub(super) fn thread_forest(loaded: &LoadedBundle, thread: &LoadedThread, option
     let forest = CallForest::build(history.items(), |ip| {
         let tag = match previous.filter(|&t| table.get(t).holds(ip)) {
             Some(tag) => tag,
-            None => table.intern(lookups.entry(ip).or_insert_with(|| loaded.symbols.lookup(ip)).clone()),
+            None => table.intern(lookups.entry(ip).or_insert_with(|| loaded.symbols_of(thread).lookup(ip)).clone()),
         };
         previous = Some(tag);
         let here = table.get(tag);
         let effect = *effects.entry(ip).or_insert_with(|| {
             let mut bytes = [0u8; 15];
-            let n = loaded.image.read(ip, &mut bytes);
+            let n = loaded.image_of(thread).read(ip, &mut bytes);
             call_effect(&bytes[..n], ip, ExecMode::Bits64)
         });
         // The first instruction of the innermost inlined block, or of

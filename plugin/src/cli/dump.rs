@@ -47,7 +47,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let decode = |thread: &bundle::LoadedThread| -> Vec<Item> {
-        decode_parallel_with(&thread.trace, &loaded.image, cores(), args.options).items().collect()
+        decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), args.options).items().collect()
     };
     // With times: every thread decoded first, as LLDB's time zero is the
     // earliest first TSC of all threads.
@@ -63,6 +63,11 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
         }
         let items = decoded[index].take().unwrap_or_else(|| decode(thread));
         let (selected, exhausted) = select(&items, args);
+        let process = &loaded.processes[thread.process];
+        if loaded.processes.len() > 1 && args.json.is_none() && loaded.thread_index(thread) == 1 {
+            // A process that exec'd: one entry (an LLDB target) per program image.
+            writeln!(out, "target #{}: pid = {}", thread.process, process.pid)?;
+        }
         let clock = conversion.as_ref().map(|c| WallClock::new(&items, c));
         let time = |id: usize| -> Option<Option<f64>> {
             args.time.then(|| Some(clock.as_ref()?.time(id, begin?)).flatten())
@@ -71,7 +76,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
             Some(style) => {
                 let mut contexts = Contexts::default();
                 let array = serde_json::Value::Array(
-                    selected.iter().map(|&(id, item)| item_json(&loaded, &mut contexts, id, item, args.raw, time(id))).collect(),
+                    selected.iter().map(|&(id, item)| item_json(process, &mut contexts, id, item, args.raw, time(id))).collect(),
                 );
                 match style {
                     JsonStyle::Compact => writeln!(out, "{array}")?,
@@ -79,8 +84,8 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
                 }
             }
             None => {
-                writeln!(out, "thread #{}: tid = {}", index + 1, thread.tid)?;
-                write_text(&mut out, &loaded, &selected, args.raw, &time)?;
+                writeln!(out, "thread #{}: tid = {}", loaded.thread_index(thread), thread.tid)?;
+                write_text(&mut out, process, &selected, args.raw, &time)?;
                 if exhausted {
                     writeln!(out, "    no more data")?;
                 }
@@ -117,7 +122,7 @@ fn select<'i>(items: &'i [Item], args: &InstructionsArgs) -> (Vec<(usize, &'i It
 /// `raw`), instruction, event and error lines.
 fn write_text(
     out: &mut impl Write,
-    loaded: &bundle::LoadedBundle,
+    loaded: &bundle::LoadedProcess,
     selected: &[(usize, &Item)],
     raw: bool,
     time: &dyn Fn(usize) -> Option<Option<f64>>,
@@ -170,7 +175,7 @@ struct Contexts {
 impl Contexts {
     /// The context of the instruction at `ip`, and whether LLDB prints a
     /// context line before it (its scope is not the previous one's).
-    fn at(&mut self, loaded: &bundle::LoadedBundle, ip: u64) -> (&SymbolContext, bool) {
+    fn at(&mut self, loaded: &bundle::LoadedProcess, ip: u64) -> (&SymbolContext, bool) {
         let kept = self.previous.as_ref().is_some_and(|p| p.holds(ip));
         let mut new_scope = false;
         if !kept {
@@ -187,7 +192,7 @@ impl Contexts {
 /// `source`/`line`/`column`; for an event its name and extra key; for an
 /// error its message.
 fn item_json(
-    loaded: &bundle::LoadedBundle,
+    loaded: &bundle::LoadedProcess,
     contexts: &mut Contexts,
     id: usize,
     item: &Item,
@@ -333,15 +338,15 @@ pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitC
     let loaded = bundle::load(trace_json).map_err(|e| CliError::Message(e.to_string()))?;
     let cpu = &loaded.description.cpu_info;
     let mut threads = Vec::new();
-    for (index, thread) in loaded.threads.iter().enumerate() {
+    for thread in &loaded.threads {
         let start = std::time::Instant::now();
-        let items: Vec<Item> = decode_parallel_with(&thread.trace, &loaded.image, cores(), options).items().collect();
+        let items: Vec<Item> = decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), options).items().collect();
         let seconds = start.elapsed().as_secs_f64();
         let instructions = items.iter().filter(|i| matches!(i, Item::Instruction { .. })).count();
         let events = items.iter().filter(|i| matches!(i, Item::Event(_))).count();
         let errors = items.iter().filter(|i| matches!(i, Item::Error { .. })).count();
         threads.push(serde_json::json!({
-            "index": index + 1, "tid": thread.tid, "traceBytes": thread.trace.len(), "items": items.len(),
+            "index": loaded.thread_index(thread), "process": thread.process, "tid": thread.tid, "traceBytes": thread.trace.len(), "items": items.len(),
             "instructions": instructions, "events": events, "errors": errors, "decodeSeconds": seconds,
         }));
     }
@@ -354,6 +359,10 @@ pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitC
     }
     writeln!(out, "Trace technology: intel-pt (cpu {} {}/{}/{})", cpu.vendor, cpu.family, cpu.model, cpu.stepping)?;
     for t in &threads {
+        if loaded.processes.len() > 1 && t["index"] == 1 {
+            let process = t["process"].as_u64().unwrap_or(0) as usize;
+            writeln!(out, "\ntarget #{process}: pid = {}", loaded.processes[process].pid)?;
+        }
         writeln!(out, "\nthread #{}: tid = {}", t["index"], t["tid"])?;
         writeln!(out, "  Raw trace size: {} bytes", t["traceBytes"])?;
         writeln!(out, "  Total number of trace items: {}", t["items"])?;

@@ -5,11 +5,11 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use retrace_collector::bundle_writer::{write_bundle, BundleInfo};
-use retrace_collector::hardware::{host_cpu_info, record_hardware};
-use retrace_collector::intel_pt::{IntelPtPmu, PtEventConfig};
+use retrace_collector::hardware::{host_cpu_info, record_threads, PerfIntelPt};
+use retrace_collector::intel_pt::{IntelPtError, PtEventConfig, SYSFS_DIR};
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
 use retrace_collector::software::{record, Outcome, RecordOptions, StepMode};
 use retrace_decoder::bundle::CpuInfo;
@@ -40,43 +40,79 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The stop flag of the recording in progress, for the signal handler.
+static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
 extern "C" fn on_interrupt(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
+    if let Some(stop) = STOP.get() {
+        stop.store(true, Ordering::Relaxed);
+    }
 }
 
+/// Ctrl-C and SIGTERM end the recording: the handler sets the stop flag and,
+/// installed without `SA_RESTART`, interrupts the recorder's `waitpid` (a
+/// program running freely or blocked in a system call does not delay it).
+/// Threads started from here on inherit a mask blocking both, so the signal
+/// lands in this (the recording) thread: see [`with_interrupts_blocked`].
 fn install_interrupt_handler() -> Arc<AtomicBool> {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let action = SigAction::new(SigHandler::Handler(on_interrupt), SaFlags::SA_RESTART, SigSet::empty());
+    let stop = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
+    let action = SigAction::new(SigHandler::Handler(on_interrupt), SaFlags::empty(), SigSet::empty());
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         let _ = sigaction(Signal::SIGINT, &action);
         let _ = sigaction(Signal::SIGTERM, &action);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    std::thread::spawn(move || loop {
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            flag.store(true, Ordering::Relaxed);
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    });
     stop
 }
 
-pub fn run(args: Args) -> Result<ExitCode, CliError> {
-    let sysfs = std::path::Path::new(retrace_collector::intel_pt::SYSFS_DIR);
-    let hardware = match args.backend {
-        Backend::Software => false,
-        Backend::IntelPt => match IntelPtPmu::detect(sysfs) {
-            Ok(_) => true,
-            Err(error) => return Err(CliError::Message(format!("--backend intel-pt: {error}"))),
-        },
-        Backend::Auto => IntelPtPmu::detect(sysfs).is_ok(),
+/// Runs `start` (which starts helper threads, e.g. a progress bar's ticker)
+/// with SIGINT and SIGTERM blocked, so those threads never take them.
+fn with_interrupts_blocked<T>(start: impl FnOnce() -> T) -> T {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None);
+    let value = start();
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
+    value
+}
+
+/// Where the `intel_pt` PMU is described: `RETRACE_INTEL_PT_SYSFS` if set
+/// (tests point it at a fake description), else sysfs.
+fn intel_pt_sysfs() -> PathBuf {
+    std::env::var_os("RETRACE_INTEL_PT_SYSFS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(SYSFS_DIR))
+}
+
+/// The hardware source to record with, or `None` for the software backend.
+/// `auto` takes Intel PT only when an event really opens, and says why not
+/// when the PMU is there but unusable (`perf_event_paranoid`, a container…).
+fn choose_backend(backend: Backend) -> Result<Option<PerfIntelPt>, CliError> {
+    let sysfs = intel_pt_sysfs();
+    let usable = || -> Result<PerfIntelPt, IntelPtError> {
+        let source = PerfIntelPt::new(&sysfs, PtEventConfig::default())?;
+        source.probe()?;
+        Ok(source)
     };
-    tracing::info!(backend = if hardware { "intel-pt" } else { "software" }, "recording");
+    match backend {
+        Backend::Software => Ok(None),
+        Backend::IntelPt => usable().map(Some).map_err(|error| CliError::Message(format!("--backend intel-pt: {error}"))),
+        Backend::Auto => match usable() {
+            Ok(source) => Ok(Some(source)),
+            Err(IntelPtError::Absent { .. }) => Ok(None),
+            Err(error) => {
+                eprintln!("retrace: Intel PT is present but unusable ({error}); recording with the software backend");
+                Ok(None)
+            }
+        },
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode, CliError> {
+    let hardware = choose_backend(args.backend)?;
+    tracing::info!(backend = if hardware.is_some() { "intel-pt" } else { "software" }, "recording");
+    let stop = install_interrupt_handler();
 
     let mut command = args.command.into_iter();
     let program = command.next().expect("clap requires a program");
@@ -85,11 +121,13 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     launch_options.pin_cpu = Some(current_cpu());
     let tracee = launch(&launch_options).map_err(|e| CliError::Message(e.to_string()))?;
 
-    let progress = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_style(indicatif::ProgressStyle::with_template("{spinner} recording: {msg} instructions ({elapsed})").unwrap());
-        bar.enable_steady_tick(std::time::Duration::from_millis(200));
-        bar
+    let progress = with_interrupts_blocked(|| {
+        std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_style(indicatif::ProgressStyle::with_template("{spinner} recording: {msg} instructions ({elapsed})").unwrap());
+            bar.enable_steady_tick(std::time::Duration::from_millis(200));
+            bar
+        })
     });
     let options = RecordOptions {
         mode: match args.mode {
@@ -98,15 +136,14 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         },
         max_instructions: args.max_insns,
         keep_instruction_log: args.insn_log,
-        stop: install_interrupt_handler(),
+        stop,
         progress: progress.clone().map(|bar| {
             Arc::new(move |n: u64| bar.set_message(n.to_string())) as Arc<dyn Fn(u64) + Send + Sync>
         }),
         ..RecordOptions::default()
     };
-    let (recording, info) = if hardware {
-        let recording = record_hardware(tracee, sysfs, &PtEventConfig::default(), &options)
-            .map_err(|e| CliError::Message(format!("recording failed: {e}")))?;
+    let (recording, info) = if let Some(mut source) = hardware {
+        let recording = record_threads(tracee, &mut source, &options);
         let cpu_info = host_cpu_info().ok_or_else(|| CliError::Message("cannot read /proc/cpuinfo".into()))?;
         let info = BundleInfo { backend: "intel-pt".into(), mode: None, cpu_info, cpu_info_is_synthetic: false };
         (recording, info)
@@ -136,9 +173,11 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
             "bundle": trace_json,
             "pid": recording.pid,
             "outcome": recording.outcome.to_string(),
-            "threads": recording.threads.iter().map(|t| serde_json::json!({
-                "tid": t.tid, "instructions": t.instructions, "trace_bytes": t.trace.len()
-            })).collect::<Vec<_>>(),
+            "threads": recording.images.iter().enumerate().flat_map(|(image, i)| i.threads.iter().map(move |t| serde_json::json!({
+                "tid": t.tid, "image": image, "instructions": t.instructions, "trace_bytes": t.trace.len()
+            }))).collect::<Vec<_>>(),
+            "images": recording.images.len(),
+            "warnings": recording.warnings,
             "instructions": instructions,
             "trace_bytes": recording.trace_bytes(),
             "seconds": seconds,
@@ -148,19 +187,28 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         eprintln!("{summary}");
     } else {
         eprintln!("{}", recording.outcome);
-        for thread in &recording.threads {
-            eprintln!("  thread {}: {} instructions, {} bytes of trace", thread.tid, thread.instructions, thread.trace.len());
+        for (number, image) in recording.images.iter().enumerate() {
+            if recording.images.len() > 1 {
+                let program = image.modules.first().map_or("?", |m| m.path.as_str());
+                eprintln!("  image {number} ({program}):");
+            }
+            for thread in &image.threads {
+                eprintln!("  thread {}: {} instructions, {} bytes of trace", thread.tid, thread.instructions, thread.trace.len());
+            }
+        }
+        for warning in &recording.warnings {
+            eprintln!("warning: {warning}");
         }
         if info.backend == "intel-pt" {
             eprintln!(
                 "recorded {} bytes of Intel PT in {} thread(s), {seconds:.2} s (instruction counts need a decode)",
                 recording.trace_bytes(),
-                recording.threads.len()
+                recording.threads().count()
             );
         } else {
             eprintln!(
                 "recorded {instructions} instructions in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
-                recording.threads.len(),
+                recording.threads().count(),
                 recording.trace_bytes()
             );
         }

@@ -66,6 +66,13 @@ impl ProcessTarget {
                     }
                     let _ = ptrace::cont(tid, None);
                 }
+                WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_EXEC => {
+                    // The program exec'd (the collector asks for exec events):
+                    // reported as the SIGTRAP the kernel sends without them.
+                    self.threads.retain(|t| *t == self.pid);
+                    self.running.clear();
+                    return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP });
+                }
                 WaitStatus::PtraceEvent(tid, _, _) => {
                     let _ = ptrace::cont(tid, None);
                 }

@@ -1,0 +1,18 @@
+/* Forks a child that exits with status 7; the parent waits for it and
+ * prints what it saw. Recorded, the parent must see the same status. */
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(void) {
+    pid_t child = fork();
+    if (child == 0) {
+        _exit(7);
+    }
+    int status = 0;
+    if (waitpid(child, &status, 0) != child) {
+        return 1;
+    }
+    printf("child exited %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return 0;
+}
