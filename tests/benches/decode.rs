@@ -27,11 +27,11 @@ fn main() {
     let trace = &bundle.threads[0].trace;
     let sections = file_sections(&bundle);
 
-    let (t_ours, n_ours) = best(&|| FlowDecoder::new(trace, &bundle.image).decode_history().instructions());
-    let history = FlowDecoder::new(trace, &bundle.image).decode_history();
+    let (t_ours, n_ours) = best(&|| FlowDecoder::new(trace, bundle.image()).decode_history().instructions());
+    let history = FlowDecoder::new(trace, bundle.image()).decode_history();
     assert_eq!(history.items().filter(|i| matches!(i, Item::Instruction { .. })).count() as u64, n_ours);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let (t_par, n_par) = best(&|| retrace_decoder::flow::decode_parallel(trace, &bundle.image, cores).instructions());
+    let (t_par, n_par) = best(&|| retrace_decoder::flow::decode_parallel(trace, bundle.image(), cores).instructions());
     assert_eq!(n_par, n_ours, "parallel and sequential decode disagree");
     let (t_blk, n_blk) = best(&|| libipt::block_count(trace, &sections, cpu(&bundle)).0);
     let (t_insn, n_insn) = best(&|| libipt::insn_addresses(trace, &sections, cpu(&bundle)).0.len() as u64);

@@ -12,7 +12,7 @@ use retrace_decoder::bundle::load::LoadedBundle;
 #[cfg(retrace_libipt)]
 pub fn file_sections(bundle: &LoadedBundle) -> Vec<crate::libipt::FileSection> {
     bundle
-        .image
+        .image()
         .sections()
         .iter()
         // JIT code (from listed jitdumps) is in no file libipt could read.

@@ -26,7 +26,7 @@ mod with_libipt {
         let mut total = 0;
         for thread in &bundle.threads {
             let (tid, trace) = (thread.tid, &thread.trace);
-            let items = FlowDecoder::new(trace, &bundle.image).decode_all();
+            let items = FlowDecoder::new(trace, bundle.image_of(thread)).decode_all();
             let ours: Vec<u64> =
                 items.iter().filter_map(|i| if let Item::Instruction { ip } = i { Some(*ip) } else { None }).collect();
             let errors: Vec<&Item> = items.iter().filter(|i| matches!(i, Item::Error { .. })).collect();
