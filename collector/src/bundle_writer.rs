@@ -41,12 +41,15 @@ pub struct BundleInfo {
 /// `trace.json`. Threads that kept an instruction log also get
 /// `threads/<tid>.insns` (hex addresses, one per line).
 ///
-/// Each program image the process ran (one more per `execve`) is a process
-/// entry of its own in `trace.json`, with the same pid, its own threads and
-/// its own modules: LLDB's schema has no notion of exec, and loads each entry
-/// as a target of its own (`target list` shows one per image, `target select
-/// N` switches). The first image's files are `threads/<tid>.intelpt_trace`;
-/// image N (N ≥ 1) writes `threads/<tid>.exec<N>.intelpt_trace`.
+/// Each program image the process ran (one more per `execve`) is a bundle of
+/// its own, with the same pid, its own threads and its own modules:
+/// `trace.json` holds the program launched, `exec<N>/trace.json` the N-th
+/// program exec'd, listed in `trace.json`'s `retrace.execImages`. (LLDB's
+/// schema has no notion of exec, and LLDB keys a bundle's threads by tid
+/// across all its process entries, so the thread that exec'd cannot appear
+/// in two entries of one file: LLDB would show the first entry's trace for
+/// both.) All share `threads/` — image N's traces are
+/// `threads/<tid>.exec<N>.intelpt_trace` — and `modules/`.
 pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Result<PathBuf, BundleWriteError> {
     let threads_dir = dir.join("threads");
     let modules_dir = dir.join("modules");
@@ -55,6 +58,12 @@ pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Res
         for stale in [&threads_dir, &modules_dir] {
             if stale.exists() {
                 io(stale, std::fs::remove_dir_all(stale))?;
+            }
+        }
+        for entry in io(dir, dir.read_dir())?.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().strip_prefix("exec").is_some_and(|n| n.parse::<usize>().is_ok()) {
+                io(&entry.path(), std::fs::remove_dir_all(entry.path()))?;
             }
         }
     } else if io(dir, dir.read_dir().map(|mut entries| entries.next().is_some())).unwrap_or(false) {
@@ -69,15 +78,35 @@ pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Res
     io(&threads_dir, std::fs::create_dir_all(&threads_dir))?;
     io(&modules_dir, std::fs::create_dir_all(&modules_dir))?;
 
-    let mut processes = Vec::new();
-    for (number, image) in recording.images.iter().enumerate() {
-        processes.push(write_image(dir, recording.pid, number, image)?);
+    let mut exec_images = Vec::new();
+    for (number, image) in recording.images.iter().enumerate().skip(1) {
+        let relative = format!("exec{number}/trace.json");
+        let image_dir = dir.join(format!("exec{number}"));
+        io(&image_dir, std::fs::create_dir_all(&image_dir))?;
+        let process = write_image(dir, "../", recording.pid, number, image)?;
+        write_description(&image_dir.join("trace.json"), recording, info, process, Vec::new())?;
+        exec_images.push(relative);
     }
+    let first = match recording.images.first() {
+        Some(image) => write_image(dir, "", recording.pid, 0, image)?,
+        None => write_image(dir, "", recording.pid, 0, &ImageRecording::default())?,
+    };
+    let json_path = dir.join("trace.json");
+    write_description(&json_path, recording, info, first, exec_images)?;
+    Ok(json_path)
+}
 
+fn write_description(
+    path: &Path,
+    recording: &Recording,
+    info: &BundleInfo,
+    process: BundleProcess,
+    exec_images: Vec<String>,
+) -> Result<(), BundleWriteError> {
     let bundle = TraceBundle {
         kind: "intel-pt".into(),
         cpu_info: info.cpu_info.clone(),
-        processes,
+        processes: vec![process],
         tsc_perf_zero_conversion: recording.tsc_conversion.map(|c| TscConversion {
             time_mult: c.time_mult,
             time_shift: c.time_shift,
@@ -88,12 +117,11 @@ pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Res
             mode: info.mode.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             cpu_info_is_synthetic: info.cpu_info_is_synthetic,
+            exec_images,
         }),
     };
-    let json_path = dir.join("trace.json");
     let text = serde_json::to_string_pretty(&bundle).expect("bundle serialises");
-    io(&json_path, std::fs::write(&json_path, text + "\n"))?;
-    Ok(json_path)
+    io(path, std::fs::write(path, text + "\n"))
 }
 
 /// The file stem of a thread's files in image `number`.
@@ -104,7 +132,10 @@ pub fn thread_file_stem(tid: u32, number: usize) -> String {
     }
 }
 
-fn write_image(dir: &Path, pid: u32, number: usize, image: &ImageRecording) -> Result<BundleProcess, BundleWriteError> {
+/// Writes an image's thread traces (and logs) and module copies under `dir`
+/// and describes them with paths prefixed by `up` (`../` for a bundle in a
+/// subdirectory).
+fn write_image(dir: &Path, up: &str, pid: u32, number: usize, image: &ImageRecording) -> Result<BundleProcess, BundleWriteError> {
     let mut threads = Vec::new();
     for thread in &image.threads {
         let stem = thread_file_stem(thread.tid, number);
@@ -119,7 +150,7 @@ fn write_image(dir: &Path, pid: u32, number: usize, image: &ImageRecording) -> R
             }
             io(&path, std::fs::write(&path, text))?;
         }
-        threads.push(BundleThread { tid: thread.tid as u64, ipt_trace: Some(name) });
+        threads.push(BundleThread { tid: thread.tid as u64, ipt_trace: Some(format!("{up}{name}")) });
     }
 
     let mut modules = Vec::new();
@@ -145,7 +176,7 @@ fn write_image(dir: &Path, pid: u32, number: usize, image: &ImageRecording) -> R
         };
         modules.push(BundleModule {
             system_path: module.path.clone(),
-            file: Some(relative),
+            file: Some(format!("{up}{relative}")),
             load_address: LoadAddress(module.base),
             uuid: None,
         });

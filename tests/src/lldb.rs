@@ -16,8 +16,17 @@ pub struct DumpedThread {
 /// Loads `trace_json` in `lldb-22` and dumps every thread's instructions
 /// (`thread trace dump instructions -a -f --raw <index>`), keyed by tid.
 pub fn dump_raw_instructions(trace_json: &Path, threads: usize) -> Result<BTreeMap<u64, DumpedThread>, String> {
+    dump_raw_instructions_of(trace_json, None, threads)
+}
+
+/// [`dump_raw_instructions`] in LLDB's target `target` (a bundle with several
+/// process entries loads as one target per entry, numbered in bundle order).
+pub fn dump_raw_instructions_of(trace_json: &Path, target: Option<usize>, threads: usize) -> Result<BTreeMap<u64, DumpedThread>, String> {
     let mut command = Command::new("lldb-22");
     command.arg("-b").arg("-o").arg(format!("trace load {}", trace_json.display()));
+    if let Some(target) = target {
+        command.arg("-o").arg(format!("target select {target}"));
+    }
     for index in 1..=threads {
         command.arg("-o").arg(format!("thread trace dump instructions -a -f --raw {index}"));
     }

@@ -126,8 +126,23 @@ fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
 }
 
 /// Loads `trace_json` and everything it refers to (relative paths are
-/// relative to its directory, as in LLDB).
+/// relative to its directory, as in LLDB), then the bundles of the programs
+/// the process exec'd (`retrace.execImages`), as further processes.
 pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
+    let mut bundle = load_one(trace_json)?;
+    let images = bundle.description.retrace.as_ref().map(|r| r.exec_images.clone()).unwrap_or_default();
+    let base = trace_json.parent().unwrap_or(Path::new("."));
+    for relative in images {
+        let next = load_one(&base.join(&relative))?;
+        let offset = bundle.processes.len();
+        bundle.threads.extend(next.threads.into_iter().map(|t| LoadedThread { process: t.process + offset, ..t }));
+        bundle.processes.extend(next.processes);
+        bundle.warnings.extend(next.warnings);
+    }
+    Ok(bundle)
+}
+
+fn load_one(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
     let text = read(trace_json)?;
     let value: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| BundleError::Schema { path: trace_json.to_path_buf(), reason: e.to_string() })?;

@@ -154,6 +154,14 @@ pub struct Recorder {
     pub version: String,
     /// True when `cpuInfo` is declared, not the recording machine's CPU.
     pub cpu_info_is_synthetic: bool,
+    /// The programs the process went on to run after `execve`, each a
+    /// bundle of its own (`exec1/trace.json`, …, relative to this file).
+    /// LLDB keys a bundle's threads by tid across all its processes, so one
+    /// `trace.json` cannot hold the same thread in two program images;
+    /// `trace load` one of these to see that program. `bundle::load`
+    /// follows them: its processes are this bundle's, then theirs.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub exec_images: Vec<String>,
 }
 
 /// The whole `trace.json`.

@@ -52,7 +52,7 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
             Format::Text => {
                 let index = loaded.thread_index(thread);
                 if loaded.processes.len() > 1 && index == 1 {
-                    writeln!(out, "target #{}: pid = {}", thread.process, loaded.processes[thread.process].pid)?;
+                    writeln!(out, "image #{}: pid = {}", thread.process, loaded.processes[thread.process].pid)?;
                 }
                 writeln!(out, "thread #{index}: tid = {}", thread.tid)?;
                 let printer = TextPrinter { forest: &forest, symbols: loaded.symbols_of(thread), contexts: &table };

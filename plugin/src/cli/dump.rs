@@ -65,8 +65,8 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
         let (selected, exhausted) = select(&items, args);
         let process = &loaded.processes[thread.process];
         if loaded.processes.len() > 1 && args.json.is_none() && loaded.thread_index(thread) == 1 {
-            // A process that exec'd: one entry (an LLDB target) per program image.
-            writeln!(out, "target #{}: pid = {}", thread.process, process.pid)?;
+            // A process that exec'd: one image (a bundle of its own) per program.
+            writeln!(out, "image #{}: pid = {}", thread.process, process.pid)?;
         }
         let clock = conversion.as_ref().map(|c| WallClock::new(&items, c));
         let time = |id: usize| -> Option<Option<f64>> {
@@ -361,7 +361,7 @@ pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitC
     for t in &threads {
         if loaded.processes.len() > 1 && t["index"] == 1 {
             let process = t["process"].as_u64().unwrap_or(0) as usize;
-            writeln!(out, "\ntarget #{process}: pid = {}", loaded.processes[process].pid)?;
+            writeln!(out, "\nimage #{process}: pid = {}", loaded.processes[process].pid)?;
         }
         writeln!(out, "\nthread #{}: tid = {}", t["index"], t["tid"])?;
         writeln!(out, "  Raw trace size: {} bytes", t["traceBytes"])?;
