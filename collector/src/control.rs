@@ -8,8 +8,10 @@
 //!   whether its clone event or its first stop reached us first, and its
 //!   initial `SIGSTOP` is never delivered;
 //! * forked and vforked children (not recorded) are reported once stopped at
-//!   their first instruction, so a recorder can take its breakpoints out of
-//!   their copy of memory, and are detached before the next event;
+//!   their first instruction — always after their parent's fork/vfork event
+//!   (a vforked child shares the parent's memory: the caller must know that
+//!   before it touches the child) — so a recorder can take its breakpoints
+//!   out of their copy of memory; they are detached before the next event;
 //! * `execve` (`PTRACE_O_TRACEEXEC`) is an event, not a stray `SIGTRAP`; the
 //!   threads that exec killed are gone with it.
 //!
@@ -115,6 +117,12 @@ pub struct TracedProcess {
     clone_seen: HashSet<Pid>,
     /// New threads reported at their first stop before their clone event.
     started_early: HashSet<Pid>,
+    /// Forked children whose parent's fork event was reported.
+    fork_seen: HashSet<Pid>,
+    /// Forked children that stopped before their parent's fork event: they
+    /// are reported right after it (a vforked child shares the parent's
+    /// memory; the caller must have seen the vfork first).
+    early_children: HashSet<Pid>,
     /// Forked children reported, to detach before the next event.
     to_release: Vec<Pid>,
     queue: VecDeque<ProcessEvent>,
@@ -134,6 +142,8 @@ impl TracedProcess {
             threads: set,
             clone_seen: HashSet::new(),
             started_early: HashSet::new(),
+            fork_seen: HashSet::new(),
+            early_children: HashSet::new(),
             to_release: Vec::new(),
             queue: VecDeque::new(),
             over: false,
@@ -170,7 +180,7 @@ impl TracedProcess {
         self.release_forked_children();
         loop {
             if let Some(event) = self.queue.pop_front() {
-                return Ok(Some(event));
+                return Ok(Some(self.deliver(event)));
             }
             if self.over {
                 return Ok(None);
@@ -197,9 +207,17 @@ impl TracedProcess {
             };
             tracing::trace!(?status, "ptrace");
             if let Some(event) = self.interpret(status) {
-                return Ok(Some(event));
+                return Ok(Some(self.deliver(event)));
             }
         }
+    }
+
+    /// A forked child handed to the caller is released at the next call.
+    fn deliver(&mut self, event: ProcessEvent) -> ProcessEvent {
+        if let ProcessEvent::ForkedChild(child) = event {
+            self.to_release.push(child);
+        }
+        event
     }
 
     fn interpret(&mut self, status: WaitStatus) -> Option<ProcessEvent> {
@@ -207,7 +225,7 @@ impl TracedProcess {
             WaitStatus::Exited(tid, code) => self.gone(tid, ProcessEvent::Exited(code)),
             WaitStatus::Signaled(tid, signal, _) => self.gone(tid, ProcessEvent::Killed(signal)),
             WaitStatus::PtraceEvent(tid, _, event) => Some(self.ptrace_event(tid, event)),
-            WaitStatus::Stopped(tid, Signal::SIGSTOP) if !self.threads.contains(&tid) => Some(self.first_stop(tid)),
+            WaitStatus::Stopped(tid, Signal::SIGSTOP) if !self.threads.contains(&tid) => self.first_stop(tid),
             WaitStatus::Stopped(tid, Signal::SIGTRAP) => Some(ProcessEvent::Trap(tid)),
             WaitStatus::Stopped(tid, signal) => Some(ProcessEvent::Signal(tid, signal)),
             WaitStatus::PtraceSyscall(tid) => Some(ProcessEvent::Other(tid)),
@@ -240,6 +258,13 @@ impl TracedProcess {
                 if kind == Spawn::Thread && !self.started_early.remove(&child) {
                     self.clone_seen.insert(child);
                 }
+                if kind != Spawn::Thread {
+                    if self.early_children.remove(&child) {
+                        self.queue.push_back(ProcessEvent::ForkedChild(child));
+                    } else {
+                        self.fork_seen.insert(child);
+                    }
+                }
                 ProcessEvent::Spawned { parent: tid, child, kind }
             }
             libc::PTRACE_EVENT_EXEC => {
@@ -257,7 +282,7 @@ impl TracedProcess {
 
     /// The first stop of a task we have not seen stop before: a new thread
     /// of ours, or a forked child.
-    fn first_stop(&mut self, tid: Pid) -> ProcessEvent {
+    fn first_stop(&mut self, tid: Pid) -> Option<ProcessEvent> {
         let announced = self.clone_seen.remove(&tid);
         if announced || process::thread_group(tid) == Some(self.pid) {
             if !announced {
@@ -265,10 +290,13 @@ impl TracedProcess {
                 self.started_early.insert(tid);
             }
             self.threads.insert(tid);
-            ProcessEvent::ThreadStarted(tid)
+            Some(ProcessEvent::ThreadStarted(tid))
+        } else if self.fork_seen.remove(&tid) {
+            Some(ProcessEvent::ForkedChild(tid))
         } else {
-            self.to_release.push(tid);
-            ProcessEvent::ForkedChild(tid)
+            // Reported right after its parent's fork event.
+            self.early_children.insert(tid);
+            None
         }
     }
 

@@ -179,6 +179,25 @@ fn fork_and_wait_sees_the_childs_status() {
 }
 
 #[test]
+fn system_spawns_a_vforked_shell_and_sees_its_status() {
+    let dir = work_dir("system");
+    let Some(exe) = build("system_call_child", &dir, &[]) else { return };
+    let exe = exe.to_str().unwrap();
+    let out = dir.join("stdout");
+    let mut source = StandInSource::default();
+    let recording = hardware_loop(exe, &[], &out, &mut source);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "system returned 3\n");
+    assert_eq!(recording.outcome, Outcome::Exited(0));
+    assert_eq!(source.opened.len(), 1, "the spawned shell is not traced");
+
+    // Branch mode: the vforked child shares our memory, so the recorder's
+    // int3s must be out before it runs (else it traps and dies).
+    let recording = software(exe, &[], &out);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "system returned 3\n");
+    assert_eq!(recording.outcome, Outcome::Exited(0));
+}
+
+#[test]
 fn daemon_outlives_the_recording_and_does_its_work() {
     let dir = work_dir("daemonize");
     let Some(exe) = build("daemonize", &dir, &[]) else { return };

@@ -685,8 +685,9 @@ impl<'a> QueryDecoder<'a> {
         let mut ip = None;
         let mut header_tsc = false;
         loop {
-            let (at, packet) = match next_packet(&mut self.packets) {
-                Ok(Some(item)) => item,
+            let before = self.packets.clone();
+            let packet = match next_packet(&mut self.packets) {
+                Ok(Some((_, packet))) => packet,
                 Ok(None) => return Err((self.packets.offset(), FlowError::Mismatch { expected: "PSBEND before the end of the trace", ip: None })),
                 Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
             };
@@ -698,7 +699,14 @@ impl<'a> QueryDecoder<'a> {
                 }
                 Packet::Fup(fup) => ip = fup.ip,
                 Packet::ModeExec { csl, csd, .. } => self.mode = ExecMode::from_mode_exec(csl, csd),
-                Packet::Ovf => return Err((at, FlowError::Overflow)),
+                Packet::Ovf => {
+                    // An overflow inside PSB+ ends the header, as PSBEND
+                    // does (libipt's OVF carries its psbend flag): the slice
+                    // is synchronised, then the overflow is decoded as the
+                    // next packet.
+                    self.packets = before;
+                    break;
+                }
                 _ => {}
             }
         }
@@ -740,6 +748,12 @@ impl<'a> QueryDecoder<'a> {
             match packet {
                 Packet::Fup(fup) => return Ok(fup.ip.map_or(Next::Disabled, Next::At)),
                 Packet::Tsc(tsc) => self.tick(tsc),
+                // The overflow resolved with tracing off: libipt binds it to
+                // the next TIP.PGE and skips what does not depend on
+                // PacketEn, a TIP.PGD included (LLDB 22 prints nothing for
+                // it, where a TIP.PGD met while disabled is otherwise an
+                // error; seen on corrupted walk 1206).
+                Packet::TipPgd(_) => {}
                 Packet::Pad
                 | Packet::Mnt(_)
                 | Packet::Cbr(_)
