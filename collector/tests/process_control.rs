@@ -267,3 +267,48 @@ fn a_thread_whose_trace_cannot_open_is_skipped_and_reported() {
         assert_eq!(warning, &format!("thread {tid} is not traced: no room for a trace buffer (stand-in)"));
     }
 }
+
+extern "C" fn wake(_: libc::c_int) {}
+
+#[test]
+fn stop_flag_ends_the_hardware_loop_while_the_program_sleeps() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    // A handler without SA_RESTART, as `retrace record` installs for Ctrl-C:
+    // the signal makes the loop's blocked waitpid return.
+    let action = nix::sys::signal::SigAction::new(
+        nix::sys::signal::SigHandler::Handler(wake),
+        nix::sys::signal::SaFlags::empty(),
+        nix::sys::signal::SigSet::empty(),
+    );
+    // SAFETY: the handler does nothing.
+    unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGUSR1, &action) }.unwrap();
+    let dir = work_dir("stop-flag");
+    let stop = Arc::new(AtomicBool::new(false));
+    let options = RecordOptions { stop: stop.clone(), ..RecordOptions::default() };
+    let (thread_tx, thread_rx) = std::sync::mpsc::channel();
+    let recorder = std::thread::spawn(move || {
+        // SAFETY: pthread_self has no preconditions.
+        thread_tx.send(unsafe { libc::pthread_self() } as usize).unwrap();
+        let tracee = launch_with_stdout("sleep", &["60"], &dir.join("stdout"));
+        let pid = tracee.pid;
+        let started = std::time::Instant::now();
+        let recording = record_threads(tracee, &mut StandInSource::default(), &options);
+        (recording, pid, started.elapsed())
+    });
+    let thread = thread_rx.recv().unwrap() as libc::pthread_t;
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    stop.store(true, Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !recorder.is_finished() {
+        assert!(std::time::Instant::now() < deadline, "the loop did not end after the stop flag and a signal");
+        // SAFETY: the thread is alive until is_finished; the handler does nothing.
+        unsafe { libc::pthread_kill(thread, libc::SIGUSR1) };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (recording, pid, elapsed) = recorder.join().unwrap();
+    assert_eq!(recording.outcome, Outcome::Interrupted);
+    assert!(elapsed < std::time::Duration::from_secs(10), "{elapsed:?} for a program that sleeps 60 s");
+    // The program was killed and reaped.
+    assert!(nix::sys::signal::kill(pid, None).is_err(), "sleep {pid} still exists");
+}

@@ -26,8 +26,12 @@ fn retrace() -> Command {
 }
 
 fn record(bundle: &Path, program: &[&str]) -> Output {
+    record_in_mode("branch", bundle, program)
+}
+
+fn record_in_mode(mode: &str, bundle: &Path, program: &[&str]) -> Output {
     retrace()
-        .args(["record", "--backend", "software", "--mode", "branch", "--insn-log", "--json", "-o"])
+        .args(["record", "--backend", "software", "--mode", mode, "--insn-log", "--json", "-o"])
         .arg(bundle)
         .arg("--")
         .args(program)
@@ -64,6 +68,12 @@ fn env_echo_prints_hi_and_each_program_decodes_in_lldb() {
         return;
     }
     let dir = work_dir("env-echo");
+    // The truth: a single-step recording of the same run (same environment,
+    // ASLR off); the branch-mode recording under test must decode to it.
+    let stepped = dir.join("stepped");
+    let out = record_in_mode("step", &stepped, &["env", "/bin/echo", "hi"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    assert_eq!(summary(&out)["images"], 2);
     let bundle = dir.join("bundle");
     let out = record(&bundle, &["env", "/bin/echo", "hi"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n", "the program's stdout, byte for byte, and nothing else");
@@ -98,8 +108,13 @@ fn env_echo_prints_hi_and_each_program_decodes_in_lldb() {
     for (target, (process, path)) in processes.iter().zip(&image_bundles).enumerate() {
         let thread = &process["threads"][0];
         let tid = thread["tid"].as_u64().unwrap();
-        let trace = thread["iptTrace"].as_str().unwrap();
-        let truth = insn_log(&path.parent().unwrap().join(trace.replace(".intelpt_trace", ".insns")));
+        let log_of = |bundle_file: &Path| -> Vec<u64> {
+            let trace = read(bundle_file)["processes"][0]["threads"][0]["iptTrace"].as_str().unwrap().to_string();
+            insn_log(&bundle_file.parent().unwrap().join(trace.replace(".intelpt_trace", ".insns")))
+        };
+        let stepped_file = if target == 0 { stepped.join("trace.json") } else { stepped.join(format!("exec{target}/trace.json")) };
+        let truth = log_of(&stepped_file);
+        assert_eq!(log_of(path), truth, "target {target}: branch stops saw what single-stepping saw");
         let dumped = dump_raw_instructions_of(path, None, 1).unwrap_or_else(|e| panic!("{e}"));
         let lldb = &dumped[&tid];
         assert!(lldb.errors.is_empty(), "target {target}: LLDB decode errors {:?}", lldb.errors);

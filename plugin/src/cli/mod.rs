@@ -82,6 +82,11 @@ enum Command {
     /// as the last line) go to stderr, as perf's and rr's do: the program's
     /// stdout reaches stdout untouched, so `retrace record -- prog | sort` works.
     ///
+    /// Threads are followed; forked children run on untraced. A program that
+    /// execs gives one bundle per program: DIR/trace.json (the program
+    /// launched), DIR/exec1/trace.json (the first it exec'd), … — `trace load`
+    /// the one you want; `retrace dump DIR/trace.json` shows them all.
+    ///
     /// Example: retrace record -o /tmp/ls-trace -- /bin/true
     Record {
         /// Where to capture: auto, intel-pt or software.
