@@ -484,3 +484,26 @@ fn library_list_memory_regions_and_kill_for_both_clients() {
     assert!(out.contains("killed"), "{out}");
     assert_eq!(wait_exit(stub), Some(0));
 }
+
+#[test]
+fn forked_child_runs_on_without_our_breakpoints() {
+    if !tools("gdb") {
+        return;
+    }
+    // A breakpoint on _exit, which the forked child calls at once: the child
+    // must get the original byte back and be let go (GDB's default), so it
+    // exits with 7 and the parent, which checks that, exits normally after
+    // stopping at the same breakpoint itself.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("fork");
+    let program = build("fork_and_wait", &dir, &["-O0", "-static"]);
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}")])
+        .args(["-ex", "break _exit", "-ex", "continue", "-ex", "info threads", "-ex", "continue"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    assert_eq!(out.matches("Breakpoint 1, ").count(), 1, "only the parent stops at _exit:\n{out}");
+    assert!(out.contains("exited normally]"), "the child exited 7 (else the parent exits 1):\n{out}");
+    assert!(!out.contains("SIGTRAP"), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+}

@@ -1,5 +1,6 @@
-/* Forks a child that exits with status 7; the parent waits for it and
- * prints what it saw. Recorded, the parent must see the same status. */
+/* Forks a child that exits with status 7; the parent waits for it, prints
+ * what it saw, and exits 0 only if that was status 7 (1 otherwise).
+ * Recorded or debugged, the parent must see the same status. */
 #include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@ int main(void) {
     if (waitpid(child, &status, 0) != child) {
         return 1;
     }
-    printf("child exited %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    return 0;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    printf("child exited %d\n", code);
+    return code == 7 ? 0 : 1;
 }

@@ -226,6 +226,14 @@ pub fn write_all_registers(tid: Pid, regs: &Regs) -> nix::Result<()> {
     setfpregs(tid, &fp)
 }
 
+/// Writes `bytes` into `pid`'s memory through `/proc/PID/mem` (which, for a
+/// tracer, writes read-only code pages too).
+fn poke_into(pid: Pid, address: u64, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::OpenOptions::new().write(true).open(format!("/proc/{pid}/mem"))?;
+    mem.write_all_at(bytes, address)
+}
+
 impl ProcessTarget {
     /// A target for the stopped process `pid` (its main thread).
     pub fn new(pid: Pid) -> Self {
@@ -300,9 +308,24 @@ impl ProcessTarget {
     /// Writes to the tracee's memory through `/proc/<pid>/mem` (works on
     /// read-only code pages too).
     fn poke(&self, address: u64, bytes: &[u8]) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        let mem = std::fs::OpenOptions::new().write(true).open(format!("/proc/{}/mem", self.pid))?;
-        mem.write_all_at(bytes, address)
+        poke_into(self.pid, address, bytes)
+    }
+
+    /// Lets a forked child go, untraced (GDB's default: follow the parent,
+    /// detach the child): a child with its own copy of memory first gets the
+    /// original bytes under our breakpoints back. A vforked child shares the
+    /// parent's memory (the kernel's `kcmp(KCMP_VM)` says so); its bytes are
+    /// the parent's and stay as they are.
+    pub(super) fn release_forked_child(&self, child: Pid) {
+        // SAFETY: kcmp only compares two processes' kernel objects.
+        let shares_memory = unsafe { libc::syscall(libc::SYS_kcmp, self.pid.as_raw(), child.as_raw(), 1 /* KCMP_VM */, 0, 0) } == 0;
+        if !shares_memory {
+            for (&address, &original) in &self.breakpoints {
+                let _ = poke_into(child, address, &[original]);
+            }
+        }
+        tracing::debug!(child = child.as_raw(), shares_memory, "forked child detached");
+        let _ = ptrace::detach(child, None);
     }
 
     /// Puts every original byte back (before detaching).

@@ -66,6 +66,9 @@ impl ProcessTarget {
                     }
                     let _ = ptrace::cont(tid, None);
                 }
+                WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_EXEC && !self.threads.contains(&tid) && tid != self.pid => {
+                    let _ = ptrace::cont(tid, None);
+                }
                 WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_EXEC => {
                     // The program exec'd (the collector asks for exec events):
                     // reported as the SIGTRAP the kernel sends without them.
@@ -75,6 +78,15 @@ impl ProcessTarget {
                 }
                 WaitStatus::PtraceEvent(tid, _, _) => {
                     let _ = ptrace::cont(tid, None);
+                }
+                WaitStatus::Stopped(tid, Signal::SIGSTOP)
+                    if !self.threads.contains(&tid)
+                        && !self.new_threads.contains(&tid)
+                        && retrace_collector::process::thread_group(tid).is_some_and(|group| group != self.pid) =>
+                {
+                    // A forked child's first stop (launch asks for fork events):
+                    // not a thread of the program.
+                    self.release_forked_child(tid);
                 }
                 WaitStatus::Stopped(tid, Signal::SIGSTOP) if self.new_threads.remove(&tid) || !self.threads.contains(&tid) => {
                     // A new thread's first stop: let it run with the others, unless
