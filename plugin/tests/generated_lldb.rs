@@ -142,3 +142,36 @@ fn lldb_stopped_at_damaged_psb(ours: &str, lldb: &str) -> Option<bool> {
         && !psb_error.contains(": 0x");
     stopped.then_some(true)
 }
+
+/// The counted, backwards dumps (LLDB's default direction) stream from the
+/// history: the last `-c` instructions with the events and errors among
+/// them, ids as LLDB gives them, and `no more data` only when the trace's
+/// start was reached — checked against LLDB on corrupted walks (errors and
+/// sync points near every cut) and an overflow walk.
+#[test]
+fn counted_dumps_backwards_and_forwards_as_in_lldb() {
+    let Some((image, entries)) = lldb_and_libc() else { return };
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("counted_lldb");
+    for seed in [801u64, 815, 1206, 1301, 1450] {
+        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 3_000, psb_period: 512, timing: true, overflow_one_in: 200 });
+        let damaged = retrace_tests::corrupt::corrupt(&walked.trace, seed, 1500);
+        let dir = root.join(format!("seed{seed}"));
+        let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &damaged, &[(LIBC, LIBC_LOAD)]);
+        let total = retrace_dump(&trace_json, &["-a", "--raw"]).lines().filter(|l| l.contains(": 0x")).count();
+        for options in [
+            vec!["--raw"],
+            vec!["--raw", "-e"],
+            vec!["--raw", "-c", "137"],
+            vec!["--raw", "-e", "-c", "1"],
+            vec!["--raw", "-e", "-c", &*Box::leak(total.to_string().into_boxed_str())],
+            vec!["--raw", "-e", "-c", &*Box::leak((total + 1).to_string().into_boxed_str())],
+            vec!["--raw", "-f", "-e", "-c", "300"],
+        ] {
+            let lldb = retrace_tests::lldb::dump_text(&trace_json, 1, &options.join(" ")).unwrap_or_else(|e| panic!("{e}"));
+            let ours = retrace_dump(&trace_json, &options);
+            if lldb_stopped_at_damaged_psb(&ours, &lldb).is_none() {
+                assert_same_text(&format!("seed {seed} {options:?}"), &ours, &lldb);
+            }
+        }
+    }
+}

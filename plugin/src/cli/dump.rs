@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::collections::HashMap;
 
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions, Item};
+use retrace_decoder::history::History;
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 use retrace_decoder::wallclock::WallClock;
 
@@ -61,14 +62,24 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
         if args.tid.is_some_and(|tid| tid != thread.tid) {
             continue;
         }
-        let items = decoded[index].take().unwrap_or_else(|| decode(thread));
-        let (selected, exhausted) = select(&items, args);
+        // Without times, the selection streams from the compact history: no
+        // record per item is kept, only the items shown (at most `-c` of
+        // them, with the events and errors between).
+        let items = args.time.then(|| decoded[index].take().unwrap_or_else(|| decode(thread)));
+        let (owned, exhausted): (Vec<(usize, Item)>, bool) = match &items {
+            Some(items) => {
+                let (selected, exhausted) = select(items, args);
+                (selected.into_iter().map(|(id, item)| (id, item.clone())).collect(), exhausted)
+            }
+            None => select_streaming(&decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), args.options), args),
+        };
+        let selected: Vec<(usize, &Item)> = owned.iter().map(|(id, item)| (*id, item)).collect();
         let process = &loaded.processes[thread.process];
         if loaded.processes.len() > 1 && args.json.is_none() && loaded.thread_index(thread) == 1 {
             // A process that exec'd: one image (a bundle of its own) per program.
             writeln!(out, "image #{}: pid = {}", thread.process, process.pid)?;
         }
-        let clock = conversion.as_ref().map(|c| WallClock::new(&items, c));
+        let clock = items.as_ref().zip(conversion.as_ref()).map(|(items, c)| WallClock::new(items, c));
         let time = |id: usize| -> Option<Option<f64>> {
             args.time.then(|| Some(clock.as_ref()?.time(id, begin?)).flatten())
         };
@@ -97,25 +108,62 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
 }
 
 /// The items LLDB shows for these options, with their ids, and whether the
-/// end (or the beginning, backwards) of the trace was reached.
+/// end (or the beginning, backwards) of the trace was reached. LLDB's dumper
+/// stops as soon as it has shown `count` instructions (events and errors
+/// beyond the last one are not shown) and says `no more data` when no item
+/// at all, shown or not, follows in its direction.
 fn select<'i>(items: &'i [Item], args: &InstructionsArgs) -> (Vec<(usize, &'i Item)>, bool) {
     let order: Box<dyn Iterator<Item = (usize, &Item)>> =
         if args.forwards { Box::new(items.iter().enumerate()) } else { Box::new(items.iter().enumerate().rev()) };
+    take_shown(order, args)
+}
+
+/// LLDB's rule over items in dump order (see [`select`]).
+fn take_shown<I: std::borrow::Borrow<Item>>(order: impl Iterator<Item = (usize, I)>, args: &InstructionsArgs) -> (Vec<(usize, I)>, bool) {
     let mut selected = Vec::new();
     let mut shown = 0usize;
     for (id, item) in order {
-        if !args.events && matches!(item, Item::Event(_)) {
+        if !args.all && shown == args.count {
+            return (selected, false);
+        }
+        if !args.events && matches!(item.borrow(), Item::Event(_)) {
             continue;
         }
-        if matches!(item, Item::Instruction { .. }) {
-            if !args.all && shown == args.count {
-                return (selected, false);
-            }
+        if matches!(item.borrow(), Item::Instruction { .. }) {
             shown += 1;
         }
         selected.push((id, item));
     }
     (selected, true)
+}
+
+/// [`select`] over a decoded history, one pass forwards, keeping only the
+/// items shown: `-f` stops after the last one; backwards, the history's
+/// instruction count says where the last `-c` instructions start, and only
+/// the items from there on are kept, then taken in reverse.
+fn select_streaming(history: &History, args: &InstructionsArgs) -> (Vec<(usize, Item)>, bool) {
+    if args.forwards {
+        return take_shown(history.items().enumerate(), args);
+    }
+    let total = history.instructions();
+    let first_shown = if args.all { 0 } else { total.saturating_sub(args.count as u64) };
+    let mut passed = 0u64;
+    let mut start = None;
+    let mut tail = Vec::new();
+    for (id, item) in history.items().enumerate() {
+        let instruction = matches!(item, Item::Instruction { .. });
+        if start.is_none() && (first_shown == 0 || (instruction && passed == first_shown)) {
+            start = Some(id);
+        }
+        if start.is_some() {
+            tail.push((id, item));
+        }
+        passed += u64::from(instruction);
+    }
+    let (selected, reached) = take_shown(tail.into_iter().rev(), args);
+    // Backwards, the trace's start was reached when nothing precedes the
+    // earliest item kept (and nothing kept was left unshown).
+    (selected, reached && start.unwrap_or(0) == 0)
 }
 
 /// LLDB's text: symbol-context lines when the context changes (not with
