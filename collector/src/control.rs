@@ -312,11 +312,11 @@ impl TracedProcess {
         while !self.over {
             match self.next_event(Wait::Block) {
                 Ok(Some(ProcessEvent::Exited(_) | ProcessEvent::Killed(_))) | Err(_) => break,
+                // A forked child reported here is released by the next call.
                 Ok(Some(event)) => {
                     if let Some(tid) = event.stopped_thread() {
                         let _ = ptrace::cont(tid, None);
                     }
-                    self.release_forked_children();
                 }
                 Ok(None) => {}
             }

@@ -105,8 +105,9 @@ impl<T> OpenImage<T> {
         OpenImage { threads: Vec::new(), modules: Vec::new() }
     }
 
-    fn read_thread<S: ThreadTraceSource<Trace = T>>(&mut self, source: &mut S, tid: Pid) {
-        for (_, trace, bytes) in self.threads.iter_mut().filter(|(t, ..)| *t == tid) {
+    /// Reads (and closes) the open traces of the threads `which` selects.
+    fn read_threads<S: ThreadTraceSource<Trace = T>>(&mut self, source: &mut S, which: impl Fn(Pid) -> bool) {
+        for (_, trace, bytes) in self.threads.iter_mut().filter(|(tid, ..)| which(*tid)) {
             if let Some(trace) = trace.take() {
                 *bytes = source.read(trace);
             }
@@ -114,11 +115,7 @@ impl<T> OpenImage<T> {
     }
 
     fn finish<S: ThreadTraceSource<Trace = T>>(mut self, source: &mut S) -> ImageRecording {
-        for (_, trace, bytes) in &mut self.threads {
-            if let Some(trace) = trace.take() {
-                *bytes = source.read(trace);
-            }
-        }
+        self.read_threads(source, |_| true);
         let threads = self
             .threads
             .into_iter()
@@ -129,11 +126,7 @@ impl<T> OpenImage<T> {
 
     fn refresh_modules(&mut self, pid: Pid) {
         if let Ok(maps) = process::read_maps(pid) {
-            for module in process::modules_in(pid, &maps) {
-                if !self.modules.iter().any(|m| m.path == module.path && m.base == module.base) {
-                    self.modules.push(module);
-                }
-            }
+            process::add_new_modules(&mut self.modules, pid, &maps);
         }
     }
 }
@@ -185,10 +178,7 @@ pub fn record_threads<S: ThreadTraceSource>(tracee: Tracee, source: &mut S, opti
     let outcome = loop {
         if options.stop.load(Ordering::Relaxed) {
             image.refresh_modules(pid);
-            let traced: Vec<Pid> = image.threads.iter().map(|(tid, ..)| *tid).collect();
-            for tid in traced {
-                image.read_thread(source, tid);
-            }
+            image.read_threads(source, |_| true);
             process.kill();
             break Outcome::Interrupted;
         }
@@ -210,11 +200,10 @@ pub fn record_threads<S: ThreadTraceSource>(tracee: Tracee, source: &mut S, opti
                 open(tid, &mut image, source, &mut warnings);
                 resume(tid, None);
             }
-            ProcessEvent::Exec { tid, former } => {
+            ProcessEvent::Exec { tid, .. } => {
                 // The old image's traces end with execve; the new program
                 // starts a new image at its first instruction.
                 let finished = std::mem::replace(&mut image, OpenImage::new());
-                let _ = former;
                 images.push(finished.finish(source));
                 image.refresh_modules(pid);
                 open(tid, &mut image, source, &mut warnings);
@@ -222,7 +211,7 @@ pub fn record_threads<S: ThreadTraceSource>(tracee: Tracee, source: &mut S, opti
             }
             ProcessEvent::Exiting(tid) => {
                 image.refresh_modules(pid);
-                image.read_thread(source, tid);
+                image.read_threads(source, |t| t == tid);
                 resume(tid, None);
             }
             ProcessEvent::Signal(tid, signal) => {

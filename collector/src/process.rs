@@ -364,6 +364,18 @@ pub fn modules_in(pid: Pid, maps: &[Mapping]) -> Vec<LoadedModule> {
     modules
 }
 
+/// Adds to `known` every module of `maps` it does not hold yet (same path
+/// and base): the modules seen mapped over a recording, in order of first
+/// sight.
+pub fn add_new_modules(known: &mut Vec<LoadedModule>, pid: Pid, maps: &[Mapping]) {
+    for module in modules_in(pid, maps) {
+        if !known.iter().any(|m| m.path == module.path && m.base == module.base) {
+            tracing::debug!(path = module.path, base = format_args!("{:#x}", module.base), "module");
+            known.push(module);
+        }
+    }
+}
+
 /// `/proc/PID/exe`.
 pub fn executable_path(pid: Pid) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()

@@ -290,12 +290,7 @@ impl Recorder<'_> {
 
     fn refresh_modules(&mut self) {
         if let Ok(maps) = process::read_maps(self.pid) {
-            for module in process::modules_in(self.pid, &maps) {
-                if !self.modules.iter().any(|m| m.path == module.path && m.base == module.base) {
-                    tracing::debug!(path = module.path, base = format_args!("{:#x}", module.base), "module");
-                    self.modules.push(module);
-                }
-            }
+            process::add_new_modules(&mut self.modules, self.pid, &maps);
             if self.maps != maps {
                 // Code may have been unmapped or replaced: rediscover blocks.
                 self.blocks.clear();
