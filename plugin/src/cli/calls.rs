@@ -50,11 +50,10 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
         let (forest, table, _) = thread_forest(&loaded, thread, options);
         match format {
             Format::Text => {
-                let index = loaded.thread_index(thread);
-                if loaded.processes.len() > 1 && index == 1 {
-                    writeln!(out, "image #{}: pid = {}", thread.process, loaded.processes[thread.process].pid)?;
+                if let Some(heading) = super::dump::image_heading(&loaded, thread) {
+                    writeln!(out, "{heading}")?;
                 }
-                writeln!(out, "thread #{index}: tid = {}", thread.tid)?;
+                writeln!(out, "thread #{}: tid = {}", loaded.thread_index(thread), thread.tid)?;
                 let printer = TextPrinter { forest: &forest, symbols: loaded.symbols_of(thread), contexts: &table };
                 for (k, &root) in forest.roots.iter().enumerate() {
                     write!(out, "\n[call tree #{k}]\n")?;

@@ -47,9 +47,8 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
     }
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let decode = |thread: &bundle::LoadedThread| -> Vec<Item> {
-        decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), args.options).items().collect()
-    };
+    let history = |thread: &bundle::LoadedThread| decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), args.options);
+    let decode = |thread: &bundle::LoadedThread| -> Vec<Item> { history(thread).items().collect() };
     // With times: every thread decoded first, as LLDB's time zero is the
     // earliest first TSC of all threads.
     let mut decoded: Vec<Option<Vec<Item>>> = loaded.threads.iter().map(|t| args.time.then(|| decode(t))).collect();
@@ -71,13 +70,12 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
                 let (selected, exhausted) = select(items, args);
                 (selected.into_iter().map(|(id, item)| (id, item.clone())).collect(), exhausted)
             }
-            None => select_streaming(&decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), args.options), args),
+            None => select_streaming(&history(thread), args),
         };
         let selected: Vec<(usize, &Item)> = owned.iter().map(|(id, item)| (*id, item)).collect();
         let process = &loaded.processes[thread.process];
-        if loaded.processes.len() > 1 && args.json.is_none() && loaded.thread_index(thread) == 1 {
-            // A process that exec'd: one image (a bundle of its own) per program.
-            writeln!(out, "image #{}: pid = {}", thread.process, process.pid)?;
+        if let (Some(heading), None) = (image_heading(&loaded, thread), args.json) {
+            writeln!(out, "{heading}")?;
         }
         let clock = items.as_ref().zip(conversion.as_ref()).map(|(items, c)| WallClock::new(items, c));
         let time = |id: usize| -> Option<Option<f64>> {
@@ -105,6 +103,13 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `image #N: pid = P` before the first thread of each program image, when
+/// the bundle holds several (a process that exec'd: one bundle per program).
+pub(super) fn image_heading(loaded: &bundle::LoadedBundle, thread: &bundle::LoadedThread) -> Option<String> {
+    (loaded.processes.len() > 1 && loaded.thread_index(thread) == 1)
+        .then(|| format!("image #{}: pid = {}", thread.process, loaded.processes[thread.process].pid))
 }
 
 /// The items LLDB shows for these options, with their ids, and whether the
@@ -386,7 +391,9 @@ pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitC
     let loaded = bundle::load(trace_json).map_err(|e| CliError::Message(e.to_string()))?;
     let cpu = &loaded.description.cpu_info;
     let mut threads = Vec::new();
+    let mut headings = Vec::new();
     for thread in &loaded.threads {
+        headings.push(image_heading(&loaded, thread));
         let start = std::time::Instant::now();
         let items: Vec<Item> = decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), options).items().collect();
         let seconds = start.elapsed().as_secs_f64();
@@ -406,10 +413,9 @@ pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitC
         return Ok(ExitCode::SUCCESS);
     }
     writeln!(out, "Trace technology: intel-pt (cpu {} {}/{}/{})", cpu.vendor, cpu.family, cpu.model, cpu.stepping)?;
-    for t in &threads {
-        if loaded.processes.len() > 1 && t["index"] == 1 {
-            let process = t["process"].as_u64().unwrap_or(0) as usize;
-            writeln!(out, "\nimage #{process}: pid = {}", loaded.processes[process].pid)?;
+    for (t, heading) in threads.iter().zip(&headings) {
+        if let Some(heading) = heading {
+            writeln!(out, "\n{heading}")?;
         }
         writeln!(out, "\nthread #{}: tid = {}", t["index"], t["tid"])?;
         writeln!(out, "  Raw trace size: {} bytes", t["traceBytes"])?;
