@@ -85,6 +85,26 @@ fn software(program: &str, args: &[&str], stdout: &Path) -> Recording {
     record(tracee, &options).expect("record")
 }
 
+/// Runs `program args` through the hardware loop (with `source`) and the
+/// software recorder; each run must print `expected` and exit with 0 (`why`
+/// says what a different output would mean). Returns both recordings.
+fn records_normally_in_both(
+    program: &str,
+    args: &[&str],
+    out: &Path,
+    source: &mut StandInSource,
+    expected: &str,
+    why: &str,
+) -> (Recording, Recording) {
+    let hardware = hardware_loop(program, args, out, source);
+    assert_eq!(std::fs::read_to_string(out).unwrap(), expected, "hardware loop: {why}");
+    assert_eq!(hardware.outcome, Outcome::Exited(0), "hardware loop");
+    let software = software(program, args, out);
+    assert_eq!(std::fs::read_to_string(out).unwrap(), expected, "software: {why}");
+    assert_eq!(software.outcome, Outcome::Exited(0), "software");
+    (hardware, software)
+}
+
 fn module_paths(recording: &Recording, image: usize) -> Vec<&str> {
     recording.images[image].modules.iter().map(|m| m.path.as_str()).collect()
 }
@@ -150,15 +170,10 @@ fn shell_running_a_child_prints_its_status() {
     let dir = work_dir("sh-true");
     let out = dir.join("stdout");
     let mut source = StandInSource::default();
-    let recording = hardware_loop("sh", &["-c", "/bin/true; echo $?"], &out, &mut source);
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0\n", "the child must not die of SIGTRAP (133)");
-    assert_eq!(recording.outcome, Outcome::Exited(0));
+    let (recording, _) =
+        records_normally_in_both("sh", &["-c", "/bin/true; echo $?"], &out, &mut source, "0\n", "the child must not die of SIGTRAP (133)");
     assert_eq!(recording.images.len(), 1, "the child's exec is not the shell's");
     assert_eq!(source.opened.len(), 1, "the forked child is not traced");
-
-    let recording = software("sh", &["-c", "/bin/true; echo $?"], &out);
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0\n");
-    assert_eq!(recording.outcome, Outcome::Exited(0));
 }
 
 #[test]
@@ -167,14 +182,8 @@ fn fork_and_wait_sees_the_childs_status() {
     let Some(exe) = build("fork_and_wait", &dir, &[]) else { return };
     let exe = exe.to_str().unwrap();
     let out = dir.join("stdout");
-    let mut source = StandInSource::default();
-    let recording = hardware_loop(exe, &[], &out, &mut source);
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "child exited 7\n");
-    assert_eq!(recording.outcome, Outcome::Exited(0));
-
-    let recording = software(exe, &[], &out);
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "child exited 7\n");
-    assert_eq!(recording.outcome, Outcome::Exited(0));
+    let (_, recording) =
+        records_normally_in_both(exe, &[], &out, &mut StandInSource::default(), "child exited 7\n", "the parent saw another status");
     assert!(recording.instructions() > 1000);
 }
 
@@ -184,17 +193,11 @@ fn system_spawns_a_vforked_shell_and_sees_its_status() {
     let Some(exe) = build("system_call_child", &dir, &[]) else { return };
     let exe = exe.to_str().unwrap();
     let out = dir.join("stdout");
-    let mut source = StandInSource::default();
-    let recording = hardware_loop(exe, &[], &out, &mut source);
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "system returned 3\n");
-    assert_eq!(recording.outcome, Outcome::Exited(0));
-    assert_eq!(source.opened.len(), 1, "the spawned shell is not traced");
-
     // Branch mode: the vforked child shares our memory, so the recorder's
     // int3s must be out before it runs (else it traps and dies).
-    let recording = software(exe, &[], &out);
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "system returned 3\n");
-    assert_eq!(recording.outcome, Outcome::Exited(0));
+    let mut source = StandInSource::default();
+    records_normally_in_both(exe, &[], &out, &mut source, "system returned 3\n", "the spawned shell died or was not waited for");
+    assert_eq!(source.opened.len(), 1, "the spawned shell is not traced");
 }
 
 #[test]

@@ -22,6 +22,7 @@ use std::process::{Command, Output};
 use retrace_collector::hardware::PerfIntelPt;
 use retrace_collector::intel_pt::{PtEventConfig, SYSFS_DIR};
 use retrace_tests::lldb::dump_raw_instructions_of;
+use retrace_tests::recordings::{read_insn_log, record_summary};
 use retrace_tests::tools::which;
 
 const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs");
@@ -79,10 +80,7 @@ fn record(backend: &[&str], bundle: &Path, program: &[&str]) -> serde_json::Valu
         .env("PATH", "/usr/bin:/bin")
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+    record_summary(&out)
 }
 
 /// Every image bundle of a recording: trace.json, then exec<N>/trace.json.
@@ -118,8 +116,7 @@ fn assert_hardware_equals_single_step(name: &str, program: &[&str]) {
             let lldb = &dumped[&hw_thread["tid"].as_u64().unwrap()];
             assert!(lldb.errors.is_empty(), "{name}: LLDB errors {:?}", lldb.errors);
             let log = sw.parent().unwrap().join(sw_thread["iptTrace"].as_str().unwrap().replace(".intelpt_trace", ".insns"));
-            let truth: Vec<u64> =
-                std::fs::read_to_string(log).unwrap().lines().map(|l| u64::from_str_radix(l, 16).unwrap()).collect();
+            let truth = read_insn_log(&log);
             assert_eq!(lldb.addresses.len(), truth.len(), "{name}: instruction counts");
             assert!(lldb.addresses == truth, "{name}: LLDB's decode of the hardware trace differs from the single-step log");
         }

@@ -67,19 +67,11 @@ fn packets_without_time(trace: &[u8]) -> Vec<(usize, retrace_decoder::packet::Pa
 }
 
 fn summary(out: &Output) -> serde_json::Value {
-    assert!(out.status.success(), "retrace record failed: {}", String::from_utf8_lossy(&out.stderr));
-    // retrace's messages go to stderr; the JSON summary is its last line.
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let last = stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("JSON summary expected as stderr's last line ({e}): {stderr}"))
+    retrace_tests::recordings::record_summary(out)
 }
 
 fn insn_log(bundle: &Path, tid: u64) -> Vec<u64> {
-    std::fs::read_to_string(bundle.join(format!("threads/{tid}.insns")))
-        .unwrap()
-        .lines()
-        .map(|line| u64::from_str_radix(line, 16).unwrap())
-        .collect()
+    retrace_tests::recordings::read_insn_log(&bundle.join(format!("threads/{tid}.insns")))
 }
 
 /// Asserts LLDB's reconstruction equals the single-step ground truth for

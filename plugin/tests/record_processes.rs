@@ -10,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use retrace_tests::lldb::dump_raw_instructions_of;
+use retrace_tests::recordings::{read_insn_log as insn_log, record_summary as summary};
 use retrace_tests::tools::{require, which};
 
 fn work_dir(name: &str) -> PathBuf {
@@ -37,18 +38,6 @@ fn record_in_mode(mode: &str, bundle: &Path, program: &[&str]) -> Output {
         .args(program)
         .output()
         .expect("run retrace record")
-}
-
-/// The JSON summary: the last line of stderr.
-fn summary(out: &Output) -> serde_json::Value {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "retrace record failed: {stderr}");
-    let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("no JSON summary on stderr ({e}): {stderr}"))
-}
-
-fn insn_log(path: &Path) -> Vec<u64> {
-    std::fs::read_to_string(path).unwrap().lines().map(|l| u64::from_str_radix(l, 16).unwrap()).collect()
 }
 
 /// retrace's own decode of every thread of every image: no error item.

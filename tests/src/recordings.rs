@@ -45,3 +45,23 @@ pub fn record_bundle(program: &Path, args: &[&str], mode: StepMode, bundle: &Pat
     };
     write_bundle(bundle, &recording, &info).expect("write bundle")
 }
+
+/// The summary `retrace record --json` prints as the last line of its
+/// stderr (its own messages go there; stdout is the program's). Panics,
+/// with the stderr, if the command failed or printed none.
+pub fn record_summary(out: &std::process::Output) -> serde_json::Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "retrace record failed: {stderr}");
+    let last = stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("JSON summary expected as stderr's last line ({e}): {stderr}"))
+}
+
+/// The executed addresses of an `--insn-log` file (`threads/<tid>.insns`:
+/// hex, one per line).
+pub fn read_insn_log(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|line| u64::from_str_radix(line, 16).unwrap())
+        .collect()
+}
