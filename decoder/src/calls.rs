@@ -5,9 +5,16 @@
 //! seen makes it the root, with the calls so far as its untraced prefix; a
 //! run of errors is a tree of its own.
 //!
-//! The builder knows nothing of symbols: the caller describes each
-//! instruction with a [`Site`] (which function it is in, whether it starts
-//! one, how it transfers control).
+//! Two layers. [`CallTracker`] follows the calls as instructions come and
+//! reports each segment as it closes, in trace order (which is the order a
+//! depth-first dump prints them in), keeping only the calls still open: its
+//! memory is the call depth, not the trace. [`CallForest`] collects those
+//! reports into trees for whoever wants them whole.
+//!
+//! Neither knows symbols: the caller describes each instruction with a
+//! [`Site`] (which function it is in, whether it starts one, how it
+//! transfers control), and may describe a straight run of instructions of
+//! one function at once ([`CallTracker::run`]).
 
 use crate::item::Item;
 
@@ -72,121 +79,245 @@ pub struct CallForest {
     pub roots: Vec<usize>,
 }
 
-impl CallForest {
-    /// Builds the forest of `items` (item ids are their positions), asking
-    /// `site` about each instruction address.
-    pub fn build<S: PartialEq + Clone>(items: impl IntoIterator<Item = Item>, mut site: impl FnMut(u64) -> Site<S>) -> Self {
-        let mut builder = Builder { forest: CallForest::default(), sites: Vec::new(), last: None, previous: None };
-        for (id, item) in items.into_iter().enumerate() {
-            match item {
-                Item::Instruction { ip } => {
-                    let here = site(ip);
-                    builder.instruction(id as u64, ip, here.clone());
-                    builder.previous = Some(here);
-                }
-                Item::Error { .. } => {
-                    builder.error(id as u64);
-                    builder.previous = None;
-                }
-                Item::Event(_) => {}
-            }
-        }
-        builder.forest
-    }
+/// What [`CallTracker`] reports, in trace order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallEvent {
+    /// A new tree starts: a root call with nothing before it (the first
+    /// instruction, or the first after errors), or a run of errors.
+    Tree {
+        /// A run of trace errors rather than a call.
+        is_error: bool,
+    },
+    /// Control returned above the current tree's root, to a function not
+    /// seen: a new root call (depth 0) starts, and the tree so far becomes
+    /// its untraced prefix.
+    Reroot,
+    /// A segment closed (the next one started, or the trace ended).
+    Segment {
+        /// The depth of its call below the current root (0: the root).
+        depth: u32,
+        /// The segment ([`Segment::nested`] is left empty).
+        segment: Segment,
+        /// It ends in a call: the next segment reported is that call's
+        /// first, one level deeper.
+        nests: bool,
+    },
 }
 
-struct Builder<S> {
-    forest: CallForest,
-    /// The site of each call's last instruction, by call index.
-    sites: Vec<Option<Site<S>>>,
-    /// The call the last item went to.
-    last: Option<usize>,
+/// An open call on the tracker's stack.
+#[derive(Debug, Clone)]
+struct Frame<S> {
+    is_error: bool,
+    /// The site of its last instruction so far.
+    site: Option<Site<S>>,
+}
+
+/// Follows calls instruction by instruction (or run by run) and hands each
+/// closed segment to a sink, as [`CallEvent`]s.
+#[derive(Debug, Clone)]
+pub struct CallTracker<S> {
+    /// The calls open from the current root down to the current call.
+    stack: Vec<Frame<S>>,
+    /// The current call's open segment.
+    open: Option<Segment>,
     /// The site of the previous instruction (none after an error).
     previous: Option<Site<S>>,
 }
 
-impl<S: PartialEq + Clone> Builder<S> {
-    fn new_call(&mut self, is_error: bool, id: u64, ip: u64, site: Option<Site<S>>, parent: Option<usize>) -> usize {
+impl<S: PartialEq + Clone> Default for CallTracker<S> {
+    fn default() -> Self {
+        CallTracker { stack: Vec::new(), open: None, previous: None }
+    }
+}
+
+impl<S: PartialEq + Clone> CallTracker<S> {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The [`Site::tag`] of the last instruction given (none at the start
+    /// and after an error): LLDB keeps that instruction's symbol context for
+    /// the next one while its address stays in the context's range, so a
+    /// caller describing sites needs it.
+    pub fn previous_tag(&self) -> Option<u32> {
+        self.previous.as_ref().map(|s| s.tag)
+    }
+
+    /// Item `id`, an instruction at `ip` described by `site`.
+    pub fn instruction(&mut self, id: u64, ip: u64, site: Site<S>, sink: &mut impl FnMut(CallEvent)) {
+        let last_is_error = self.stack.last().is_none_or(|f| f.is_error);
+        if last_is_error {
+            self.new_tree(false, id, ip, Some(site.clone()), sink);
+        } else if site.entry {
+            self.nested(id, ip, site.clone(), sink);
+        } else if self.previous.as_ref().is_some_and(|p| p.scope == site.scope) {
+            self.extend(id, ip, Some(site.clone()));
+        } else {
+            let effect = self.stack.last().and_then(|f| f.site.as_ref()).map_or(CallEffect::Other, |s| s.effect);
+            let returned = match effect {
+                CallEffect::Call => false,
+                CallEffect::Return => true,
+                // Leaving an inlined function is a return; anything else a call.
+                CallEffect::Other => self.previous.as_ref().is_some_and(|p| p.inlined),
+            };
+            if returned {
+                self.returned(id, ip, site.clone(), sink);
+            } else {
+                self.nested(id, ip, site.clone(), sink);
+            }
+        }
+        self.previous = Some(site);
+    }
+
+    /// Items `first_id..=last_id`, instructions from `first_ip` to
+    /// `last_ip` in one straight run of one function: the first described
+    /// by `first`, the last by `last`, none in between entering a function
+    /// ([`Site::entry`]) or in another scope. The same as giving each
+    /// instruction in turn.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(&mut self, first_id: u64, first_ip: u64, first: Site<S>, last_id: u64, last_ip: u64, last: Site<S>, sink: &mut impl FnMut(CallEvent)) {
+        self.instruction(first_id, first_ip, first, sink);
+        if last_id != first_id {
+            self.extend(last_id, last_ip, Some(last.clone()));
+            self.previous = Some(last);
+        }
+    }
+
+    /// Item `id`, a trace error.
+    pub fn error(&mut self, id: u64, sink: &mut impl FnMut(CallEvent)) {
+        match self.stack.last() {
+            Some(frame) if frame.is_error => self.extend(id, 0, None),
+            _ => self.new_tree(true, id, 0, None, sink),
+        }
+        self.previous = None;
+    }
+
+    /// The trace ended: the open segment closes.
+    pub fn finish(&mut self, sink: &mut impl FnMut(CallEvent)) {
+        self.close(false, sink);
+        self.stack.clear();
+        self.previous = None;
+    }
+
+    fn close(&mut self, nests: bool, sink: &mut impl FnMut(CallEvent)) {
+        if let Some(segment) = self.open.take() {
+            sink(CallEvent::Segment { depth: self.stack.len().saturating_sub(1) as u32, segment, nests });
+        }
+    }
+
+    fn open(&mut self, id: u64, ip: u64, site: &Option<Site<S>>) {
         let tag = site.as_ref().map_or(0, |s| s.tag);
-        self.forest.calls.push(Call {
-            is_error,
-            untraced_prefix: None,
-            segments: vec![Segment { first: id, last: id, first_ip: ip, last_ip: ip, tags: (tag, tag), nested: None }],
-            parent,
-        });
-        self.sites.push(site);
-        self.forest.calls.len() - 1
+        self.open = Some(Segment { first: id, last: id, first_ip: ip, last_ip: ip, tags: (tag, tag), nested: None });
     }
 
-    fn new_root(&mut self, is_error: bool, id: u64, ip: u64, site: Option<Site<S>>) -> usize {
-        let call = self.new_call(is_error, id, ip, site, None);
-        self.forest.roots.push(call);
-        call
+    fn new_tree(&mut self, is_error: bool, id: u64, ip: u64, site: Option<Site<S>>, sink: &mut impl FnMut(CallEvent)) {
+        self.close(false, sink);
+        sink(CallEvent::Tree { is_error });
+        self.stack.clear();
+        self.open(id, ip, &site);
+        self.stack.push(Frame { is_error, site });
     }
 
-    fn extend(&mut self, call: usize, id: u64, ip: u64, site: Option<Site<S>>) {
-        let segment = self.forest.calls[call].segments.last_mut().expect("a call has a segment");
+    fn extend(&mut self, id: u64, ip: u64, site: Option<Site<S>>) {
+        let segment = self.open.as_mut().expect("a call has an open segment");
         segment.last = id;
         segment.last_ip = ip;
         segment.tags.1 = site.as_ref().map_or(0, |s| s.tag);
-        self.sites[call] = site;
+        self.stack.last_mut().expect("a call is open").site = site;
     }
 
-    fn nested(&mut self, call: usize, id: u64, ip: u64, site: Site<S>) -> usize {
-        let nested = self.new_call(false, id, ip, Some(site), Some(call));
-        self.forest.calls[call].segments.last_mut().expect("a call has a segment").nested = Some(nested);
-        nested
+    fn nested(&mut self, id: u64, ip: u64, site: Site<S>, sink: &mut impl FnMut(CallEvent)) {
+        self.close(true, sink);
+        let site = Some(site);
+        self.open(id, ip, &site);
+        self.stack.push(Frame { is_error: false, site });
     }
 
-    fn error(&mut self, id: u64) {
-        match self.last {
-            Some(call) if self.forest.calls[call].is_error => self.extend(call, id, 0, None),
-            _ => self.last = Some(self.new_root(true, id, 0, None)),
-        }
-    }
-
-    fn instruction(&mut self, id: u64, ip: u64, site: Site<S>) {
-        let Some(last) = self.last.filter(|&call| !self.forest.calls[call].is_error) else {
-            self.last = Some(self.new_root(false, id, ip, Some(site)));
-            return;
-        };
-        if site.entry {
-            self.last = Some(self.nested(last, id, ip, site));
-            return;
-        }
-        let previous = self.previous.clone();
-        if previous.as_ref().is_some_and(|p| p.scope == site.scope) {
-            self.extend(last, id, ip, Some(site));
-            return;
-        }
-        let effect = self.sites[last].as_ref().map_or(CallEffect::Other, |s| s.effect);
-        let returned = match effect {
-            CallEffect::Call => false,
-            CallEffect::Return => true,
-            // Leaving an inlined function is a return; anything else a call.
-            CallEffect::Other => previous.is_some_and(|p| p.inlined),
-        };
-        self.last = Some(if returned { self.returned(last, id, ip, site) } else { self.nested(last, id, ip, site) });
-    }
-
-    /// Control came back to `site` from `last`: to the nearest caller in
-    /// that function, or else to a new root whose untraced prefix is the
-    /// tree so far.
-    fn returned(&mut self, last: usize, id: u64, ip: u64, site: Site<S>) -> usize {
-        let mut ancestor = self.forest.calls[last].parent;
-        while let Some(call) = ancestor {
-            if self.sites[call].as_ref().is_some_and(|s| s.scope == site.scope) {
-                let tags = (site.tag, site.tag);
-                self.forest.calls[call].segments.push(Segment { first: id, last: id, first_ip: ip, last_ip: ip, tags, nested: None });
-                self.sites[call] = Some(site);
-                return call;
+    /// Control came back to `site`: to the nearest caller in that function,
+    /// or else to a new root whose untraced prefix is the tree so far.
+    fn returned(&mut self, id: u64, ip: u64, site: Site<S>, sink: &mut impl FnMut(CallEvent)) {
+        self.close(false, sink);
+        let callers = self.stack.len().saturating_sub(1);
+        let caller = self.stack[..callers].iter().rposition(|f| f.site.as_ref().is_some_and(|s| s.scope == site.scope));
+        match caller {
+            Some(depth) => self.stack.truncate(depth + 1),
+            None => {
+                sink(CallEvent::Reroot);
+                self.stack.clear();
+                self.stack.push(Frame { is_error: false, site: None });
             }
-            ancestor = self.forest.calls[call].parent;
         }
-        let prefix = self.forest.roots.pop();
-        let root = self.new_root(false, id, ip, Some(site));
-        self.forest.calls[root].untraced_prefix = prefix;
-        root
+        let site = Some(site);
+        self.open(id, ip, &site);
+        self.stack.last_mut().expect("a call is open").site = site;
+    }
+}
+
+impl CallForest {
+    /// Builds the forest of `items` (item ids are their positions), asking
+    /// `site` about each instruction address.
+    pub fn build<S: PartialEq + Clone>(items: impl IntoIterator<Item = Item>, mut site: impl FnMut(u64) -> Site<S>) -> Self {
+        let mut tracker = CallTracker::new();
+        let mut forest = ForestSink::default();
+        let mut sink = |event| forest.event(event);
+        for (id, item) in items.into_iter().enumerate() {
+            match item {
+                Item::Instruction { ip } => tracker.instruction(id as u64, ip, site(ip), &mut sink),
+                Item::Error { .. } => tracker.error(id as u64, &mut sink),
+                Item::Event(_) => {}
+            }
+        }
+        tracker.finish(&mut sink);
+        forest.forest
+    }
+}
+
+/// Collects [`CallEvent`]s into a [`CallForest`].
+#[derive(Default)]
+struct ForestSink {
+    forest: CallForest,
+    /// The calls open at each depth below the current root (the root first).
+    open: Vec<usize>,
+    /// The last segment closed asked for a nested call.
+    nesting: bool,
+}
+
+impl ForestSink {
+    fn event(&mut self, event: CallEvent) {
+        let forest = &mut self.forest;
+        match event {
+            CallEvent::Tree { is_error } => {
+                forest.calls.push(Call { is_error, untraced_prefix: None, segments: Vec::new(), parent: None });
+                forest.roots.push(forest.calls.len() - 1);
+                self.open = vec![forest.calls.len() - 1];
+                self.nesting = false;
+            }
+            CallEvent::Reroot => {
+                let prefix = forest.roots.pop();
+                forest.calls.push(Call { is_error: false, untraced_prefix: prefix, segments: Vec::new(), parent: None });
+                forest.roots.push(forest.calls.len() - 1);
+                self.open = vec![forest.calls.len() - 1];
+                self.nesting = false;
+            }
+            CallEvent::Segment { depth, segment, nests } => {
+                let depth = depth as usize;
+                if self.nesting {
+                    // The segment before opened this call.
+                    let parent = self.open[depth - 1];
+                    forest.calls.push(Call { is_error: false, untraced_prefix: None, segments: Vec::new(), parent: Some(parent) });
+                    let call = forest.calls.len() - 1;
+                    self.open.truncate(depth);
+                    self.open.push(call);
+                    let last = forest.calls[parent].segments.last_mut().expect("the nesting segment");
+                    last.nested = Some(call);
+                } else {
+                    self.open.truncate(depth + 1);
+                }
+                self.nesting = nests;
+                forest.calls[self.open[depth]].segments.push(segment);
+            }
+        }
     }
 }
 

@@ -167,6 +167,26 @@ pub enum Extra {
     },
 }
 
+/// One step of [`History::steps`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<'h> {
+    /// An executed block (an id in the history's [`BlockTable`]) whose first
+    /// instruction has item id `id`.
+    Block {
+        /// Item id of its first instruction.
+        id: u64,
+        /// Block id.
+        block: u32,
+    },
+    /// An event or error, with its item id.
+    Extra {
+        /// Its item id.
+        id: u64,
+        /// What it is.
+        extra: &'h Extra,
+    },
+}
+
 /// Executed blocks between two instruction-count checkpoints.
 const CHECKPOINT_EVERY: usize = 64;
 
@@ -444,6 +464,49 @@ impl History {
         self.extras.iter().map(|(_, e)| e)
     }
 
+    /// Events and errors with their item ids, in order, found by summing
+    /// block sizes (no instruction is expanded).
+    pub fn extras_with_ids(&self) -> impl Iterator<Item = (u64, &Extra)> + '_ {
+        let mut blocks = 0usize;
+        let mut instructions = 0u64;
+        self.extras.iter().enumerate().map(move |(k, (at, extra))| {
+            while blocks < *at as usize {
+                instructions += self.table.get(self.executed[blocks]).count as u64;
+                blocks += 1;
+            }
+            (instructions + k as u64, extra)
+        })
+    }
+
+    /// Items in all: instructions, events and errors.
+    pub fn items_len(&self) -> u64 {
+        self.instructions + self.extras.len() as u64
+    }
+
+    /// Executed blocks in order, each with the item id of its first
+    /// instruction; events and errors between them come as [`Extra`]s with
+    /// their ids. What walks the history a block at a time (call trees,
+    /// timelines) reads this instead of [`History::items`].
+    pub fn steps(&self) -> impl Iterator<Item = Step<'_>> + '_ {
+        let mut extras = self.extras.iter().peekable();
+        let mut block = 0usize;
+        let mut id = 0u64;
+        std::iter::from_fn(move || {
+            if let Some((at, extra)) = extras.peek() {
+                if *at as usize <= block {
+                    extras.next();
+                    id += 1;
+                    return Some(Step::Extra { id: id - 1, extra });
+                }
+            }
+            let &executed = self.executed.get(block)?;
+            block += 1;
+            let first = id;
+            id += self.table.get(executed).count as u64;
+            Some(Step::Block { id: first, block: executed })
+        })
+    }
+
     /// Bytes the history itself uses (executed blocks, extras, checkpoints),
     /// without the block table.
     pub fn memory_bytes(&self) -> usize {
@@ -454,29 +517,77 @@ impl History {
 
     /// Every item in order (instructions expanded from blocks).
     pub fn items(&self) -> impl Iterator<Item = Item> + '_ {
-        let mut extras = self.extras.iter().peekable();
-        let mut blocks = self.executed.iter().enumerate();
+        self.items_of_blocks(0, self.executed.len()).map(|(_, item)| item)
+    }
+
+    /// Every item in order with its item id.
+    pub fn items_with_ids(&self) -> impl Iterator<Item = (u64, Item)> + '_ {
+        self.items_of_blocks(0, self.executed.len())
+    }
+
+    /// Every item from the last to the first, with its item id. The
+    /// history is read a few thousand blocks at a time, so going back over
+    /// a few items costs a few items, and over all of them no more memory
+    /// than a chunk.
+    pub fn items_rev(&self) -> impl Iterator<Item = (u64, Item)> + '_ {
+        const CHUNK: usize = 64 * CHECKPOINT_EVERY;
+        let chunks = self.executed.len().div_ceil(CHUNK).max(1);
+        (0..chunks).rev().flat_map(move |chunk| {
+            let (lo, hi) = (chunk * CHUNK, ((chunk + 1) * CHUNK).min(self.executed.len()));
+            let items: Vec<(u64, Item)> = self.items_of_blocks(lo, hi).collect();
+            items.into_iter().rev()
+        })
+    }
+
+    /// The items of executed blocks `lo..hi` with their ids: the events and
+    /// errors just before block `lo`, the blocks' instructions and what lies
+    /// between them, and, when `hi` is the end, what follows the last block.
+    fn items_of_blocks(&self, lo: usize, hi: usize) -> impl Iterator<Item = (u64, Item)> + '_ {
+        let first_extra = self.extras.partition_point(|(at, _)| (*at as usize) < lo);
+        let instructions_before = self.instructions_before_block(lo);
+        let last_chunk = hi == self.executed.len();
+        let mut extras = self.extras[first_extra..].iter().take_while(move |(at, _)| (*at as usize) < hi || last_chunk).peekable();
+        let mut blocks = lo..hi;
+        let mut id = instructions_before + first_extra as u64;
         let mut current: Option<Box<dyn Iterator<Item = u64> + '_>> = None;
         std::iter::from_fn(move || loop {
             if let Some(addresses) = &mut current {
                 if let Some(ip) = addresses.next() {
-                    return Some(Item::Instruction { ip });
+                    id += 1;
+                    return Some((id - 1, Item::Instruction { ip }));
                 }
                 current = None;
             }
-            let position = blocks.clone().next().map(|(i, _)| i as u32).unwrap_or(u32::MAX);
+            let position = blocks.clone().next().map(|i| i as u32).unwrap_or(u32::MAX);
             if let Some((at, _)) = extras.peek() {
                 if *at <= position {
                     let (_, extra) = extras.next().expect("peeked");
-                    return Some(match extra {
-                        Extra::Event(event) => Item::Event(*event),
-                        Extra::Error { offset, error } => Item::Error { offset: *offset, error: error.clone() },
-                    });
+                    id += 1;
+                    return Some((
+                        id - 1,
+                        match extra {
+                            Extra::Event(event) => Item::Event(*event),
+                            Extra::Error { offset, error } => Item::Error { offset: *offset, error: error.clone() },
+                        },
+                    ));
                 }
             }
-            let (_, &id) = blocks.next()?;
-            current = Some(Box::new(self.table.addresses(id)));
+            let block = blocks.next()?;
+            current = Some(Box::new(self.table.addresses(self.executed[block])));
         })
+    }
+
+    /// Instructions in the executed blocks before block `block`.
+    fn instructions_before_block(&self, block: usize) -> u64 {
+        if block >= self.executed.len() {
+            return self.instructions;
+        }
+        let checkpoint = block / CHECKPOINT_EVERY;
+        let base = match self.checkpoints.get(checkpoint) {
+            Some(&count) => (count, checkpoint * CHECKPOINT_EVERY),
+            None => (0, 0), // not indexed yet: count from the start
+        };
+        base.0 + self.executed[base.1..block].iter().map(|&id| self.table.get(id).count as u64).sum::<u64>()
     }
 }
 
@@ -506,5 +617,45 @@ mod tests {
             ]
         );
         assert_eq!(history.instructions(), 4);
+        let ids: Vec<u64> = history.extras_with_ids().map(|(id, _)| id).collect();
+        assert_eq!(ids, [0, 3]);
+        assert_eq!(history.items_len(), 6);
+        let steps: Vec<(u64, bool)> = history.steps().map(|s| match s {
+            Step::Block { id, .. } => (id, true),
+            Step::Extra { id, .. } => (id, false),
+        }).collect();
+        assert_eq!(steps, [(0, false), (1, true), (3, false), (4, true)]);
+        let backwards: Vec<(u64, Item)> = history.items_rev().collect();
+        let forwards: Vec<(u64, Item)> = history.items_with_ids().collect();
+        assert_eq!(backwards.into_iter().rev().collect::<Vec<_>>(), forwards);
+        assert_eq!(forwards.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn items_backwards_are_items_forwards_reversed_across_chunks() {
+        // 10,000 blocks of 1 to 3 instructions (several read-back chunks),
+        // extras before, between and after them.
+        let mut history = History::default();
+        let blocks: Vec<u32> = (1..=3u64)
+            .map(|n| history.table.add(0x1000 * n, &vec![1; n as usize], InsnInfo { len: 1, kind: FlowKind::Return }, ExecMode::Bits64))
+            .collect();
+        history.push_extra(Extra::Event(Event::SyncPoint(0)));
+        for i in 0..10_000u32 {
+            if i % 97 == 0 {
+                history.push_extra(Extra::Event(Event::ClockTick(i as u64)));
+            }
+            history.push_block(blocks[(i % 3) as usize]);
+        }
+        history.push_extra(Extra::Event(Event::HardwareDisabled));
+        history.shrink_to_fit();
+        let forwards: Vec<(u64, Item)> = history.items_with_ids().collect();
+        assert_eq!(forwards.len() as u64, history.items_len());
+        assert!(forwards.iter().enumerate().all(|(k, (id, _))| *id == k as u64));
+        let mut backwards: Vec<(u64, Item)> = history.items_rev().collect();
+        backwards.reverse();
+        assert_eq!(backwards, forwards);
+        let ticks: Vec<u64> = history.extras_with_ids().map(|(id, _)| id).collect();
+        let expected: Vec<u64> = forwards.iter().filter(|(_, item)| !matches!(item, Item::Instruction { .. })).map(|(id, _)| *id).collect();
+        assert_eq!(ticks, expected);
     }
 }

@@ -5,6 +5,7 @@
 //! reproduced with its arithmetic, including its items-per-nanosecond step).
 
 use crate::bundle::TscConversion;
+use crate::history::{Extra, History};
 use crate::item::{Event, Item};
 
 /// One range: the items from a clock tick to the next tick with another
@@ -31,19 +32,57 @@ pub struct WallClock {
 impl WallClock {
     /// The ranges of `items` under `conversion`.
     pub fn new<'a>(items: impl IntoIterator<Item = &'a Item>, conversion: &TscConversion) -> Self {
-        let mut ranges: Vec<Range> = Vec::new();
-        for (index, item) in items.into_iter().enumerate() {
-            if let Item::Event(Event::ClockTick(tsc)) = item {
-                let nanos = conversion.to_nanos(*tsc);
-                if ranges.last().is_none_or(|last| last.nanos != nanos) {
-                    ranges.push(Range { first: index, nanos, tsc: *tsc, count: 0 });
+        let mut total = 0u64;
+        let ticks: Vec<(u64, u64)> = items
+            .into_iter()
+            .enumerate()
+            .filter_map(|(index, item)| {
+                total += 1;
+                match item {
+                    Item::Event(Event::ClockTick(tsc)) => Some((index as u64, *tsc)),
+                    _ => None,
                 }
-            }
-            if let Some(last) = ranges.last_mut() {
-                last.count += 1;
+            })
+            .collect();
+        Self::from_ticks(ticks, total, conversion)
+    }
+
+    /// The ranges of a thread's `total` items whose clock ticks are
+    /// `ticks` (item id, TSC), in order — e.g. from
+    /// [`crate::history::History::extras_with_ids`], without expanding the
+    /// instructions.
+    pub fn from_ticks(ticks: impl IntoIterator<Item = (u64, u64)>, total: u64, conversion: &TscConversion) -> Self {
+        let mut ranges: Vec<Range> = Vec::new();
+        for (index, tsc) in ticks {
+            let nanos = conversion.to_nanos(tsc);
+            if ranges.last().is_none_or(|last| last.nanos != nanos) {
+                if let Some(last) = ranges.last_mut() {
+                    last.count = index - last.first as u64;
+                }
+                ranges.push(Range { first: index as usize, nanos, tsc, count: 0 });
             }
         }
+        if let Some(last) = ranges.last_mut() {
+            last.count = total.saturating_sub(last.first as u64);
+        }
         WallClock { ranges, conversion: conversion.clone() }
+    }
+
+    /// The clock of a decoded history.
+    pub fn of_history(history: &History, conversion: &TscConversion) -> Self {
+        let ticks = history.extras_with_ids().filter_map(|(id, extra)| match extra {
+            Extra::Event(Event::ClockTick(tsc)) => Some((id, *tsc)),
+            _ => None,
+        });
+        Self::from_ticks(ticks, history.items_len(), conversion)
+    }
+
+    /// The first TSC value of a decoded history.
+    pub fn first_tsc_of(history: &History) -> Option<u64> {
+        history.extras().find_map(|extra| match extra {
+            Extra::Event(Event::ClockTick(tsc)) => Some(*tsc),
+            _ => None,
+        })
     }
 
     /// The first TSC value of `items` (LLDB takes the earliest of all
@@ -105,6 +144,9 @@ mod tests {
         // Last range (2 items, no next): end ns(110 + 2) = 112, 2 / 2.
         assert_eq!(clock.time(6, 100), Some(11.0));
         assert_eq!(WallClock::first_tsc(&items), Some(100));
+        // The same ranges from the ticks alone.
+        let ticks = [(1, 100), (5, 110)];
+        assert_eq!(WallClock::from_ticks(ticks, items.len() as u64, &conversion).ranges, clock.ranges);
     }
 
     #[test]

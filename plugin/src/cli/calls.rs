@@ -3,14 +3,18 @@
 //! with `--json` / `--pretty-json`).
 
 use std::collections::HashMap;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use retrace_decoder::calls::{Call, CallEffect, CallForest, Segment, Site};
+use std::rc::Rc;
+
+use retrace_decoder::calls::{CallEffect, CallEvent, CallTracker, Segment, Site};
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
-use retrace_decoder::history::History;
+use retrace_decoder::history::{AddressHasher, BlockTable, Extra, History, Step};
+use std::hash::BuildHasherDefault;
+use serde_json::ser::{CompactFormatter, Formatter, PrettyFormatter};
 use retrace_decoder::image::Memory;
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 use retrace_decoder::x86::{call_effect, ExecMode};
@@ -41,77 +45,200 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
             return Err(CliError::Message(format!("no thread {tid} in {}", trace_json.display())));
         }
     }
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
+    let mut out = super::bulk_stdout();
     for thread in &loaded.threads {
         if tid.is_some_and(|tid| tid != thread.tid) {
             continue;
         }
-        let (forest, table, _) = thread_forest(&loaded, thread, options);
+        let history = decode_parallel_with(&thread.trace, loaded.image_of(thread), super::dump::cores(), options);
+        let mut sites = BlockSites::new(&loaded, thread);
+        // Two walks over the history: the first learns how each tree's
+        // roots chain (a return above the root wraps the tree printed so
+        // far, so its depth is only known at the tree's end), the second
+        // prints each segment as it closes.
+        let mut chains = ChainsSink::default();
+        track_calls(&history, &mut sites, &mut |event, _| {
+            chains.event(&event);
+            Ok(())
+        })?;
         match format {
             Format::Text => {
                 if let Some(heading) = super::dump::image_heading(&loaded, thread) {
                     writeln!(out, "{heading}")?;
                 }
                 writeln!(out, "thread #{}: tid = {}", loaded.thread_index(thread), thread.tid)?;
-                let printer = TextPrinter { forest: &forest, symbols: loaded.symbols_of(thread), contexts: &table };
-                for (k, &root) in forest.roots.iter().enumerate() {
-                    write!(out, "\n[call tree #{k}]\n")?;
-                    printer.call(&mut out, root, 0)?;
-                }
+                let mut printer = TextPrinter { chains: &chains.chains, symbols: loaded.symbols_of(thread), tree: None, root: 0, error_tree: false };
+                track_calls(&history, &mut sites, &mut |event, contexts| printer.event(&mut out, contexts, event))?;
             }
             Format::Json | Format::PrettyJson => {
                 // One array per thread, as LLDB prints for each thread.
-                let trees = serde_json::Value::Array(forest.roots.iter().map(|&root| call_json(&forest, root)).collect());
-                match format {
-                    Format::Json => writeln!(out, "{trees}")?,
-                    _ => writeln!(out, "{}", serde_json::to_string_pretty(&trees).expect("JSON"))?,
-                }
+                let result = match format {
+                    Format::Json => write_json(&mut out, CompactFormatter, &history, &mut sites, &chains.chains),
+                    _ => write_json(&mut out, PrettyFormatter::new(), &history, &mut sites, &chains.chains),
+                };
+                result?;
+                writeln!(out)?;
             }
         }
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
-
-/// One thread's call forest (LLDB's rules), the symbol contexts its
-/// segments' tags refer to, and the decoded history.
-pub(super) fn thread_forest(loaded: &LoadedBundle, thread: &LoadedThread, options: FlowOptions) -> (CallForest, ContextTable, History) {
-    let history = decode_parallel_with(&thread.trace, loaded.image_of(thread), super::dump::cores(), options);
-    let mut lookups: HashMap<u64, SymbolContext> = HashMap::new();
-    let mut effects: HashMap<u64, CallEffect> = HashMap::new();
-    // The distinct contexts met; sites refer to them by index.
-    let mut table = ContextTable::default();
+/// Walks a history a block at a time through a [`CallTracker`], giving
+/// each [`CallEvent`] (with the symbol contexts the segments' tags refer
+/// to) to `sink`; stops at the sink's first error.
+pub(super) fn track_calls(
+    history: &History,
+    sites: &mut BlockSites,
+    sink: &mut impl FnMut(CallEvent, &ContextTable) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut tracker = CallTracker::new();
+    let mut failure = None;
     // LLDB keeps the previous instruction's symbol context while the
-    // address stays in its range (line-table row, else symbol).
-    let mut previous: Option<u32> = None;
-    let forest = CallForest::build(history.items(), |ip| {
-        let tag = match previous.filter(|&t| table.get(t).holds(ip)) {
-            Some(tag) => tag,
-            None => table.intern(lookups.entry(ip).or_insert_with(|| loaded.symbols_of(thread).lookup(ip)).clone()),
+    // address stays in its range; errors do not reset it.
+    let mut last_tag = None;
+    for step in history.steps() {
+        match step {
+            Step::Extra { id, extra: Extra::Error { .. } } => tracker.error(id, &mut |e| relay(sink, e, &sites.contexts, &mut failure)),
+            Step::Extra { .. } => {}
+            Step::Block { id, block } => {
+                let runs = sites.runs(&history.table, block, last_tag);
+                for run in runs.iter() {
+                    let (first, last) = (id + run.offset as u64, id + run.last_offset as u64);
+                    tracker.run(first, run.first_ip, run.first.clone(), last, run.last_ip, run.last.clone(), &mut |e| {
+                        relay(sink, e, &sites.contexts, &mut failure)
+                    });
+                }
+                last_tag = runs.last().map(|r| r.last.tag).or(last_tag);
+            }
+        }
+        if let Some(e) = failure.take() {
+            return Err(e);
+        }
+    }
+    tracker.finish(&mut |e| relay(sink, e, &sites.contexts, &mut failure));
+    failure.map_or(Ok(()), Err)
+}
+
+fn relay(
+    sink: &mut impl FnMut(CallEvent, &ContextTable) -> std::io::Result<()>,
+    event: CallEvent,
+    contexts: &ContextTable,
+    failure: &mut Option<std::io::Error>,
+) {
+    if failure.is_none() {
+        *failure = sink(event, contexts).err();
+    }
+}
+
+/// A straight run of a block's instructions in one function (see
+/// [`CallTracker::run`]).
+#[derive(Debug, Clone)]
+pub(super) struct Run {
+    /// Index in the block of its first and last instructions.
+    offset: u32,
+    last_offset: u32,
+    first_ip: u64,
+    last_ip: u64,
+    first: Site<u32>,
+    last: Site<u32>,
+}
+
+/// Describes executed blocks as runs of [`Site`]s, each block once (twice
+/// where LLDB's kept context makes its first instruction's context depend
+/// on the instruction before).
+pub(super) struct BlockSites<'a> {
+    symbols: &'a Symbolizer,
+    image: &'a retrace_decoder::image::Image,
+    pub(super) contexts: ContextTable,
+    /// Interned scopes.
+    scopes: HashMap<Scope, u32>,
+    /// Per block id: its runs when its first context is looked up afresh.
+    fresh: Vec<Option<Rc<[Run]>>>,
+    /// Per (block id, kept context): its runs when the previous
+    /// instruction's context holds its first address.
+    kept: HashMap<(u32, u32), Rc<[Run]>, BuildHasherDefault<AddressHasher>>,
+}
+
+impl<'a> BlockSites<'a> {
+    pub(super) fn new(loaded: &'a LoadedBundle, thread: &LoadedThread) -> Self {
+        BlockSites {
+            symbols: loaded.symbols_of(thread),
+            image: loaded.image_of(thread),
+            contexts: ContextTable::default(),
+            scopes: HashMap::new(),
+            fresh: Vec::new(),
+            kept: HashMap::default(),
+        }
+    }
+
+    fn runs(&mut self, table: &BlockTable, block: u32, previous: Option<u32>) -> Rc<[Run]> {
+        let start = table.get(block).start;
+        let kept = previous.filter(|&tag| self.contexts.get(tag).holds(start));
+        let cached = match kept {
+            None => self.fresh.get(block as usize).cloned().flatten(),
+            Some(tag) => self.kept.get(&(block, tag)).cloned(),
         };
-        previous = Some(tag);
-        let here = table.get(tag);
-        let effect = *effects.entry(ip).or_insert_with(|| {
-            let mut bytes = [0u8; 15];
-            let n = loaded.image_of(thread).read(ip, &mut bytes);
-            call_effect(&bytes[..n], ip, ExecMode::Bits64)
-        });
-        // The first instruction of the innermost inlined block, or of
-        // the function when there is none, enters it.
+        if let Some(runs) = cached {
+            return runs;
+        }
+        let count = table.get(block).count;
+        let mut runs: Vec<Run> = Vec::new();
+        let mut previous = kept;
+        for (k, ip) in table.addresses(block).enumerate() {
+            let tag = match previous.filter(|&tag| self.contexts.get(tag).holds(ip)) {
+                Some(tag) => tag,
+                None => self.contexts.intern(self.symbols.lookup(ip)),
+            };
+            previous = Some(tag);
+            // Only a block's last instruction transfers control.
+            let effect = if k as u32 + 1 == count {
+                let mut bytes = [0u8; 15];
+                let n = self.image.read(ip, &mut bytes);
+                call_effect(&bytes[..n], ip, ExecMode::Bits64)
+            } else {
+                CallEffect::Other
+            };
+            let site = self.site(tag, ip, effect);
+            let k = k as u32;
+            match runs.last_mut() {
+                Some(run) if !site.entry && run.last.scope == site.scope => {
+                    run.last = site;
+                    run.last_offset = k;
+                    run.last_ip = ip;
+                }
+                _ => runs.push(Run { offset: k, last_offset: k, first_ip: ip, last_ip: ip, first: site.clone(), last: site }),
+            }
+        }
+        let runs: Rc<[Run]> = runs.into();
+        match kept {
+            None => {
+                if self.fresh.len() <= block as usize {
+                    self.fresh.resize(block as usize + 1, None);
+                }
+                self.fresh[block as usize] = Some(runs.clone());
+            }
+            Some(tag) => {
+                self.kept.insert((block, tag), runs.clone());
+            }
+        }
+        runs
+    }
+
+    fn site(&mut self, tag: u32, ip: u64, effect: CallEffect) -> Site<u32> {
+        let here = self.contexts.get(tag);
+        // The first instruction of the innermost inlined block, or of the
+        // function when there is none, enters it.
         let entry = match here.inlined_block {
             Some(block) => block.entry == ip,
             None => here.function.as_ref().is_some_and(|(_, start)| *start == ip),
         };
-        Site {
-            entry,
-            inlined: here.inlined_block.is_some(),
-            effect,
-            scope: (here.module.clone(), here.function.as_ref().map(|f| f.1), here.inlined_block.map(|b| b.id)) as Scope,
-            tag,
-        }
-    });
-    (forest, table, history)
+        let inlined = here.inlined_block.is_some();
+        let scope: Scope = (here.module.clone(), here.function.as_ref().map(|f| f.1), here.inlined_block.map(|b| b.id));
+        let next = self.scopes.len() as u32;
+        let scope = *self.scopes.entry(scope).or_insert(next);
+        Site { scope, entry, inlined, effect, tag }
+    }
 }
 
 /// Symbol contexts, each stored once.
@@ -137,26 +264,67 @@ impl ContextTable {
     }
 }
 
+/// How each tree's roots chain, learnt in a first walk: per tree, for
+/// each root after the first (a return above the root made it), the tag
+/// of its last instruction, which names it on its untraced-prefix line.
+#[derive(Default)]
+struct ChainsSink {
+    chains: Vec<Vec<u32>>,
+}
+
+impl ChainsSink {
+    fn event(&mut self, event: &CallEvent) {
+        match event {
+            CallEvent::Tree { .. } => self.chains.push(Vec::new()),
+            CallEvent::Reroot => self.chains.last_mut().expect("a tree").push(0),
+            CallEvent::Segment { depth: 0, segment, .. } => {
+                if let Some(tag) = self.chains.last_mut().and_then(|c| c.last_mut()) {
+                    *tag = segment.tags.1;
+                }
+            }
+            CallEvent::Segment { .. } => {}
+        }
+    }
+}
+
+/// LLDB's text, printed as segments close: a tree's header and the
+/// untraced-prefix lines of all its roots first (from [`ChainsSink`]),
+/// then each segment indented by its depth plus the roots still to wrap it.
 struct TextPrinter<'a> {
-    forest: &'a CallForest,
+    chains: &'a [Vec<u32>],
     symbols: &'a Symbolizer,
-    contexts: &'a ContextTable,
+    /// The current tree.
+    tree: Option<usize>,
+    /// The current root's place in its tree's chain (0: the first).
+    root: usize,
+    error_tree: bool,
 }
 
 impl TextPrinter<'_> {
-    fn call(&self, out: &mut impl Write, call: usize, depth: usize) -> std::io::Result<()> {
-        let indent = "  ".repeat(depth);
-        let c: &Call = &self.forest.calls[call];
-        if let Some(prefix) = c.untraced_prefix {
-            let last = c.segments.last().map_or(0, |s| s.tags.1);
-            writeln!(out, "{indent}{}", untraced_context(self.contexts.get(last)))?;
-            self.call(out, prefix, depth + 1)?;
-        }
-        for segment in &c.segments {
-            let text = if c.is_error { "<tracing errors>".to_string() } else { self.segment(segment) };
-            writeln!(out, "{indent}{text}  [{}, {}]", segment.first, segment.last)?;
-            if let Some(nested) = segment.nested {
-                self.call(out, nested, depth + 1)?;
+    fn event(&mut self, out: &mut impl Write, contexts: &ContextTable, event: CallEvent) -> std::io::Result<()> {
+        match event {
+            CallEvent::Tree { is_error } => {
+                let tree = self.tree.map_or(0, |t| t + 1);
+                self.tree = Some(tree);
+                self.root = 0;
+                self.error_tree = is_error;
+                write!(out, "\n[call tree #{tree}]\n")?;
+                let chain = &self.chains[tree];
+                for (depth, &tag) in chain.iter().rev().enumerate() {
+                    indent(out, depth)?;
+                    writeln!(out, "{}", untraced_context(contexts.get(tag)))?;
+                }
+            }
+            CallEvent::Reroot => self.root += 1,
+            CallEvent::Segment { depth, segment, .. } => {
+                let wrapping = self.tree.map_or(0, |t| self.chains[t].len()) - self.root;
+                indent(out, wrapping + depth as usize)?;
+                if self.error_tree {
+                    write!(out, "<tracing errors>")?;
+                } else {
+                    self.segment(out, contexts, &segment)?;
+                }
+                writeln!(out, "  [{}, {}]", segment.first, segment.last)?;
             }
         }
         Ok(())
@@ -165,26 +333,25 @@ impl TextPrinter<'_> {
     /// `<where it starts> to <where it ends>`, as LLDB words it: the end is
     /// `line:column` when both ends have a source line, else the offset in
     /// the function (`<+N>`) or the module address.
-    fn segment(&self, segment: &Segment) -> String {
-        let (first, last) = (self.contexts.get(segment.tags.0), self.contexts.get(segment.tags.1));
-        let start = self.stop_context(first, segment.first_ip);
-        let end = match (&first.line, &last.line) {
-            (Some(_), Some((_, line, column))) => format!("{line}:{column}"),
+    fn segment(&self, out: &mut impl Write, contexts: &ContextTable, segment: &Segment) -> std::io::Result<()> {
+        let (first, last) = (contexts.get(segment.tags.0), contexts.get(segment.tags.1));
+        self.stop_context(out, first, segment.first_ip)?;
+        match (&first.line, &last.line) {
+            (Some(_), Some((_, line, column))) => write!(out, " to {line}:{column}"),
             _ => match &last.function {
-                Some((_, function_start)) => format!("<+{}>{}", segment.last_ip - function_start, last.position().unwrap_or_default()),
-                None => self.module_address(segment.last_ip),
+                Some((_, function_start)) => write!(out, " to <+{}>{}", segment.last_ip - function_start, last.position().unwrap_or_default()),
+                None => write!(out, " to {}", self.module_address(segment.last_ip)),
             },
-        };
-        format!("{start} to {end}")
+        }
     }
 
     /// LLDB's stop context with module: ``module`function + off [inlined] f
     /// at file:line:col``, or ``module`module[0x…]`` without a function.
-    fn stop_context(&self, context: &SymbolContext, ip: u64) -> String {
+    fn stop_context(&self, out: &mut impl Write, context: &SymbolContext, ip: u64) -> std::io::Result<()> {
         match (&context.module, &context.function) {
-            (Some(_), Some(_)) => context.describe(ip),
-            (Some(module), None) => format!("{module}`{}", self.module_address(ip)),
-            (None, _) => format!("{ip:#018x}"),
+            (Some(_), Some(_)) => write!(out, "{}", context.describe(ip)),
+            (Some(module), None) => write!(out, "{module}`{}", self.module_address(ip)),
+            (None, _) => write!(out, "{ip:#018x}"),
         }
     }
 
@@ -194,6 +361,19 @@ impl TextPrinter<'_> {
             None => format!("{ip:#018x}"),
         }
     }
+}
+
+/// Two spaces per level, from a buffer of spaces (deep trees are indented
+/// thousands of levels).
+fn indent(out: &mut impl Write, depth: usize) -> std::io::Result<()> {
+    const SPACES: &[u8; 256] = &[b' '; 256];
+    let mut left = 2 * depth;
+    while left > 0 {
+        let n = left.min(SPACES.len());
+        out.write_all(&SPACES[..n])?;
+        left -= n;
+    }
+    Ok(())
 }
 
 /// The line for a call seen only by returning to it: ``module`function``
@@ -207,27 +387,135 @@ fn untraced_context(context: &SymbolContext) -> String {
     }
 }
 
-/// LLDB's JSON for a call: `untracedPrefixSegment` (when the trace starts
-/// inside it), then `tracedSegments` with ids as strings.
-fn call_json(forest: &CallForest, call: usize) -> serde_json::Value {
-    let c = &forest.calls[call];
-    let mut object = serde_json::Map::new();
-    if let Some(prefix) = c.untraced_prefix {
-        object.insert("untracedPrefixSegment".into(), serde_json::json!({ "nestedCall": call_json(forest, prefix) }));
-    }
-    let segments: Vec<serde_json::Value> = c
-        .segments
-        .iter()
-        .map(|segment| {
-            let mut s = serde_json::Map::new();
-            s.insert("firstInstructionId".into(), segment.first.to_string().into());
-            s.insert("lastInstructionId".into(), segment.last.to_string().into());
-            if let Some(nested) = segment.nested {
-                s.insert("nestedCall".into(), call_json(forest, nested));
+/// LLDB's JSON for one thread's trees, written as segments close: each
+/// tree an object with `untracedPrefixSegment` (its `nestedCall` the tree
+/// the root returned above) when the trace starts inside it, then
+/// `tracedSegments` with ids as strings and `nestedCall`s. `formatter` is
+/// serde_json's compact or pretty layout.
+fn write_json<F: Formatter>(
+    out: &mut impl Write,
+    formatter: F,
+    history: &History,
+    sites: &mut BlockSites,
+    chains: &[Vec<u32>],
+) -> std::io::Result<()> {
+    let mut writer = JsonTrees { f: formatter, chains, tree: None, open: Vec::new() };
+    writer.f.begin_array(out)?;
+    track_calls(history, sites, &mut |event, _| writer.event(out, event))?;
+    writer.close_tree(out)?;
+    writer.f.end_array(out)
+}
+
+struct JsonTrees<'a, F> {
+    f: F,
+    chains: &'a [Vec<u32>],
+    tree: Option<usize>,
+    /// Per open call, from the root: no segment written in it yet.
+    open: Vec<bool>,
+}
+
+impl<F: Formatter> JsonTrees<'_, F> {
+    fn event(&mut self, out: &mut impl Write, event: CallEvent) -> std::io::Result<()> {
+        match event {
+            CallEvent::Tree { .. } => {
+                self.close_tree(out)?;
+                let tree = self.tree.map_or(0, |t| t + 1);
+                self.f.begin_array_value(out, tree == 0)?;
+                self.tree = Some(tree);
+                // The roots that will wrap this one, outermost first.
+                for _ in 0..self.chains[tree].len() {
+                    self.f.begin_object(out)?;
+                    self.key(out, "untracedPrefixSegment", true)?;
+                    self.f.begin_object(out)?;
+                    self.key(out, "nestedCall", true)?;
+                }
+                self.open_call(out, true)?;
             }
-            serde_json::Value::Object(s)
-        })
-        .collect();
-    object.insert("tracedSegments".into(), segments.into());
-    serde_json::Value::Object(object)
+            CallEvent::Reroot => {
+                self.close_to(out, 1)?;
+                self.close_call(out)?;
+                // The untraced-prefix object ends; the new root's segments follow.
+                self.f.end_object_value(out)?;
+                self.f.end_object(out)?;
+                self.f.end_object_value(out)?;
+                self.open_call(out, false)?;
+            }
+            CallEvent::Segment { depth, segment, nests } => {
+                self.close_to(out, depth as usize + 1)?;
+                let first = std::mem::replace(self.open.last_mut().expect("an open call"), false);
+                self.f.begin_array_value(out, first)?;
+                self.f.begin_object(out)?;
+                self.key(out, "firstInstructionId", true)?;
+                self.string(out, &segment.first.to_string())?;
+                self.key(out, "lastInstructionId", false)?;
+                self.string(out, &segment.last.to_string())?;
+                if nests {
+                    self.key(out, "nestedCall", false)?;
+                    self.open_call(out, true)?;
+                } else {
+                    self.f.end_object(out)?;
+                    self.f.end_array_value(out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `"tracedSegments": [` of a call whose object is open.
+    fn open_call(&mut self, out: &mut impl Write, first_key: bool) -> std::io::Result<()> {
+        if first_key {
+            self.f.begin_object(out)?;
+        }
+        self.key(out, "tracedSegments", first_key)?;
+        self.f.begin_array(out)?;
+        self.open.push(true);
+        Ok(())
+    }
+
+    /// `]}` of the innermost call.
+    fn close_call(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        self.open.pop();
+        self.f.end_array(out)?;
+        self.f.end_object_value(out)?;
+        self.f.end_object(out)
+    }
+
+    /// Closes nested calls until `depth` calls are open (each closes its
+    /// parent's segment object too).
+    fn close_to(&mut self, out: &mut impl Write, depth: usize) -> std::io::Result<()> {
+        while self.open.len() > depth {
+            self.close_call(out)?;
+            self.f.end_object_value(out)?;
+            self.f.end_object(out)?;
+            self.f.end_array_value(out)?;
+        }
+        Ok(())
+    }
+
+    fn close_tree(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        if self.open.is_empty() {
+            return Ok(());
+        }
+        self.close_to(out, 1)?;
+        self.close_call(out)?;
+        self.f.end_array_value(out)
+    }
+
+    fn key(&mut self, out: &mut impl Write, name: &str, first: bool) -> std::io::Result<()> {
+        self.f.begin_object_key(out, first)?;
+        self.string_only(out, name)?;
+        self.f.end_object_key(out)?;
+        self.f.begin_object_value(out)
+    }
+
+    fn string(&mut self, out: &mut impl Write, value: &str) -> std::io::Result<()> {
+        self.string_only(out, value)?;
+        self.f.end_object_value(out)
+    }
+
+    fn string_only(&mut self, out: &mut impl Write, value: &str) -> std::io::Result<()> {
+        self.f.begin_string(out)?;
+        self.f.write_string_fragment(out, value)?;
+        self.f.end_string(out)
+    }
 }

@@ -1,14 +1,14 @@
 //! `retrace dump instructions`: the instruction flow of a trace bundle, in
 //! the layout of LLDB's `thread trace dump instructions`.
 
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
 use std::collections::HashMap;
 
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions, Item};
-use retrace_decoder::history::History;
+use retrace_decoder::history::{Extra, History};
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 use retrace_decoder::wallclock::WallClock;
 
@@ -45,39 +45,32 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
             return Err(CliError::Message(format!("no thread {tid} in {}", trace_json.display())));
         }
     }
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
+    let mut out = super::bulk_stdout();
     let history = |thread: &bundle::LoadedThread| decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), args.options);
-    let decode = |thread: &bundle::LoadedThread| -> Vec<Item> { history(thread).items().collect() };
     // With times: every thread decoded first, as LLDB's time zero is the
     // earliest first TSC of all threads.
-    let mut decoded: Vec<Option<Vec<Item>>> = loaded.threads.iter().map(|t| args.time.then(|| decode(t))).collect();
+    let mut decoded: Vec<Option<History>> = loaded.threads.iter().map(|t| args.time.then(|| history(t))).collect();
     let conversion = loaded.description.tsc_perf_zero_conversion.clone().filter(|_| args.time);
     let begin = conversion.as_ref().and_then(|c| {
-        let first = decoded.iter().flatten().filter_map(|items| WallClock::first_tsc(items)).min()?;
+        let first = decoded.iter().flatten().filter_map(WallClock::first_tsc_of).min()?;
         Some(c.to_nanos(first))
     });
     for (index, thread) in loaded.threads.iter().enumerate() {
         if args.tid.is_some_and(|tid| tid != thread.tid) {
             continue;
         }
-        // Without times, the selection streams from the compact history: no
-        // record per item is kept, only the items shown (at most `-c` of
-        // them, with the events and errors between).
-        let items = args.time.then(|| decoded[index].take().unwrap_or_else(|| decode(thread)));
-        let (owned, exhausted): (Vec<(usize, Item)>, bool) = match &items {
-            Some(items) => {
-                let (selected, exhausted) = select(items, args);
-                (selected.into_iter().map(|(id, item)| (id, item.clone())).collect(), exhausted)
-            }
-            None => select_streaming(&history(thread), args),
-        };
+        // The selection streams from the compact history: no record per
+        // item is kept, only the items shown (at most `-c` of them, with the
+        // events and errors between); times come from the clock ticks alone.
+        let history = decoded[index].take().unwrap_or_else(|| history(thread));
+        let (owned, exhausted) = select_streaming(&history, args);
         let selected: Vec<(usize, &Item)> = owned.iter().map(|(id, item)| (*id, item)).collect();
+        let clock = conversion.as_ref().map(|c| WallClock::of_history(&history, c));
+        drop(history);
         let process = &loaded.processes[thread.process];
         if let (Some(heading), None) = (image_heading(&loaded, thread), args.json) {
             writeln!(out, "{heading}")?;
         }
-        let clock = items.as_ref().zip(conversion.as_ref()).map(|(items, c)| WallClock::new(items, c));
         let time = |id: usize| -> Option<Option<f64>> {
             args.time.then(|| Some(clock.as_ref()?.time(id, begin?)).flatten())
         };
@@ -112,18 +105,11 @@ pub(super) fn image_heading(loaded: &bundle::LoadedBundle, thread: &bundle::Load
         .then(|| format!("image #{}: pid = {}", thread.process, loaded.processes[thread.process].pid))
 }
 
-/// The items LLDB shows for these options, with their ids, and whether the
-/// end (or the beginning, backwards) of the trace was reached. LLDB's dumper
-/// stops as soon as it has shown `count` instructions (events and errors
-/// beyond the last one are not shown) and says `no more data` when no item
-/// at all, shown or not, follows in its direction.
-fn select<'i>(items: &'i [Item], args: &InstructionsArgs) -> (Vec<(usize, &'i Item)>, bool) {
-    let order: Box<dyn Iterator<Item = (usize, &Item)>> =
-        if args.forwards { Box::new(items.iter().enumerate()) } else { Box::new(items.iter().enumerate().rev()) };
-    take_shown(order, args)
-}
-
-/// LLDB's rule over items in dump order (see [`select`]).
+/// The items LLDB shows for these options, in dump order, with their ids,
+/// and whether the end (or the beginning, backwards) of the trace was
+/// reached. LLDB's dumper stops as soon as it has shown `count` instructions
+/// (events and errors beyond the last one are not shown) and says `no more
+/// data` when no item at all, shown or not, follows in its direction.
 fn take_shown<I: std::borrow::Borrow<Item>>(order: impl Iterator<Item = (usize, I)>, args: &InstructionsArgs) -> (Vec<(usize, I)>, bool) {
     let mut selected = Vec::new();
     let mut shown = 0usize;
@@ -142,33 +128,16 @@ fn take_shown<I: std::borrow::Borrow<Item>>(order: impl Iterator<Item = (usize, 
     (selected, true)
 }
 
-/// [`select`] over a decoded history, one pass forwards, keeping only the
-/// items shown: `-f` stops after the last one; backwards, the history's
-/// instruction count says where the last `-c` instructions start, and only
-/// the items from there on are kept, then taken in reverse.
+/// [`take_shown`] over a decoded history: forwards from the first item,
+/// backwards from the last (read back a chunk at a time), keeping only the
+/// items shown.
 fn select_streaming(history: &History, args: &InstructionsArgs) -> (Vec<(usize, Item)>, bool) {
+    let to_usize = |(id, item): (u64, Item)| (id as usize, item);
     if args.forwards {
-        return take_shown(history.items().enumerate(), args);
+        take_shown(history.items_with_ids().map(to_usize), args)
+    } else {
+        take_shown(history.items_rev().map(to_usize), args)
     }
-    let total = history.instructions();
-    let first_shown = if args.all { 0 } else { total.saturating_sub(args.count as u64) };
-    let mut passed = 0u64;
-    let mut start = None;
-    let mut tail = Vec::new();
-    for (id, item) in history.items().enumerate() {
-        let instruction = matches!(item, Item::Instruction { .. });
-        if start.is_none() && (first_shown == 0 || (instruction && passed == first_shown)) {
-            start = Some(id);
-        }
-        if start.is_some() {
-            tail.push((id, item));
-        }
-        passed += u64::from(instruction);
-    }
-    let (selected, reached) = take_shown(tail.into_iter().rev(), args);
-    // Backwards, the trace's start was reached when nothing precedes the
-    // earliest item kept (and nothing kept was left unshown).
-    (selected, reached && start.unwrap_or(0) == 0)
 }
 
 /// LLDB's text: symbol-context lines when the context changes (not with
@@ -395,13 +364,14 @@ pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitC
     for thread in &loaded.threads {
         headings.push(image_heading(&loaded, thread));
         let start = std::time::Instant::now();
-        let items: Vec<Item> = decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), options).items().collect();
+        let history = decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), options);
         let seconds = start.elapsed().as_secs_f64();
-        let instructions = items.iter().filter(|i| matches!(i, Item::Instruction { .. })).count();
-        let events = items.iter().filter(|i| matches!(i, Item::Event(_))).count();
-        let errors = items.iter().filter(|i| matches!(i, Item::Error { .. })).count();
+        let instructions = history.instructions();
+        let events = history.extras().filter(|e| matches!(e, Extra::Event(_))).count();
+        let errors = history.extras().filter(|e| matches!(e, Extra::Error { .. })).count();
+        let items = history.items_len();
         threads.push(serde_json::json!({
-            "index": loaded.thread_index(thread), "process": thread.process, "tid": thread.tid, "traceBytes": thread.trace.len(), "items": items.len(),
+            "index": loaded.thread_index(thread), "process": thread.process, "tid": thread.tid, "traceBytes": thread.trace.len(), "items": items,
             "instructions": instructions, "events": events, "errors": errors, "decodeSeconds": seconds,
         }));
     }

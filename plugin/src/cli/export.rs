@@ -7,12 +7,13 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use retrace_decoder::calls::CallForest;
-use retrace_decoder::flow::{FlowOptions, Item};
+use retrace_decoder::calls::CallEvent;
+use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
+use retrace_decoder::history::History;
 use retrace_decoder::wallclock::WallClock;
 use serde_json::{json, Value};
 
-use super::calls::{thread_forest, ContextTable};
+use super::calls::{track_calls, BlockSites, ContextTable};
 use super::{xray, CliError};
 use crate::bundle;
 
@@ -27,52 +28,78 @@ pub enum Format {
 
 /// Writes the timeline of `input` to `output`.
 pub fn run(_format: Format, input: &Path, output: &Path, binaries: &[PathBuf], options: FlowOptions) -> Result<ExitCode, CliError> {
-    let events = if super::is_xray_log(input) {
-        xray::chrome_events(input, binaries)?
-    } else if binaries.is_empty() {
-        pt_events(input, options)?
-    } else {
+    let xray = super::is_xray_log(input);
+    if !xray && !binaries.is_empty() {
         return Err(CliError::Message(format!("{}: not an XRay log (--binary is for XRay logs)", input.display())));
-    };
+    }
     let file = std::fs::File::create(output).map_err(CliError::file(output))?;
-    let mut out = BufWriter::new(file);
-    let document = json!({ "traceEvents": events, "displayTimeUnit": "ns" });
-    serde_json::to_writer(&mut out, &document).map_err(|e| CliError::Message(format!("{}: {e}", output.display())))?;
-    out.flush().map_err(CliError::file(output))?;
-    tracing::info!(events = document["traceEvents"].as_array().map_or(0, |a| a.len()), path = %output.display(), "timeline written");
+    let mut out = EventWriter { out: BufWriter::new(file), count: 0 };
+    let written = (|| -> Result<(), CliError> {
+        out.out.write_all(b"{\"traceEvents\":[")?;
+        if xray {
+            for event in xray::chrome_events(input, binaries)? {
+                out.event(&event)?;
+            }
+        } else {
+            pt_events(input, options, &mut out)?;
+        }
+        out.out.write_all(b"],\"displayTimeUnit\":\"ns\"}")?;
+        out.out.flush()?;
+        Ok(())
+    })();
+    written.map_err(|e| match e {
+        CliError::Output(source) => CliError::File { path: output.to_path_buf(), source },
+        e => e,
+    })?;
+    tracing::info!(events = out.count, path = %output.display(), "timeline written");
     Ok(ExitCode::SUCCESS)
 }
 
-/// Slices of an Intel PT bundle: the calls of `dump function-calls`, each
-/// from its first to its last item. Times are LLDB's (`dump instructions
-/// -t`) in µs when the bundle has timing; otherwise the item id is the time
-/// in µs.
-fn pt_events(trace_json: &Path, options: FlowOptions) -> Result<Vec<Value>, CliError> {
-    let loaded = bundle::load(trace_json).map_err(|e| CliError::Message(e.to_string()))?;
-    let mut threads = Vec::new();
-    for thread in &loaded.threads {
-        let (forest, table, history) = thread_forest(&loaded, thread, options);
-        let items: Vec<Item> = history.items().collect();
-        threads.push((thread.tid, forest, table, items));
+/// Trace events written one by one into the `traceEvents` array.
+struct EventWriter<W: Write> {
+    out: W,
+    count: usize,
+}
+
+impl<W: Write> EventWriter<W> {
+    fn event(&mut self, event: &Value) -> std::io::Result<()> {
+        if self.count > 0 {
+            self.out.write_all(b",")?;
+        }
+        self.count += 1;
+        serde_json::to_writer(&mut self.out, event).map_err(std::io::Error::from)
     }
+}
+
+/// Slices of an Intel PT bundle: the calls of `dump function-calls`, each
+/// from its first to its last item (a root the trace started inside from
+/// the first item of its untraced prefix), written as the calls end. Times
+/// are LLDB's (`dump instructions -t`) in µs when the bundle has timing;
+/// otherwise the item id is the time in µs.
+fn pt_events(trace_json: &Path, options: FlowOptions, out: &mut EventWriter<impl Write>) -> Result<(), CliError> {
+    let loaded = bundle::load(trace_json).map_err(|e| CliError::Message(e.to_string()))?;
+    let histories: Vec<History> = loaded
+        .threads
+        .iter()
+        .map(|thread| decode_parallel_with(&thread.trace, loaded.image_of(thread), super::dump::cores(), options))
+        .collect();
     let conversion = loaded.description.tsc_perf_zero_conversion.clone();
-    let begin = threads.iter().filter_map(|(_, _, _, items)| WallClock::first_tsc(items)).min();
+    let begin = histories.iter().filter_map(WallClock::first_tsc_of).min();
     let pid = loaded.description.processes.first().map(|p| p.pid).unwrap_or(0);
-    let mut events = Vec::new();
-    for (tid, forest, table, items) in &threads {
-        let clock = conversion.as_ref().map(|c| WallClock::new(items, c));
+    for (thread, history) in loaded.threads.iter().zip(&histories) {
+        let tid = thread.tid;
+        let clock = conversion.as_ref().map(|c| WallClock::of_history(history, c));
         let micros = |id: u64| -> f64 {
             match (&clock, begin) {
                 (Some(clock), Some(begin)) => clock.time(id as usize, begin).map(|ns| ns / 1000.0).unwrap_or(id as f64),
                 _ => id as f64,
             }
         };
-        events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": format!("thread {tid}")}}));
-        for (index, call) in forest.calls.iter().enumerate() {
-            let (Some(first), Some(last)) = (call.segments.first(), call.segments.last()) else { continue };
-            let (start, end) = (first_id(forest, index).unwrap_or(first.first), last.last);
-            let name = if call.is_error { "<tracing errors>".to_string() } else { function_name(table, first.tags.0) };
-            events.push(json!({
+        out.event(&json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": format!("thread {tid}")}}))?;
+        let slice = |contexts: &ContextTable, call: OpenCall| {
+            let name = if call.is_error { "<tracing errors>".to_string() } else { function_name(contexts, call.name_tag) };
+            let (start, end) = (call.start, call.last);
+            json!({
                 "ph": "X",
                 "name": name,
                 "pid": pid,
@@ -80,21 +107,84 @@ fn pt_events(trace_json: &Path, options: FlowOptions) -> Result<Vec<Value>, CliE
                 "ts": micros(start),
                 "dur": (micros(end) - micros(start)).max(0.0),
                 "args": {"firstId": start, "lastId": end},
-            }));
+            })
+        };
+        let mut slices = Slices::default();
+        let mut sites = BlockSites::new(&loaded, thread);
+        track_calls(history, &mut sites, &mut |event, contexts| {
+            for call in slices.event(event) {
+                out.event(&slice(contexts, call))?;
+            }
+            Ok(())
+        })?;
+        let mut ended = Vec::new();
+        slices.close_to(0, &mut ended);
+        for call in ended {
+            out.event(&slice(&sites.contexts, call))?;
         }
     }
-    Ok(events)
+    Ok(())
 }
 
-/// The first item of a call including its untraced prefix's calls.
-fn first_id(forest: &CallForest, call: usize) -> Option<u64> {
-    let c = &forest.calls[call];
-    match c.untraced_prefix {
-        Some(prefix) => first_id(forest, prefix),
-        None => c.segments.first().map(|s| s.first),
+/// A call being followed for its slice.
+#[derive(Debug, Clone, Copy)]
+struct OpenCall {
+    /// Its first item (a root's: its untraced prefix's first).
+    start: u64,
+    /// Its last item so far.
+    last: u64,
+    /// The tag of its first instruction (names it).
+    name_tag: u32,
+    is_error: bool,
+}
+
+/// The calls of a thread from [`CallEvent`]s, each given back when it ends.
+#[derive(Default)]
+struct Slices {
+    open: Vec<OpenCall>,
+    /// The next segment is a new call's (the last one nested).
+    nesting: bool,
+    /// The next root continues a tree that started at this item.
+    reroot_from: Option<u64>,
+    error_tree: bool,
+}
+
+impl Slices {
+    fn event(&mut self, event: CallEvent) -> Vec<OpenCall> {
+        let mut ended = Vec::new();
+        match event {
+            CallEvent::Tree { is_error } => {
+                self.close_to(0, &mut ended);
+                self.error_tree = is_error;
+                self.reroot_from = None;
+                self.nesting = false;
+            }
+            CallEvent::Reroot => {
+                self.reroot_from = self.open.first().map(|root| root.start);
+                self.close_to(0, &mut ended);
+                self.nesting = false;
+            }
+            CallEvent::Segment { depth, segment, nests } => {
+                if !self.nesting {
+                    self.close_to(depth as usize + 1, &mut ended);
+                }
+                if self.nesting || self.open.is_empty() {
+                    let start = if self.open.is_empty() { self.reroot_from.take().unwrap_or(segment.first) } else { segment.first };
+                    self.open.push(OpenCall { start, last: segment.last, name_tag: segment.tags.0, is_error: self.error_tree });
+                }
+                self.open.last_mut().expect("a call is open").last = segment.last;
+                self.nesting = nests;
+            }
+        }
+        ended
+    }
+
+    fn close_to(&mut self, depth: usize, ended: &mut Vec<OpenCall>) {
+        while self.open.len() > depth {
+            ended.push(self.open.pop().expect("open"));
+        }
     }
 }
-
 fn function_name(table: &ContextTable, tag: u32) -> String {
     let context = table.get(tag);
     match (&context.module, &context.function) {
