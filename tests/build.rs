@@ -8,6 +8,8 @@ use std::path::Path;
 fn main() {
     println!("cargo:rerun-if-changed=c/libipt_shim.c");
     println!("cargo:rerun-if-env-changed=CI");
+    // Installing libipt-dev later must bring the libipt tests in.
+    println!("cargo:rerun-if-changed=/usr/include/intel-pt.h");
     println!("cargo::rustc-check-cfg=cfg(retrace_libipt)");
     let header = Path::new("/usr/include/intel-pt.h");
     if !header.exists() {

@@ -208,6 +208,11 @@ struct shim_file_section {
 	uint64_t vaddr;
 };
 
+/* One image section cache for the process, as libipt's users (perf, LLDB's
+ * own tools, ptxed) keep one: sections are added to it once and shared by
+ * images; it keeps recently used sections mapped. */
+static struct pt_image_section_cache *shim_iscache;
+
 static struct pt_image *shim_image(const struct shim_file_section *sections, size_t count)
 {
 	struct pt_image *image = pt_image_alloc("retrace");
@@ -215,9 +220,15 @@ static struct pt_image *shim_image(const struct shim_file_section *sections, siz
 
 	if (!image)
 		return NULL;
+	if (!shim_iscache)
+		shim_iscache = pt_iscache_alloc("retrace");
 	for (i = 0; i < count; ++i) {
-		if (pt_image_add_file(image, sections[i].path, sections[i].offset,
-				      sections[i].size, NULL, sections[i].vaddr) < 0) {
+		int isid = -1;
+
+		if (shim_iscache)
+			isid = pt_iscache_add_file(shim_iscache, sections[i].path, sections[i].offset,
+						   sections[i].size, sections[i].vaddr);
+		if (isid < 0 || pt_image_add_cached(image, shim_iscache, isid, NULL) < 0) {
 			pt_image_free(image);
 			return NULL;
 		}

@@ -11,8 +11,13 @@ use retrace_decoder::bundle::load::LoadedBundle;
 /// section of a module is named after the file its bytes came from.
 #[cfg(retrace_libipt)]
 pub fn file_sections(bundle: &LoadedBundle) -> Vec<crate::libipt::FileSection> {
-    bundle
-        .image()
+    image_file_sections(bundle.image())
+}
+
+/// The code of one process image as files for libipt (see [`file_sections`]).
+#[cfg(retrace_libipt)]
+pub fn image_file_sections(image: &retrace_decoder::image::Image) -> Vec<crate::libipt::FileSection> {
+    image
         .sections()
         .iter()
         // JIT code (from listed jitdumps) is in no file libipt could read.

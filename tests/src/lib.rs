@@ -14,6 +14,7 @@ pub mod cfg_walk;
 pub mod corrupt;
 #[cfg(retrace_libipt)]
 pub mod libipt;
+pub mod libipt_flow;
 pub mod lldb;
 pub mod node;
 #[cfg(retrace_libipt)]

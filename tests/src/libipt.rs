@@ -286,6 +286,16 @@ pub fn block_count(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> (
     (n as u64, errors)
 }
 
+/// libipt's instruction decoder over the whole trace, counting only:
+/// (instructions, decode errors).
+pub fn insn_count(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> (u64, u64) {
+    let (_paths, raw) = raw_sections(sections);
+    let mut errors = 0;
+    let n = unsafe { shim_insn_ips(trace.as_ptr(), trace.len(), raw.as_ptr(), raw.len(), cpu.0, cpu.1, std::ptr::null_mut(), 0, &mut errors) };
+    assert!(n >= 0, "libipt setup failed ({n})");
+    (n as u64, errors)
+}
+
 /// The last error libipt's instruction decoder met in [`insn_addresses`]
 /// (libipt's message) and the trace offset it was at.
 pub fn last_flow_error() -> (String, u64) {
