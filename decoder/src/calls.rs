@@ -21,7 +21,7 @@ use crate::item::Item;
 pub use crate::x86::CallEffect;
 
 /// What the builder needs to know about one instruction.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Site<S> {
     /// The function it belongs to (LLDB: same module, symbol, function and
     /// containing inlined block); compared for equality only.

@@ -8,8 +8,6 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use std::rc::Rc;
-
 use retrace_decoder::calls::{CallEffect, CallEvent, CallTracker, Segment, Site};
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 use retrace_decoder::history::{AddressHasher, BlockTable, Extra, History, Step};
@@ -103,13 +101,15 @@ pub(super) fn track_calls(
             Step::Extra { .. } => {}
             Step::Block { id, block } => {
                 let runs = sites.runs(&history.table, block, last_tag);
-                for run in runs.iter() {
+                for k in runs.clone() {
+                    let run = &sites.arena[k];
                     let (first, last) = (id + run.offset as u64, id + run.last_offset as u64);
-                    tracker.run(first, run.first_ip, run.first.clone(), last, run.last_ip, run.last.clone(), &mut |e| {
-                        relay(sink, e, &sites.contexts, &mut failure)
-                    });
+                    let (first_ip, last_ip, first_site, last_site) = (run.first_ip, run.last_ip, run.first, run.last);
+                    tracker.run(first, first_ip, first_site, last, last_ip, last_site, &mut |e| relay(sink, e, &sites.contexts, &mut failure));
                 }
-                last_tag = runs.last().map(|r| r.last.tag).or(last_tag);
+                if !runs.is_empty() {
+                    last_tag = Some(sites.arena[runs.end - 1].last.tag);
+                }
             }
         }
         if let Some(e) = failure.take() {
@@ -133,7 +133,7 @@ fn relay(
 
 /// A straight run of a block's instructions in one function (see
 /// [`CallTracker::run`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Run {
     /// Index in the block of its first and last instructions.
     offset: u32,
@@ -146,18 +146,23 @@ pub(super) struct Run {
 
 /// Describes executed blocks as runs of [`Site`]s, each block once (twice
 /// where LLDB's kept context makes its first instruction's context depend
-/// on the instruction before).
+/// on the instruction before). The runs live in one arena; a block's
+/// description is a range of it.
 pub(super) struct BlockSites<'a> {
     symbols: &'a Symbolizer,
     image: &'a retrace_decoder::image::Image,
     pub(super) contexts: ContextTable,
+    /// Each context's address range (what LLDB keeps it for), by tag.
+    ranges: Vec<(u64, u64)>,
     /// Interned scopes.
     scopes: HashMap<Scope, u32>,
-    /// Per block id: its runs when its first context is looked up afresh.
-    fresh: Vec<Option<Rc<[Run]>>>,
+    arena: Vec<Run>,
+    /// Per block id: its runs (start in the arena << 16 | count; 0: not
+    /// described yet) when its first context is looked up afresh.
+    fresh: Vec<u64>,
     /// Per (block id, kept context): its runs when the previous
     /// instruction's context holds its first address.
-    kept: HashMap<(u32, u32), Rc<[Run]>, BuildHasherDefault<AddressHasher>>,
+    kept: HashMap<(u32, u32), u64, BuildHasherDefault<AddressHasher>>,
 }
 
 impl<'a> BlockSites<'a> {
@@ -166,29 +171,43 @@ impl<'a> BlockSites<'a> {
             symbols: loaded.symbols_of(thread),
             image: loaded.image_of(thread),
             contexts: ContextTable::default(),
+            ranges: Vec::new(),
             scopes: HashMap::new(),
+            arena: Vec::new(),
             fresh: Vec::new(),
             kept: HashMap::default(),
         }
     }
 
-    fn runs(&mut self, table: &BlockTable, block: u32, previous: Option<u32>) -> Rc<[Run]> {
+    fn holds(&self, tag: u32, ip: u64) -> bool {
+        let (start, end) = self.ranges[tag as usize];
+        start <= ip && ip < end
+    }
+
+    fn range(packed: u64) -> std::ops::Range<usize> {
+        let start = (packed >> 16) as usize;
+        start..start + (packed & 0xffff) as usize
+    }
+
+    /// The arena range of block `block`'s runs after an instruction whose
+    /// context was `previous`.
+    fn runs(&mut self, table: &BlockTable, block: u32, previous: Option<u32>) -> std::ops::Range<usize> {
         let start = table.get(block).start;
-        let kept = previous.filter(|&tag| self.contexts.get(tag).holds(start));
+        let kept = previous.filter(|&tag| self.holds(tag, start));
         let cached = match kept {
-            None => self.fresh.get(block as usize).cloned().flatten(),
-            Some(tag) => self.kept.get(&(block, tag)).cloned(),
+            None => self.fresh.get(block as usize).copied().unwrap_or(0),
+            Some(tag) => self.kept.get(&(block, tag)).copied().unwrap_or(0),
         };
-        if let Some(runs) = cached {
-            return runs;
+        if cached != 0 {
+            return Self::range(cached);
         }
         let count = table.get(block).count;
-        let mut runs: Vec<Run> = Vec::new();
+        let first_run = self.arena.len();
         let mut previous = kept;
         for (k, ip) in table.addresses(block).enumerate() {
-            let tag = match previous.filter(|&tag| self.contexts.get(tag).holds(ip)) {
+            let tag = match previous.filter(|&tag| self.holds(tag, ip)) {
                 Some(tag) => tag,
-                None => self.contexts.intern(self.symbols.lookup(ip)),
+                None => self.intern(ip),
             };
             previous = Some(tag);
             // Only a block's last instruction transfers control.
@@ -201,28 +220,40 @@ impl<'a> BlockSites<'a> {
             };
             let site = self.site(tag, ip, effect);
             let k = k as u32;
-            match runs.last_mut() {
+            let in_block = self.arena.len() > first_run;
+            match self.arena.last_mut().filter(|_| in_block) {
                 Some(run) if !site.entry && run.last.scope == site.scope => {
                     run.last = site;
                     run.last_offset = k;
                     run.last_ip = ip;
                 }
-                _ => runs.push(Run { offset: k, last_offset: k, first_ip: ip, last_ip: ip, first: site.clone(), last: site }),
+                _ => self.arena.push(Run { offset: k, last_offset: k, first_ip: ip, last_ip: ip, first: site, last: site }),
             }
         }
-        let runs: Rc<[Run]> = runs.into();
+        let runs = self.arena.len() - first_run;
+        assert!(runs < 1 << 16, "a block of {count} instructions");
+        let packed = (first_run as u64) << 16 | runs as u64;
         match kept {
             None => {
                 if self.fresh.len() <= block as usize {
-                    self.fresh.resize(block as usize + 1, None);
+                    self.fresh.resize(block as usize + 1, 0);
                 }
-                self.fresh[block as usize] = Some(runs.clone());
+                self.fresh[block as usize] = packed;
             }
             Some(tag) => {
-                self.kept.insert((block, tag), runs.clone());
+                self.kept.insert((block, tag), packed);
             }
         }
-        runs
+        Self::range(packed)
+    }
+
+    /// The tag of the context LLDB looks up at `ip`.
+    fn intern(&mut self, ip: u64) -> u32 {
+        let tag = self.contexts.intern(self.symbols.lookup(ip));
+        if self.ranges.len() <= tag as usize {
+            self.ranges.push(self.contexts.get(tag).address_range.unwrap_or((1, 0)));
+        }
+        tag
     }
 
     fn site(&mut self, tag: u32, ip: u64, effect: CallEffect) -> Site<u32> {
@@ -301,7 +332,7 @@ struct TextPrinter<'a> {
 }
 
 impl TextPrinter<'_> {
-    fn event(&mut self, out: &mut impl Write, contexts: &ContextTable, event: CallEvent) -> std::io::Result<()> {
+    fn event(&mut self, out: &mut super::BulkStdout, contexts: &ContextTable, event: CallEvent) -> std::io::Result<()> {
         match event {
             CallEvent::Tree { is_error } => {
                 let tree = self.tree.map_or(0, |t| t + 1);
@@ -311,14 +342,14 @@ impl TextPrinter<'_> {
                 write!(out, "\n[call tree #{tree}]\n")?;
                 let chain = &self.chains[tree];
                 for (depth, &tag) in chain.iter().rev().enumerate() {
-                    indent(out, depth)?;
+                    out.indent(depth)?;
                     writeln!(out, "{}", untraced_context(contexts.get(tag)))?;
                 }
             }
             CallEvent::Reroot => self.root += 1,
             CallEvent::Segment { depth, segment, .. } => {
                 let wrapping = self.tree.map_or(0, |t| self.chains[t].len()) - self.root;
-                indent(out, wrapping + depth as usize)?;
+                out.indent(wrapping + depth as usize)?;
                 if self.error_tree {
                     write!(out, "<tracing errors>")?;
                 } else {
@@ -361,19 +392,6 @@ impl TextPrinter<'_> {
             None => format!("{ip:#018x}"),
         }
     }
-}
-
-/// Two spaces per level, from a buffer of spaces (deep trees are indented
-/// thousands of levels).
-fn indent(out: &mut impl Write, depth: usize) -> std::io::Result<()> {
-    const SPACES: &[u8; 256] = &[b' '; 256];
-    let mut left = 2 * depth;
-    while left > 0 {
-        let n = left.min(SPACES.len());
-        out.write_all(&SPACES[..n])?;
-        left -= n;
-    }
-    Ok(())
 }
 
 /// The line for a call seen only by returning to it: ``module`function``

@@ -292,27 +292,120 @@ impl DecodeFlags {
     }
 }
 
-/// Standard output for bulk text: a 256 KiB buffer written straight to file
-/// descriptor 1. (Rust's `Stdout` is line-buffered: it searches every byte
-/// written for a newline, a quarter of the time of a large call-tree dump.)
-pub(crate) fn bulk_stdout() -> std::io::BufWriter<impl std::io::Write> {
-    use std::os::fd::{AsFd, AsRawFd, FromRawFd};
-    // A File on fd 1 that is never closed (ManuallyDrop), as Stdout's own.
-    let fd = std::io::stdout().as_fd().as_raw_fd();
-    // SAFETY: fd 1 stays open for the life of the process and the File is
-    // never dropped, so it is neither closed nor aliased as owned.
-    let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
-    std::io::BufWriter::with_capacity(256 * 1024, BulkStdout(file))
+/// Standard output for bulk text (see [`BulkStdout`]).
+pub(crate) fn bulk_stdout() -> BulkStdout {
+    BulkStdout { text: Vec::with_capacity(BulkStdout::TEXT_LIMIT + 4096), pieces: Vec::new() }
 }
 
-struct BulkStdout(std::mem::ManuallyDrop<std::fs::File>);
+/// Standard output for bulk text, written straight to file descriptor 1
+/// with `writev`: text is gathered in a 256 KiB buffer, and indentation
+/// ([`BulkStdout::indent`]) is a pointer into one static buffer of spaces
+/// rather than copied (call trees nest thousands of levels deep: most of
+/// their bytes are indentation). Rust's `Stdout` is line-buffered and
+/// searches every byte written for a newline; this does not.
+pub(crate) struct BulkStdout {
+    text: Vec<u8>,
+    pieces: Vec<Piece>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Piece {
+    /// `n` spaces.
+    Spaces(usize),
+    /// `text[start..end]`.
+    Text(usize, usize),
+}
+
+static SPACES: [u8; 65536] = [b' '; 65536];
+
+impl BulkStdout {
+    const TEXT_LIMIT: usize = 256 * 1024;
+    const PIECE_LIMIT: usize = 512;
+
+    /// Two spaces per level.
+    pub(crate) fn indent(&mut self, levels: usize) -> std::io::Result<()> {
+        if levels > 0 {
+            self.pieces.push(Piece::Spaces(2 * levels));
+            if self.pieces.len() >= Self::PIECE_LIMIT {
+                self.send()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes everything gathered.
+    fn send(&mut self) -> std::io::Result<()> {
+        let mut slices: Vec<&[u8]> = Vec::with_capacity(self.pieces.len() * 2);
+        for piece in &self.pieces {
+            match *piece {
+                Piece::Text(start, end) => slices.push(&self.text[start..end]),
+                Piece::Spaces(mut n) => {
+                    while n > 0 {
+                        let k = n.min(SPACES.len());
+                        slices.push(&SPACES[..k]);
+                        n -= k;
+                    }
+                }
+            }
+        }
+        let mut done = 0;
+        let mut offset = 0;
+        while done < slices.len() {
+            let batch: Vec<libc::iovec> = slices[done..slices.len().min(done + 1024)]
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let s = if i == 0 { &s[offset..] } else { s };
+                    libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() }
+                })
+                .collect();
+            // SAFETY: every iovec points into `self.text` or `SPACES`, both
+            // alive and unchanged during the call.
+            let written = unsafe { libc::writev(1, batch.as_ptr(), batch.len() as libc::c_int) };
+            if written < 0 {
+                let error = std::io::Error::last_os_error();
+                if error.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(error);
+            }
+            // Skip what was written (possibly part of a slice).
+            let mut left = written as usize;
+            while done < slices.len() && left >= slices[done].len() - offset {
+                left -= slices[done].len() - offset;
+                done += 1;
+                offset = 0;
+            }
+            offset += left;
+        }
+        self.pieces.clear();
+        self.text.clear();
+        Ok(())
+    }
+}
 
 impl std::io::Write for BulkStdout {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        (&*self.0).write(buf)
+        let start = self.text.len();
+        self.text.extend_from_slice(buf);
+        match self.pieces.last_mut() {
+            Some(Piece::Text(_, end)) if *end == start => *end = self.text.len(),
+            _ => self.pieces.push(Piece::Text(start, self.text.len())),
+        }
+        if self.text.len() >= Self::TEXT_LIMIT || self.pieces.len() >= Self::PIECE_LIMIT {
+            self.send()?;
+        }
+        Ok(buf.len())
     }
+
     fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        self.send()
+    }
+}
+
+impl Drop for BulkStdout {
+    fn drop(&mut self) {
+        let _ = self.send();
     }
 }
 
