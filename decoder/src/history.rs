@@ -467,14 +467,9 @@ impl History {
     /// Events and errors with their item ids, in order, found by summing
     /// block sizes (no instruction is expanded).
     pub fn extras_with_ids(&self) -> impl Iterator<Item = (u64, &Extra)> + '_ {
-        let mut blocks = 0usize;
-        let mut instructions = 0u64;
-        self.extras.iter().enumerate().map(move |(k, (at, extra))| {
-            while blocks < *at as usize {
-                instructions += self.table.get(self.executed[blocks]).count as u64;
-                blocks += 1;
-            }
-            (instructions + k as u64, extra)
+        self.steps().filter_map(|step| match step {
+            Step::Extra { id, extra } => Some((id, extra)),
+            Step::Block { .. } => None,
         })
     }
 
@@ -488,9 +483,18 @@ impl History {
     /// their ids. What walks the history a block at a time (call trees,
     /// timelines) reads this instead of [`History::items`].
     pub fn steps(&self) -> impl Iterator<Item = Step<'_>> + '_ {
-        let mut extras = self.extras.iter().peekable();
-        let mut block = 0usize;
-        let mut id = 0u64;
+        self.steps_of_blocks(0, self.executed.len())
+    }
+
+    /// [`History::steps`] of executed blocks `lo..hi`: the events and errors
+    /// just before block `lo`, the blocks and what lies between them, and,
+    /// when `hi` is the end, what follows the last block.
+    fn steps_of_blocks(&self, lo: usize, hi: usize) -> impl Iterator<Item = Step<'_>> + '_ {
+        let first_extra = self.extras.partition_point(|(at, _)| (*at as usize) < lo);
+        let last_chunk = hi == self.executed.len();
+        let mut extras = self.extras[first_extra..].iter().take_while(move |(at, _)| (*at as usize) < hi || last_chunk).peekable();
+        let mut block = lo;
+        let mut id = self.instructions_before_block(lo) + first_extra as u64;
         std::iter::from_fn(move || {
             if let Some((at, extra)) = extras.peek() {
                 if *at as usize <= block {
@@ -499,7 +503,10 @@ impl History {
                     return Some(Step::Extra { id: id - 1, extra });
                 }
             }
-            let &executed = self.executed.get(block)?;
+            if block == hi {
+                return None;
+            }
+            let executed = self.executed[block];
             block += 1;
             let first = id;
             id += self.table.get(executed).count as u64;
@@ -539,41 +546,22 @@ impl History {
         })
     }
 
-    /// The items of executed blocks `lo..hi` with their ids: the events and
-    /// errors just before block `lo`, the blocks' instructions and what lies
-    /// between them, and, when `hi` is the end, what follows the last block.
+    /// The items of executed blocks `lo..hi` with their ids (see
+    /// [`History::steps_of_blocks`]), instructions expanded from blocks.
     fn items_of_blocks(&self, lo: usize, hi: usize) -> impl Iterator<Item = (u64, Item)> + '_ {
-        let first_extra = self.extras.partition_point(|(at, _)| (*at as usize) < lo);
-        let instructions_before = self.instructions_before_block(lo);
-        let last_chunk = hi == self.executed.len();
-        let mut extras = self.extras[first_extra..].iter().take_while(move |(at, _)| (*at as usize) < hi || last_chunk).peekable();
-        let mut blocks = lo..hi;
-        let mut id = instructions_before + first_extra as u64;
-        let mut current: Option<Box<dyn Iterator<Item = u64> + '_>> = None;
-        std::iter::from_fn(move || loop {
-            if let Some(addresses) = &mut current {
-                if let Some(ip) = addresses.next() {
-                    id += 1;
-                    return Some((id - 1, Item::Instruction { ip }));
+        self.steps_of_blocks(lo, hi).flat_map(move |step| -> Box<dyn Iterator<Item = (u64, Item)> + '_> {
+            match step {
+                Step::Block { id, block } => {
+                    Box::new(self.table.addresses(block).zip(id..).map(|(ip, id)| (id, Item::Instruction { ip })))
                 }
-                current = None;
-            }
-            let position = blocks.clone().next().map(|i| i as u32).unwrap_or(u32::MAX);
-            if let Some((at, _)) = extras.peek() {
-                if *at <= position {
-                    let (_, extra) = extras.next().expect("peeked");
-                    id += 1;
-                    return Some((
-                        id - 1,
-                        match extra {
-                            Extra::Event(event) => Item::Event(*event),
-                            Extra::Error { offset, error } => Item::Error { offset: *offset, error: error.clone() },
-                        },
-                    ));
+                Step::Extra { id, extra } => {
+                    let item = match extra {
+                        Extra::Event(event) => Item::Event(*event),
+                        Extra::Error { offset, error } => Item::Error { offset: *offset, error: error.clone() },
+                    };
+                    Box::new(std::iter::once((id, item)))
                 }
             }
-            let block = blocks.next()?;
-            current = Some(Box::new(self.table.addresses(self.executed[block])));
         })
     }
 

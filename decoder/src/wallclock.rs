@@ -6,7 +6,7 @@
 
 use crate::bundle::TscConversion;
 use crate::history::{Extra, History};
-use crate::item::{Event, Item};
+use crate::item::Event;
 
 /// One range: the items from a clock tick to the next tick with another
 /// nanosecond value.
@@ -30,23 +30,6 @@ pub struct WallClock {
 }
 
 impl WallClock {
-    /// The ranges of `items` under `conversion`.
-    pub fn new<'a>(items: impl IntoIterator<Item = &'a Item>, conversion: &TscConversion) -> Self {
-        let mut total = 0u64;
-        let ticks: Vec<(u64, u64)> = items
-            .into_iter()
-            .enumerate()
-            .filter_map(|(index, item)| {
-                total += 1;
-                match item {
-                    Item::Event(Event::ClockTick(tsc)) => Some((index as u64, *tsc)),
-                    _ => None,
-                }
-            })
-            .collect();
-        Self::from_ticks(ticks, total, conversion)
-    }
-
     /// The ranges of a thread's `total` items whose clock ticks are
     /// `ticks` (item id, TSC), in order — e.g. from
     /// [`crate::history::History::extras_with_ids`], without expanding the
@@ -77,19 +60,11 @@ impl WallClock {
         Self::from_ticks(ticks, history.items_len(), conversion)
     }
 
-    /// The first TSC value of a decoded history.
+    /// The first TSC value of a decoded history (LLDB takes the earliest of
+    /// all threads' first values as the trace's beginning of time).
     pub fn first_tsc_of(history: &History) -> Option<u64> {
         history.extras().find_map(|extra| match extra {
             Extra::Event(Event::ClockTick(tsc)) => Some(*tsc),
-            _ => None,
-        })
-    }
-
-    /// The first TSC value of `items` (LLDB takes the earliest of all
-    /// threads' first values as the trace's beginning of time).
-    pub fn first_tsc<'a>(items: impl IntoIterator<Item = &'a Item>) -> Option<u64> {
-        items.into_iter().find_map(|item| match item {
-            Item::Event(Event::ClockTick(tsc)) => Some(*tsc),
             _ => None,
         })
     }
@@ -120,22 +95,23 @@ impl WallClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::x86::{ExecMode, FlowKind, InsnInfo};
 
     #[test]
     fn items_take_their_range_time_plus_lldbs_interpolation() {
         // 1 ns per TSC tick from zero.
         let conversion = TscConversion { time_mult: 1, time_shift: 0, time_zero: "0".into() };
-        let insn = Item::Instruction { ip: 0x1000 };
-        let items = [
-            insn.clone(),
-            Item::Event(Event::ClockTick(100)),
-            insn.clone(),
-            insn.clone(),
-            insn.clone(),
-            Item::Event(Event::ClockTick(110)),
-            insn,
-        ];
-        let clock = WallClock::new(&items, &conversion);
+        // Items: insn, tick 100, insn, insn, insn, tick 110, insn.
+        let mut history = History::default();
+        let one = history.table.add(0x1000, &[1], InsnInfo { len: 1, kind: FlowKind::Return }, ExecMode::Bits64);
+        let three = history.table.add(0x2000, &[1, 1, 1], InsnInfo { len: 1, kind: FlowKind::Return }, ExecMode::Bits64);
+        history.push_block(one);
+        history.push_extra(Extra::Event(Event::ClockTick(100)));
+        history.push_block(three);
+        history.push_extra(Extra::Event(Event::ClockTick(110)));
+        history.push_block(one);
+        history.shrink_to_fit();
+        let clock = WallClock::of_history(&history, &conversion);
         assert_eq!(clock.time(0, 100), None); // before any tick
         // Range at 100 holds 4 items, the next one starts at 110 (4 < 10
         // ticks: the end is min(ns(100 + 4), 110) = 104): 4 items / 4 ns.
@@ -143,10 +119,7 @@ mod tests {
         assert_eq!(clock.time(3, 100), Some(2.0));
         // Last range (2 items, no next): end ns(110 + 2) = 112, 2 / 2.
         assert_eq!(clock.time(6, 100), Some(11.0));
-        assert_eq!(WallClock::first_tsc(&items), Some(100));
-        // The same ranges from the ticks alone.
-        let ticks = [(1, 100), (5, 110)];
-        assert_eq!(WallClock::from_ticks(ticks, items.len() as u64, &conversion).ranges, clock.ranges);
+        assert_eq!(WallClock::first_tsc_of(&history), Some(100));
     }
 
     #[test]
