@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use retrace_decoder::bundle::load::load;
 use retrace_decoder::flow::{decode_parallel, FlowDecoder};
+use retrace_tests::bench::best_of_three;
 
 const RETRACE: &str = env!("CARGO_BIN_EXE_retrace");
 
@@ -121,17 +122,6 @@ fn current_rss_kib(pid: libc::pid_t) -> u64 {
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
 }
 
-fn best_of(runs: usize, mut f: impl FnMut() -> u64) -> (f64, u64) {
-    let mut best = f64::INFINITY;
-    let mut value = 0;
-    for _ in 0..runs {
-        let start = Instant::now();
-        value = f();
-        best = best.min(start.elapsed().as_secs_f64());
-    }
-    (best, value)
-}
-
 fn record(program: &Program, bundle: &Path) -> PathBuf {
     let trace_json = bundle.join("trace.json");
     if trace_json.exists() {
@@ -228,11 +218,11 @@ fn main() {
         let each = |f: &dyn Fn(&[u8], &retrace_decoder::image::Image) -> u64| -> u64 {
             bundle.threads.iter().map(|t| f(&t.trace, bundle.image_of(t))).sum()
         };
-        let (t_one, n_one) = best_of(3, || each(&|trace, image| FlowDecoder::new(trace, image).decode_history().instructions()));
-        let (t_par, n_par) = best_of(3, || each(&|trace, image| decode_parallel(trace, image, cores).instructions()));
+        let (t_one, n_one) = best_of_three(&|| each(&|trace, image| FlowDecoder::new(trace, image).decode_history().instructions()));
+        let (t_par, n_par) = best_of_three(&|| each(&|trace, image| decode_parallel(trace, image, cores).instructions()));
         assert_eq!(n_one, n_par, "{}: parallel and one-core decodes disagree", program.name);
         let libipt = |f: fn(&[u8], &retrace_decoder::image::Image, (u32, u32)) -> Option<(u64, u64)>| {
-            best_of(3, || each(&|trace, image| f(trace, image, cpu).map_or(0, |(n, _)| n)))
+            best_of_three(&|| each(&|trace, image| f(trace, image, cpu).map_or(0, |(n, _)| n)))
         };
         let (t_blk, n_blk) = libipt(retrace_tests::libipt_flow::block_count);
         let (t_insn, n_insn) = libipt(retrace_tests::libipt_flow::insn_count);

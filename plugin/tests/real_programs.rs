@@ -5,8 +5,10 @@
 //! the same program (same environment, ASLR off: the same execution) must
 //! decode in retrace to the same instructions.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use std::path::Path;
+use std::process::Output;
 
 use retrace_tests::lldb::dump_raw_instructions;
 use retrace_tests::recordings::{read_insn_log, record_summary};
@@ -15,21 +17,8 @@ use retrace_tests::tools::{require, which};
 /// Fewest instructions a program here must run.
 const AT_LEAST: usize = 2_000_000;
 
-fn work_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("real-programs").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn retrace() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_retrace"));
-    command.env_clear().env("PATH", "/usr/bin:/bin");
-    command
-}
-
 fn record(mode: &str, bundle: &Path, program: &[&str]) -> Output {
-    let out = retrace()
+    let out = common::retrace()
         .args(["record", "--backend", "software", "--mode", mode, "--insn-log", "--json", "-o"])
         .arg(bundle)
         .arg("--")
@@ -52,7 +41,7 @@ fn thread_and_log(bundle: &Path) -> (u64, Vec<u64>) {
 /// retrace's `dump instructions -a -f --raw`: instruction addresses, and the
 /// error lines.
 fn retrace_instructions(trace_json: &Path) -> (Vec<u64>, Vec<String>) {
-    let out = retrace().args(["dump", "instructions", "-a", "-f", "--raw"]).arg(trace_json).output().unwrap();
+    let out = common::retrace().args(["dump", "instructions", "-a", "-f", "--raw"]).arg(trace_json).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let mut addresses = Vec::new();
     let mut errors = Vec::new();
@@ -76,7 +65,7 @@ fn check(name: &str, program: &[&str]) {
     if !require("lldb-22 (Debian package lldb-22)", which("lldb-22").is_some()) {
         return;
     }
-    let dir = work_dir(name);
+    let dir = common::work_dir("real-programs", name);
     let stepped = dir.join("stepped");
     let summary = record_summary(&record("step", &stepped, program));
     assert_eq!(summary["outcome"], "program exited with status 0", "{program:?}: {summary}");

@@ -16,6 +16,8 @@
 //! cargo test -p retrace-plugin --test record_intel_pt -- --nocapture
 //! ```
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -54,13 +56,6 @@ fn runs_here() -> bool {
     }
 }
 
-fn work_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("record-intel-pt").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn build(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
     let exe = dir.join(name);
     let out = Command::new("gcc").args(["-g", "-o"]).arg(&exe).arg(format!("{PROGRAMS}/{name}.c")).args(flags).output().unwrap();
@@ -97,7 +92,7 @@ fn image_bundles(bundle: &Path) -> Vec<PathBuf> {
 /// LLDB's decode of the hardware recording equals the single-step log,
 /// image by image and thread by thread (in creation order).
 fn assert_hardware_equals_single_step(name: &str, program: &[&str]) {
-    let dir = work_dir(name);
+    let dir = common::work_dir("record-intel-pt", name);
     let hardware = dir.join("hardware");
     let software = dir.join("software");
     let recorded = record(&["--backend", "intel-pt"], &hardware, program);
@@ -128,7 +123,7 @@ fn single_threaded_programs_equal_their_single_step_logs() {
     if !runs_here() {
         return;
     }
-    let dir = work_dir("programs");
+    let dir = common::work_dir("record-intel-pt", "programs");
     for name in ["loop_fnptr", "recursion", "switch_table", "setjmp_longjmp", "signal_handler"] {
         for flags in [&["-O0", "-static"][..], &["-O2"][..]] {
             let exe = build(name, &dir, flags);
@@ -142,7 +137,7 @@ fn threads_and_exec_equal_their_single_step_logs() {
     if !runs_here() {
         return;
     }
-    let dir = work_dir("threads-exec");
+    let dir = common::work_dir("record-intel-pt", "threads-exec");
     let threads = build("thread_loop", &dir, &["-O0", "-pthread"]);
     // The thread loop is deterministic per thread (each thread runs the same code).
     assert_hardware_equals_single_step("thread_loop", &[threads.to_str().unwrap()]);

@@ -4,6 +4,8 @@
 //! (libipt inside liblldb) reconstructs from the bundle: `thread trace dump
 //! instructions -a -f --raw`. No decode errors are allowed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -14,13 +16,6 @@ const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs")
 
 fn tools_present() -> bool {
     require("gcc", which("gcc").is_some()) && require("lldb-22 (Debian package lldb-22)", which("lldb-22").is_some())
-}
-
-fn work_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("record").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn gcc(args: &[&str]) {
@@ -280,7 +275,7 @@ fn check_program_with(name: &str, extra: &[&str], expect_threads: usize, determi
         return;
     }
     for (link, opt) in [("static", "-O0"), ("static", "-O2"), ("dynamic", "-O0"), ("dynamic", "-O2")] {
-        let dir = work_dir(&format!("{name}-{link}{opt}"));
+        let dir = common::work_dir("record", &format!("{name}-{link}{opt}"));
         let mut flags = vec![opt];
         if link == "static" {
             flags.push("-static");
@@ -366,7 +361,7 @@ fn call_into_a_shared_library() {
         return;
     }
     for opt in ["-O0", "-O2"] {
-        let dir = work_dir(&format!("shlib{opt}"));
+        let dir = common::work_dir("record", &format!("shlib{opt}"));
         let lib = dir.join("libretracedemo.so");
         gcc(&["-g", opt, "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{PROGRAMS}/shlib_lib.c")]);
         let rpath = format!("-Wl,-rpath,{}", dir.display());
@@ -397,7 +392,7 @@ fn crash_mid_recording_leaves_a_valid_bundle() {
     if !tools_present() {
         return;
     }
-    let dir = work_dir("crash");
+    let dir = common::work_dir("record", "crash");
     let exe = build("crash", &dir, &["-O0", "-static"]);
     let bundle = dir.join("bundle");
     let summary = summary(&retrace_record(&bundle, &exe, &[]));
@@ -443,7 +438,7 @@ fn sigkill_of_the_tracee_leaves_a_valid_bundle() {
     if !tools_present() {
         return;
     }
-    let dir = work_dir("sigkill");
+    let dir = common::work_dir("record", "sigkill");
     let exe = build("spin_forever", &dir, &["-O0", "-static"]);
     let bundle = dir.join("bundle");
     let pid_file = dir.join("pid");
@@ -460,7 +455,7 @@ fn sigkill_of_the_tracee_leaves_a_valid_bundle() {
 
 #[test]
 fn a_program_that_does_not_exist_is_reported() {
-    let dir = work_dir("missing");
+    let dir = common::work_dir("record", "missing");
     let out = retrace_record(&dir.join("bundle"), Path::new("/nonexistent/program"), &[]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -489,7 +484,7 @@ fn lldb_shows_instruction_times() {
     if !tools_present() {
         return;
     }
-    let dir = work_dir("times");
+    let dir = common::work_dir("record", "times");
     let exe = build("loop_fnptr", &dir, &["-O0", "-static"]);
     let bundle = dir.join("bundle");
     summary(&retrace_record_mode("branch", &bundle, &exe, &[]));
@@ -532,7 +527,7 @@ fn instruction_limit_and_interrupt_end_with_valid_bundles() {
     if !tools_present() {
         return;
     }
-    let dir = work_dir("limits");
+    let dir = common::work_dir("record", "limits");
     let exe = build("spin_forever", &dir, &["-O0", "-static"]);
 
     // --max-insns: stops after exactly that many instructions.

@@ -5,7 +5,9 @@
 //! but unusable; Ctrl-C ending a recording whose program sleeps in a system
 //! call.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,25 +15,12 @@ use retrace_tests::lldb::dump_raw_instructions_of;
 use retrace_tests::recordings::{read_insn_log as insn_log, record_summary as summary};
 use retrace_tests::tools::{require, which};
 
-fn work_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("record-processes").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn retrace() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_retrace"));
-    command.env_clear().env("PATH", "/usr/bin:/bin");
-    command
-}
-
 fn record(bundle: &Path, program: &[&str]) -> Output {
     record_in_mode("branch", bundle, program)
 }
 
 fn record_in_mode(mode: &str, bundle: &Path, program: &[&str]) -> Output {
-    retrace()
+    common::retrace()
         .args(["record", "--backend", "software", "--mode", mode, "--insn-log", "--json", "-o"])
         .arg(bundle)
         .arg("--")
@@ -42,7 +31,7 @@ fn record_in_mode(mode: &str, bundle: &Path, program: &[&str]) -> Output {
 
 /// retrace's own decode of every thread of every image: no error item.
 fn assert_retrace_decodes_without_errors(trace_json: &Path) {
-    let out = retrace().args(["dump", "info", "--json"]).arg(trace_json).output().unwrap();
+    let out = common::retrace().args(["dump", "info", "--json"]).arg(trace_json).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for thread in info["threads"].as_array().unwrap() {
@@ -56,7 +45,7 @@ fn env_echo_prints_hi_and_each_program_decodes_in_lldb() {
     if !require("lldb-22 (Debian package lldb-22)", which("lldb-22").is_some()) {
         return;
     }
-    let dir = work_dir("env-echo");
+    let dir = common::work_dir("record-processes", "env-echo");
     // The truth: a single-step recording of the same run (same environment,
     // ASLR off); the branch-mode recording under test must decode to it.
     let stepped = dir.join("stepped");
@@ -114,7 +103,7 @@ fn env_echo_prints_hi_and_each_program_decodes_in_lldb() {
     assert_eq!(compared, summary["instructions"].as_u64().unwrap());
 
     // retrace follows the chain: both images, headed, in one dump.
-    let out = retrace().args(["dump", "instructions", "-c", "1"]).arg(&trace_json).output().unwrap();
+    let out = common::retrace().args(["dump", "instructions", "-c", "1"]).arg(&trace_json).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     let pid = &processes[0]["pid"];
     assert!(text.starts_with(&format!("image #0: pid = {pid}\nthread #1: tid = {pid}\n")), "{text}");
@@ -123,7 +112,7 @@ fn env_echo_prints_hi_and_each_program_decodes_in_lldb() {
 
 #[test]
 fn shell_child_status_and_stdout_pass_through() {
-    let dir = work_dir("sh-true");
+    let dir = common::work_dir("record-processes", "sh-true");
     let out = record(&dir.join("bundle"), &["sh", "-c", "/bin/true; echo $?"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "0\n");
     assert_eq!(summary(&out)["outcome"], "program exited with status 0");
@@ -141,14 +130,14 @@ fn shell_child_status_and_stdout_pass_through() {
 
 #[test]
 fn auto_falls_back_to_software_when_intel_pt_is_unusable() {
-    let dir = work_dir("auto-fallback");
+    let dir = common::work_dir("record-processes", "auto-fallback");
     // An intel_pt PMU whose type no kernel knows: perf_event_open says ENOENT.
     let sysfs = dir.join("intel_pt");
     std::fs::create_dir_all(sysfs.join("format")).unwrap();
     std::fs::write(sysfs.join("type"), "99999\n").unwrap();
     std::fs::write(sysfs.join("format/tsc"), "config:10\n").unwrap();
     let bundle = dir.join("bundle");
-    let out = retrace()
+    let out = common::retrace()
         .env("RETRACE_INTEL_PT_SYSFS", &sysfs)
         .args(["record", "--backend", "auto", "--mode", "branch", "-o"])
         .arg(&bundle)
@@ -164,7 +153,7 @@ fn auto_falls_back_to_software_when_intel_pt_is_unusable() {
     assert_eq!(description["retrace"]["backend"], "software");
 
     // Asked for explicitly, the same PMU is an error, with the reason.
-    let out = retrace()
+    let out = common::retrace()
         .env("RETRACE_INTEL_PT_SYSFS", &sysfs)
         .args(["record", "--backend", "intel-pt", "-o"])
         .arg(dir.join("refused"))
@@ -178,9 +167,9 @@ fn auto_falls_back_to_software_when_intel_pt_is_unusable() {
 
 #[test]
 fn ctrl_c_ends_a_recording_whose_program_sleeps_in_a_system_call() {
-    let dir = work_dir("ctrl-c-sleep");
+    let dir = common::work_dir("record-processes", "ctrl-c-sleep");
     let bundle = dir.join("bundle");
-    let child = retrace()
+    let child = common::retrace()
         .args(["record", "--backend", "software", "--mode", "branch", "--json", "-o"])
         .arg(&bundle)
         .args(["--", "sleep", "60"])

@@ -343,7 +343,7 @@ impl TextPrinter<'_> {
                 let chain = &self.chains[tree];
                 for (depth, &tag) in chain.iter().rev().enumerate() {
                     out.indent(depth)?;
-                    writeln!(out, "{}", untraced_context(contexts.get(tag)))?;
+                    writeln!(out, "{}", call_name(contexts.get(tag)))?;
                 }
             }
             CallEvent::Reroot => self.root += 1,
@@ -394,10 +394,11 @@ impl TextPrinter<'_> {
     }
 }
 
-/// The line for a call seen only by returning to it: ``module`function``
-/// (the inlined function's name inside one, as LLDB's
-/// `SymbolContext::GetFunctionName` gives it).
-fn untraced_context(context: &SymbolContext) -> String {
+/// A call's name as LLDB gives it: ``module`function`` (the inlined
+/// function's name inside one, as LLDB's `SymbolContext::GetFunctionName`
+/// gives it) — the line for a call seen only by returning to it, and a
+/// timeline slice's name.
+pub(super) fn call_name(context: &SymbolContext) -> String {
     match (&context.module, &context.function) {
         (None, _) => "(none)".into(),
         (Some(module), None) => format!("{module}`(none)"),

@@ -63,8 +63,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
         // item is kept, only the items shown (at most `-c` of them, with the
         // events and errors between); times come from the clock ticks alone.
         let history = decoded[index].take().unwrap_or_else(|| history(thread));
-        let (owned, exhausted) = select_streaming(&history, args);
-        let selected: Vec<(usize, &Item)> = owned.iter().map(|(id, item)| (*id, item)).collect();
+        let (selected, exhausted) = select_streaming(&history, args);
         let clock = conversion.as_ref().map(|c| WallClock::of_history(&history, c));
         drop(history);
         let process = &loaded.processes[thread.process];
@@ -78,7 +77,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
             Some(style) => {
                 let mut contexts = Contexts::default();
                 let array = serde_json::Value::Array(
-                    selected.iter().map(|&(id, item)| item_json(process, &mut contexts, id, item, args.raw, time(id))).collect(),
+                    selected.iter().map(|(id, item)| item_json(process, &mut contexts, *id, item, args.raw, time(*id))).collect(),
                 );
                 match style {
                     JsonStyle::Compact => writeln!(out, "{array}")?,
@@ -110,17 +109,17 @@ pub(super) fn image_heading(loaded: &bundle::LoadedBundle, thread: &bundle::Load
 /// reached. LLDB's dumper stops as soon as it has shown `count` instructions
 /// (events and errors beyond the last one are not shown) and says `no more
 /// data` when no item at all, shown or not, follows in its direction.
-fn take_shown<I: std::borrow::Borrow<Item>>(order: impl Iterator<Item = (usize, I)>, args: &InstructionsArgs) -> (Vec<(usize, I)>, bool) {
+fn take_shown(order: impl Iterator<Item = (usize, Item)>, args: &InstructionsArgs) -> (Vec<(usize, Item)>, bool) {
     let mut selected = Vec::new();
     let mut shown = 0usize;
     for (id, item) in order {
         if !args.all && shown == args.count {
             return (selected, false);
         }
-        if !args.events && matches!(item.borrow(), Item::Event(_)) {
+        if !args.events && matches!(item, Item::Event(_)) {
             continue;
         }
-        if matches!(item.borrow(), Item::Instruction { .. }) {
+        if matches!(item, Item::Instruction { .. }) {
             shown += 1;
         }
         selected.push((id, item));
@@ -145,13 +144,14 @@ fn select_streaming(history: &History, args: &InstructionsArgs) -> (Vec<(usize, 
 fn write_text(
     out: &mut impl Write,
     loaded: &bundle::LoadedProcess,
-    selected: &[(usize, &Item)],
+    selected: &[(usize, Item)],
     raw: bool,
     time: &dyn Fn(usize) -> Option<Option<f64>>,
 ) -> std::io::Result<()> {
     let mut previous_was_error = false;
     let mut contexts = Contexts::default();
-    for &(id, item) in selected {
+    for (id, item) in selected {
+        let id = *id;
         // `-t`: `[<ns> ns] ` or `[unavailable] ` after the id.
         let stamp = match time(id) {
             None => String::new(),

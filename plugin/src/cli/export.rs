@@ -13,7 +13,7 @@ use retrace_decoder::history::History;
 use retrace_decoder::wallclock::WallClock;
 use serde_json::{json, Value};
 
-use super::calls::{track_calls, BlockSites, ContextTable};
+use super::calls::{call_name, track_calls, BlockSites, ContextTable};
 use super::{xray, CliError};
 use crate::bundle;
 
@@ -97,7 +97,7 @@ fn pt_events(trace_json: &Path, options: FlowOptions, out: &mut EventWriter<impl
         };
         out.event(&json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": format!("thread {tid}")}}))?;
         let slice = |contexts: &ContextTable, call: OpenCall| {
-            let name = if call.is_error { "<tracing errors>".to_string() } else { function_name(contexts, call.name_tag) };
+            let name = if call.is_error { "<tracing errors>".to_string() } else { call_name(contexts.get(call.name_tag)) };
             let (start, end) = (call.start, call.last);
             json!({
                 "ph": "X",
@@ -183,13 +183,5 @@ impl Slices {
         while self.open.len() > depth {
             ended.push(self.open.pop().expect("open"));
         }
-    }
-}
-fn function_name(table: &ContextTable, tag: u32) -> String {
-    let context = table.get(tag);
-    match (&context.module, &context.function) {
-        (Some(module), Some((name, _))) => format!("{module}`{}", context.inlined.as_ref().unwrap_or(name)),
-        (Some(module), None) => format!("{module}`(none)"),
-        _ => "(none)".to_string(),
     }
 }
