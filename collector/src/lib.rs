@@ -10,6 +10,8 @@
 //! * [`software`] — the software backend: single-steps every thread and
 //!   encodes the flow as genuine Intel PT ([`pt_writer`]), so every consumer
 //!   (retrace, libipt, LLDB's intel-pt plugin) decodes one format;
+//! * [`trace_ring`] — one thread's trace as a fixed-size ring of the newest
+//!   data, as a debugger asks for it (`iptTraceSize`);
 //! * [`bundle_writer`] — `trace.json` + per-thread traces + module copies;
 //! * [`intel_pt`] — the hardware backend's building blocks (`intel_pt` PMU
 //!   discovery from sysfs, `perf_event_attr`, per-thread AUX rings);
@@ -27,3 +29,4 @@ pub mod perf_clock;
 pub mod process;
 pub mod pt_writer;
 pub mod software;
+pub mod trace_ring;

@@ -63,6 +63,46 @@ pub fn tsc_conversion() -> Option<TscConversion> {
     result
 }
 
+/// The clock behind the trace's TSC packets: the real TSC when the kernel
+/// publishes its conversion to nanoseconds, else CLOCK_MONOTONIC nanoseconds
+/// with an identity conversion (as a stub without a usable TSC may do).
+#[derive(Debug, Clone, Copy)]
+pub enum TraceClock {
+    /// The processor's time-stamp counter.
+    Tsc(TscConversion),
+    /// CLOCK_MONOTONIC nanoseconds.
+    MonotonicNanos,
+}
+
+impl TraceClock {
+    /// The TSC when the kernel publishes its conversion, else the monotonic clock.
+    pub fn choose() -> Self {
+        match tsc_conversion() {
+            Some(conversion) => TraceClock::Tsc(conversion),
+            None => TraceClock::MonotonicNanos,
+        }
+    }
+
+    /// The time now, in this clock's units.
+    pub fn now(&self) -> u64 {
+        match self {
+            // SAFETY: RDTSC has no preconditions on x86-64.
+            TraceClock::Tsc(_) => unsafe { core::arch::x86_64::_rdtsc() },
+            TraceClock::MonotonicNanos => nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+                .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+                .unwrap_or(0),
+        }
+    }
+
+    /// How this clock's values convert to perf-clock nanoseconds.
+    pub fn conversion(&self) -> TscConversion {
+        match self {
+            TraceClock::Tsc(conversion) => *conversion,
+            TraceClock::MonotonicNanos => TscConversion { time_mult: 1, time_shift: 0, time_zero: 0 },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,6 +68,8 @@ pub struct ThreadPtWriter {
     enabled: bool,
     started: bool,
     last_psb: usize,
+    /// Where each PSB kept in the stream starts, oldest first.
+    psbs: Vec<usize>,
     psb_period: usize,
     instructions: u64,
     /// An event packet (TIP.PGE, TIP.PGD, FUP, OVF) was written and no TNT
@@ -88,6 +90,7 @@ impl ThreadPtWriter {
             enabled: false,
             started: false,
             last_psb: 0,
+            psbs: Vec::new(),
             psb_period,
             instructions: 0,
             awaiting_flow: false,
@@ -144,6 +147,7 @@ impl ThreadPtWriter {
     fn psb_plus(&mut self, tsc: u64, current_ip: Option<u64>) {
         self.flush_tnt();
         self.last_psb = self.encoder.len();
+        self.psbs.push(self.last_psb);
         self.emit(Packet::Psb);
         self.emit(Packet::Tsc(tsc & ((1 << 56) - 1)));
         self.emit(Packet::ModeExec { csl: true, csd: false, iflag: false });
@@ -281,6 +285,29 @@ impl ThreadPtWriter {
         self.enabled = false;
         self.awaiting_flow = true;
         self.returns.clear();
+    }
+
+    /// Where the PSBs of the stream kept so far start, oldest first: the
+    /// places a decoder can start.
+    pub fn psb_offsets(&self) -> &[usize] {
+        &self.psbs
+    }
+
+    /// Drops the stream's oldest bytes, keeping at least the newest `keep`
+    /// from a PSB on (what a ring buffer of `keep` bytes holds that a
+    /// decoder can use); offsets shift down by the bytes dropped, which are
+    /// returned. Nothing is dropped while no PSB leaves `keep` bytes after it.
+    pub fn discard_older_than(&mut self, keep: usize) -> usize {
+        let len = self.encoder.len();
+        let Some(index) = self.psbs.iter().rposition(|&at| len - at >= keep) else { return 0 };
+        let cut = self.psbs[index];
+        self.encoder.discard_front(cut);
+        self.psbs.drain(..index);
+        for at in &mut self.psbs {
+            *at -= cut;
+        }
+        self.last_psb -= cut.min(self.last_psb);
+        cut
     }
 
     /// The finished stream. Call [`disable_async`](Self::disable_async) first

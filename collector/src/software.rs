@@ -15,6 +15,7 @@ use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
 use crate::control::{ProcessEvent, Spawn, TracedProcess, Wait};
 use crate::emulate::{emulate_branch, Registers};
+use crate::perf_clock::TraceClock;
 use crate::process::{self, LoadedModule, Tracee};
 use crate::pt_writer::{ThreadPtWriter, DEFAULT_PSB_PERIOD};
 
@@ -207,41 +208,6 @@ struct Block {
 
 const INT3: u8 = 0xcc;
 const MAX_BLOCK: usize = 4096;
-
-/// The clock behind the trace's TSC packets: the real TSC when the kernel
-/// publishes its conversion to nanoseconds, else CLOCK_MONOTONIC nanoseconds
-/// with an identity conversion (as a stub without a usable TSC may do).
-#[derive(Debug, Clone, Copy)]
-enum TraceClock {
-    Tsc(crate::perf_clock::TscConversion),
-    MonotonicNanos,
-}
-
-impl TraceClock {
-    fn choose() -> Self {
-        match crate::perf_clock::tsc_conversion() {
-            Some(conversion) => TraceClock::Tsc(conversion),
-            None => TraceClock::MonotonicNanos,
-        }
-    }
-
-    fn now(&self) -> u64 {
-        match self {
-            // SAFETY: RDTSC has no preconditions on x86-64.
-            TraceClock::Tsc(_) => unsafe { core::arch::x86_64::_rdtsc() },
-            TraceClock::MonotonicNanos => nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-                .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-                .unwrap_or(0),
-        }
-    }
-
-    fn conversion(&self) -> crate::perf_clock::TscConversion {
-        match self {
-            TraceClock::Tsc(conversion) => *conversion,
-            TraceClock::MonotonicNanos => crate::perf_clock::TscConversion { time_mult: 1, time_shift: 0, time_zero: 0 },
-        }
-    }
-}
 
 /// Offset of `rip` in `struct user_regs_struct` (the start of `struct user`).
 const USER_RIP_OFFSET: usize = 16 * 8;

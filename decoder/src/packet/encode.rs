@@ -92,6 +92,13 @@ impl PacketEncoder {
         std::mem::take(&mut self.bytes)
     }
 
+    /// Drops the first `n` bytes written (a ring buffer's oldest data),
+    /// leaving the encoder's state intact: the next packet still follows the
+    /// last one written.
+    pub fn discard_front(&mut self, n: usize) {
+        self.bytes.drain(..n.min(self.bytes.len()));
+    }
+
     /// Consumes the encoder, returning its bytes.
     pub fn into_bytes(self) -> Vec<u8> {
         self.bytes
