@@ -5,11 +5,13 @@
 //! * [`connection`] — the buffered client connection gdbstub writes to;
 //! * [`framing`] — packets cut out of the byte stream, replies framed;
 //! * [`grammar`] — packets gdbstub would choke on, caught first;
+//! * [`lldb_trace`] — LLDB's `jLLDBTrace*` packets;
 //! * [`threads`] — thread ids that name no thread, resumes that could not stop;
 //! * [`session`] — the loop: bytes in, gdbstub's state machine, stops out.
 
 pub mod connection;
 pub mod framing;
 pub mod grammar;
+pub mod lldb_trace;
 pub mod session;
 pub mod threads;

@@ -1,7 +1,8 @@
 //! One debugging session: one client on a TCP socket, gdbstub's state
 //! machine behind a packet framer. The framer answers what gdbstub cannot
 //! (`qProcessInfo`: gdbstub 0.7.10 writes the pid in decimal where LLDB
-//! reads hex; `qMemoryRegionInfo`; LLDB's `k`), refuses what would end
+//! reads hex; `qMemoryRegionInfo`; LLDB's `k`; LLDB's trace packets,
+//! [`super::lldb_trace`]), refuses what would end
 //! gdbstub's session ([`super::grammar`]), and hands the rest on. The
 //! program is reached only through [`Inferior`].
 
@@ -34,7 +35,10 @@ fn answer(conn: &mut BufferedConnection, no_ack: bool, payload: &[u8]) -> std::i
 }
 
 /// A reply for packets answered here, or `None` to let gdbstub answer.
-fn intercept(body: &[u8], target: &impl Inferior) -> Option<Vec<u8>> {
+fn intercept(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>> {
+    if let Some(reply) = super::lldb_trace::answer(body, target) {
+        return Some(reply);
+    }
     match body {
         b"qProcessInfo" => {
             let parent = nix::unistd::getpid();
@@ -160,7 +164,7 @@ enum Screened {
 }
 
 /// Decides what becomes of a packet `body` (escaped, as sent).
-fn screen(body: &[u8], target: &impl Inferior, selection: &mut Selection) -> Screened {
+fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection) -> Screened {
     if body == b"k" {
         // LLDB's kill waits for the exit stop reply (`X09`, as lldb-server
         // sends); gdbstub in extended mode would answer `OK`. (GDB sends vKill.)
@@ -174,7 +178,7 @@ fn screen(body: &[u8], target: &impl Inferior, selection: &mut Selection) -> Scr
         return Screened::Answer(reply);
     }
     let text = String::from_utf8_lossy(body);
-    if let Err(reason) = selection.check(&text, target) {
+    if let Err(reason) = selection.check(&text, &*target) {
         tracing::warn!(packet = %text, reason, "refused");
         return Screened::Answer(b"E16".to_vec());
     }

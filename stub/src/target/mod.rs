@@ -26,6 +26,35 @@ pub mod live;
 /// A stop reason to report to the client (thread ids are Linux tids).
 pub type StopReason = MultiThreadStopReason<u64>;
 
+pub use retrace_collector::perf_clock::TscConversion;
+
+/// A request to start recording (LLDB's `jLLDBTraceStart`, GDB's
+/// `Qbtrace:pt`), already checked for form by the protocol side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceStart {
+    /// The threads to trace (Linux tids), or `None` for the whole process:
+    /// every thread now and every thread it starts later.
+    pub threads: Option<Vec<u64>>,
+    /// Bytes of trace kept per thread: a ring holding the newest data.
+    pub ring_size: u64,
+    /// For process tracing: the most bytes all the threads' rings may take.
+    pub process_limit: Option<u64>,
+    /// PSB period exponent: a sync point about every 2^(n+11) bytes.
+    pub psb_period: Option<u64>,
+}
+
+/// What is being recorded now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TraceState {
+    /// Each traced thread (Linux tid) and the size of its trace in bytes.
+    pub threads: Vec<(u64, usize)>,
+    /// How the trace's TSC values convert to perf-clock nanoseconds.
+    pub tsc_conversion: Option<TscConversion>,
+}
+
+/// The error of a target that records nothing.
+pub const TRACING_UNSUPPORTED: &str = "Tracing is not supported by this target.";
+
 /// What the session needs of a debugged program besides gdbstub's
 /// [`Target`].
 pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
@@ -60,6 +89,35 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
 
     /// The client detached: the program runs on without the debugger.
     fn detach(&mut self);
+
+    /// Starts recording threads or the process; the error is a sentence
+    /// for the user (LLDB's wording where LLDB has one).
+    fn trace_start(&mut self, _request: &TraceStart) -> Result<(), String> {
+        Err(TRACING_UNSUPPORTED.into())
+    }
+
+    /// Stops recording these threads, or everything (`None`).
+    fn trace_stop(&mut self, _threads: Option<&[u64]>) -> Result<(), String> {
+        Err(TRACING_UNSUPPORTED.into())
+    }
+
+    /// What is recorded now.
+    fn trace_state(&self) -> Result<TraceState, String> {
+        Err(TRACING_UNSUPPORTED.into())
+    }
+
+    /// A traced thread's trace: Intel PT, oldest byte first, exactly the
+    /// size [`Self::trace_state`] gives; the same bytes until the program
+    /// runs again.
+    fn trace_data(&mut self, _tid: u64) -> Result<Vec<u8>, String> {
+        Err(TRACING_UNSUPPORTED.into())
+    }
+
+    /// The text of `/proc/cpuinfo` a decoder of this target's traces should
+    /// see (it names the CPU whose errata apply).
+    fn trace_cpu_info(&self) -> String {
+        String::new()
+    }
 }
 
 /// The gdbstub capabilities every target offers — the same for all, so

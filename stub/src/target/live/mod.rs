@@ -33,6 +33,7 @@ use crate::arch::{RegNumber, Regs};
 use crate::target::{Inferior, StopReason};
 
 pub mod libraries;
+pub mod recording;
 mod stops;
 
 const INT3: u8 = 0xcc;
@@ -71,6 +72,13 @@ pub struct ProcessTarget {
     sigchld: Option<SignalFd>,
     /// A stop to report without waiting (an interrupt while nothing ran).
     stop_now: Option<StopReason>,
+    /// What is recorded ([`recording`]).
+    tracing: recording::Tracing,
+    /// Traced threads in a recorded continue (stepped one instruction at a time).
+    recording: BTreeSet<Pid>,
+    /// A stop found while resuming (a recorded thread continued onto a
+    /// breakpoint): the threads already started are stopped and it is reported.
+    pending_stop: Option<StopReason>,
 }
 
 /// One of the four x86 debug-address registers in use.
@@ -255,6 +263,9 @@ impl ProcessTarget {
             interrupted: false,
             sigchld: None,
             stop_now: None,
+            tracing: recording::Tracing::default(),
+            recording: BTreeSet::new(),
+            pending_stop: None,
         }
     }
 
@@ -343,6 +354,8 @@ impl ProcessTarget {
     /// Starts every thread per the resume actions; returns how many run.
     fn start_threads(&mut self) -> Result<usize, String> {
         self.stepping.clear();
+        self.recording.clear();
+        self.traces_resumed();
         let threads: Vec<Pid> = self.threads.iter().copied().collect();
         for tid in threads {
             let action = match self.actions.get(&tid) {
@@ -350,9 +363,17 @@ impl ProcessTarget {
                 None if self.scheduler_locked => continue,
                 None => Action::Continue(None),
             };
+            let traced = self.tracing.traces(tid);
             let result = match action {
+                Action::Continue(signal) if traced => {
+                    self.start_recorded(tid, signal)?;
+                    continue;
+                }
                 Action::Continue(signal) => ptrace::cont(tid, signal),
                 Action::Step(signal) => {
+                    if traced {
+                        self.before_traced_resume(tid, signal);
+                    }
                     self.stepping.insert(tid);
                     ptrace::step(tid, signal)
                 }
@@ -399,8 +420,15 @@ impl Inferior for ProcessTarget {
         if let Some(sigchld) = &self.sigchld {
             while let Ok(Some(_)) = sigchld.read_signal() {}
         }
-        let reason = self.next_stop()?;
+        let reason = match self.pending_stop.take() {
+            Some(reason) => {
+                self.stop_others(None);
+                reason
+            }
+            None => self.next_stop()?,
+        };
         self.interrupted = false;
+        self.traces_stopped();
         Some(reason)
     }
 
@@ -434,6 +462,26 @@ impl Inferior for ProcessTarget {
         for tid in &self.threads {
             let _ = ptrace::detach(*tid, None);
         }
+    }
+
+    fn trace_start(&mut self, request: &crate::target::TraceStart) -> Result<(), String> {
+        self.start_tracing(request)
+    }
+
+    fn trace_stop(&mut self, threads: Option<&[u64]>) -> Result<(), String> {
+        self.stop_tracing(threads)
+    }
+
+    fn trace_state(&self) -> Result<crate::target::TraceState, String> {
+        Ok(self.tracing_state())
+    }
+
+    fn trace_data(&mut self, tid: u64) -> Result<Vec<u8>, String> {
+        self.thread_trace(tid)
+    }
+
+    fn trace_cpu_info(&self) -> String {
+        recording::software_cpu_info()
     }
 }
 

@@ -8,6 +8,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use super::recording::rip;
 use super::{tid_of, triggered_slot, ProcessTarget};
 use crate::target::StopReason;
 
@@ -25,6 +26,14 @@ impl ProcessTarget {
             loop {
                 match waitpid(tid, Some(WaitPidFlag::__WALL)) {
                     Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => break,
+                    Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) if self.recording.contains(&tid) => {
+                        // A recorded step finished first; the SIGSTOP is
+                        // still pending and comes before the next instruction.
+                        if let Some(now) = rip(tid) {
+                            self.record_progress(tid, now);
+                        }
+                        let _ = ptrace::step(tid, None);
+                    }
                     Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {
                         if let Ok(mut regs) = ptrace::getregs(tid) {
                             if self.has_breakpoint(regs.rip.wrapping_sub(1)) {
@@ -40,6 +49,7 @@ impl ProcessTarget {
                     }
                     _ => {
                         self.threads.remove(&tid);
+                        self.trace_thread_gone(tid);
                         break;
                     }
                 }
@@ -64,21 +74,21 @@ impl ProcessTarget {
                         self.threads.insert(new);
                         self.new_threads.insert(new);
                     }
-                    let _ = ptrace::cont(tid, None);
+                    self.resume_after_event(tid);
                 }
                 WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_EXEC && !self.threads.contains(&tid) && tid != self.pid => {
-                    let _ = ptrace::cont(tid, None);
+                    self.resume_after_event(tid);
                 }
                 WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_EXEC => {
                     // The program exec'd (the collector asks for exec events):
                     // reported as the SIGTRAP the kernel sends without them.
+                    let former = ptrace::getevent(tid).map_or(tid, |former| Pid::from_raw(former as i32));
                     self.threads.retain(|t| *t == self.pid);
                     self.running.clear();
+                    self.trace_exec(tid, former);
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP });
                 }
-                WaitStatus::PtraceEvent(tid, _, _) => {
-                    let _ = ptrace::cont(tid, None);
-                }
+                WaitStatus::PtraceEvent(tid, _, _) => self.resume_after_event(tid),
                 WaitStatus::Stopped(tid, Signal::SIGSTOP)
                     if !self.threads.contains(&tid)
                         && !self.new_threads.contains(&tid)
@@ -95,7 +105,14 @@ impl ProcessTarget {
                     // the next resume.
                     self.threads.insert(tid);
                     self.init_thread_debug_registers();
-                    if !self.scheduler_locked && ptrace::cont(tid, None).is_ok() {
+                    let traced = self.trace_new_thread(tid);
+                    if self.scheduler_locked {
+                        // It waits for the next resume.
+                    } else if traced {
+                        if let Err(error) = self.start_recorded(tid, None) {
+                            tracing::warn!(%error, "a new traced thread");
+                        }
+                    } else if ptrace::cont(tid, None).is_ok() {
                         self.running.insert(tid);
                     }
                 }
@@ -103,6 +120,29 @@ impl ProcessTarget {
                     self.running.remove(&tid);
                     self.stop_others(Some(tid));
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGINT });
+                }
+                WaitStatus::Stopped(tid, Signal::SIGTRAP) if self.tracing.traces(tid) => {
+                    let now = rip(tid).unwrap_or(0);
+                    let slot = if self.debug_slots.iter().any(Option::is_some) { triggered_slot(tid).and_then(|i| self.debug_slots[i]) } else { None };
+                    let reason = if self.recording.contains(&tid) {
+                        match self.after_recorded_step(tid, now, slot) {
+                            Some(reason) => reason,
+                            // Stepped on.
+                            None => continue,
+                        }
+                    } else {
+                        // The client's single step.
+                        self.record_progress(tid, now);
+                        match slot {
+                            Some(super::DebugSlot { watch: Some(kind), address, .. }) => StopReason::Watch { tid: tid_of(tid), kind, addr: address },
+                            Some(_) => StopReason::HwBreak(tid_of(tid)),
+                            None => StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP },
+                        }
+                    };
+                    self.running.remove(&tid);
+                    self.recording.remove(&tid);
+                    self.stop_others(Some(tid));
+                    return Some(reason);
                 }
                 WaitStatus::Stopped(tid, Signal::SIGTRAP) => {
                     self.running.remove(&tid);
@@ -134,6 +174,7 @@ impl ProcessTarget {
                 WaitStatus::Exited(tid, code) => {
                     self.threads.remove(&tid);
                     self.running.remove(&tid);
+                    self.trace_thread_gone(tid);
                     if tid == self.pid {
                         return Some(StopReason::Exited(code as u8));
                     }
@@ -141,6 +182,7 @@ impl ProcessTarget {
                 WaitStatus::Signaled(tid, signal, _) => {
                     self.threads.remove(&tid);
                     self.running.remove(&tid);
+                    self.trace_thread_gone(tid);
                     if tid == self.pid {
                         return Some(StopReason::Terminated(crate::signals::to_gdb(signal)));
                     }

@@ -1,0 +1,388 @@
+//! Recording while the debugger drives the program: a traced thread that
+//! the client continues runs one instruction at a time, each written into
+//! the thread's [`TraceRing`] as Intel PT, until something stops it that
+//! would have stopped it untraced — a breakpoint (whose `int3` is never
+//! executed: the stop is taken before it, with the PC where the client
+//! expects it), a hardware breakpoint or watchpoint, a signal, an exit, the
+//! client's interrupt. A traced thread the client single-steps is recorded
+//! too. Untraced threads run freely beside traced ones.
+//!
+//! At every stop reported to the client each traced thread's trace ends
+//! with FUP + TIP.PGD at the thread's PC (LLDB shows it as "software
+//! disabled tracing", as for a kernel trace of a debugged thread), and its
+//! ring's contents are fixed until the program runs again, so every read
+//! within one stop gets the same bytes.
+
+use std::collections::BTreeMap;
+
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use retrace_collector::perf_clock::TraceClock;
+use retrace_collector::process;
+use retrace_collector::trace_ring::{TraceRing, MIN_RING_SIZE};
+use retrace_decoder::bundle::CpuInfo;
+use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
+
+use super::{tid_of, ProcessTarget, INT3};
+use crate::target::{StopReason, TraceStart, TraceState};
+
+/// The largest trace kept per thread (`iptTraceSize`), 1 GiB: more is
+/// refused rather than risk the stub's memory.
+pub const MAX_RING_SIZE: u64 = 1 << 30;
+
+/// The largest PSB period exponent accepted (2^(7+11) = 256 KiB).
+pub const MAX_PSB_PERIOD: u64 = 7;
+
+/// PSB spacing when the client names none.
+const DEFAULT_PSB_PERIOD: usize = 4096;
+
+/// Offset of `rip` in `struct user_regs_struct`.
+const USER_RIP_OFFSET: usize = 16 * 8;
+
+/// A thread's RIP.
+pub(super) fn rip(tid: Pid) -> Option<u64> {
+    ptrace::read_user(tid, USER_RIP_OFFSET as ptrace::AddressType).ok().map(|value| value as u64)
+}
+
+/// How each thread's ring is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RingSettings {
+    size: usize,
+    psb_period: usize,
+}
+
+impl RingSettings {
+    fn ring(&self) -> TraceRing {
+        TraceRing::new(self.size, self.psb_period)
+    }
+}
+
+/// One traced thread.
+#[derive(Debug)]
+pub(super) struct TracedThread {
+    ring: TraceRing,
+    settings: RingSettings,
+    /// The instruction the thread executes next, while it is followed.
+    next_ip: Option<u64>,
+    /// The ring's contents as read at this stop.
+    contents: Option<Vec<u8>>,
+}
+
+impl TracedThread {
+    fn new(settings: RingSettings) -> Self {
+        TracedThread { ring: settings.ring(), settings, next_ip: None, contents: None }
+    }
+}
+
+/// What is recorded in the process.
+#[derive(Debug)]
+pub(super) struct Tracing {
+    /// Process tracing is on: new threads are traced with these settings
+    /// while the rings stay within `limit` bytes in all.
+    process: Option<(RingSettings, Option<u64>)>,
+    threads: BTreeMap<Pid, TracedThread>,
+    clock: TraceClock,
+}
+
+impl Default for Tracing {
+    fn default() -> Self {
+        Tracing { process: None, threads: BTreeMap::new(), clock: TraceClock::choose() }
+    }
+}
+
+impl Tracing {
+    /// Whether `tid` is traced.
+    pub(super) fn traces(&self, tid: Pid) -> bool {
+        self.threads.contains_key(&tid)
+    }
+
+    fn total_bytes(&self) -> u64 {
+        self.threads.values().map(|t| t.ring.size() as u64).sum()
+    }
+}
+
+/// The settings a request asks for, or LLDB's error text.
+fn ring_settings(request: &TraceStart) -> Result<RingSettings, String> {
+    let size = request.ring_size;
+    if !size.is_power_of_two() || size < MIN_RING_SIZE as u64 {
+        return Err(format!("The intel pt trace size must be a power of 2 greater than or equal to 4096 (2^12) bytes. It was {size}."));
+    }
+    if size > MAX_RING_SIZE {
+        return Err(format!("The trace size {size} is over retrace-stub's limit of {MAX_RING_SIZE} bytes (1 GiB) per thread."));
+    }
+    let psb_period = match request.psb_period {
+        None => DEFAULT_PSB_PERIOD,
+        Some(exponent) if exponent <= MAX_PSB_PERIOD => 1 << (exponent + 11),
+        Some(_) => {
+            let valid: Vec<String> = (0..=MAX_PSB_PERIOD).map(|n| n.to_string()).collect();
+            return Err(format!("Invalid psb_period. Valid values are: {}.", valid.join(", ")));
+        }
+    };
+    Ok(RingSettings { size: size as usize, psb_period })
+}
+
+/// The `/proc/cpuinfo` text a decoder of software recordings must see: the
+/// Intel CPU the recordings declare (one LLDB's libipt knows), with a line
+/// after the four LLDB reads, as its parser needs.
+pub fn software_cpu_info() -> String {
+    let cpu = CpuInfo::software_recording();
+    format!(
+        "processor\t: 0\nvendor_id\t: {}\ncpu family\t: {}\nmodel\t\t: {}\nmodel name\t: retrace software trace (Intel PT format)\nstepping\t: {}\nmicrocode\t: 0x0\nflags\t\t: fpu tsc intel_pt\n\n",
+        cpu.vendor, cpu.family, cpu.model, cpu.stepping
+    )
+}
+
+impl ProcessTarget {
+    /// The instruction at `ip` as the program has it (our breakpoints hidden).
+    fn decode_at(&self, ip: u64) -> Option<InsnInfo> {
+        let mut bytes = [0u8; 16];
+        let n = process::read_memory(self.pid, ip, &mut bytes);
+        for (i, byte) in bytes[..n].iter_mut().enumerate() {
+            if let Some(original) = self.breakpoints.get(&(ip + i as u64)) {
+                *byte = *original;
+            }
+        }
+        classify(&bytes[..n], ip, ExecMode::Bits64)
+    }
+
+    /// A traced thread's single step ended (a `SIGTRAP` stop) with its PC
+    /// at `now`: the instruction it was about to execute goes into its
+    /// trace. Returns that instruction. (A signal-delivery stop comes before
+    /// the instruction runs: nothing is recorded for it.)
+    pub(super) fn record_progress(&mut self, tid: Pid, now: u64) -> Option<InsnInfo> {
+        let pending = self.tracing.threads.get(&tid)?.next_ip;
+        let Some(ip) = pending else {
+            self.tracing.threads.get_mut(&tid)?.next_ip = Some(now);
+            return None;
+        };
+        let insn = self.decode_at(ip);
+        if now == ip && insn.is_some_and(|insn| insn.kind == FlowKind::Other) {
+            // Nothing ran (a REP string instruction stops after each
+            // iteration without finishing, and counts once, as in hardware).
+            return None;
+        }
+        let time = self.tracing.clock.now();
+        let thread = self.tracing.threads.get_mut(&tid)?;
+        match insn {
+            Some(insn) => thread.ring.executed(ip, &insn, Some(now), time),
+            None => {
+                tracing::warn!(tid = tid.as_raw(), ip = format_args!("{ip:#x}"), "cannot decode an executed instruction: a gap in the trace");
+                thread.ring.stopped(ip);
+            }
+        }
+        thread.next_ip = Some(now);
+        insn
+    }
+
+    /// A traced thread is about to be resumed with `signal`: it is followed
+    /// from its PC, or from the first instruction of the signal's handler.
+    pub(super) fn before_traced_resume(&mut self, tid: Pid, signal: Option<Signal>) {
+        let handled = signal.is_some_and(|signal| process::has_handler(self.pid, tid, signal));
+        let now = if handled { None } else { rip(tid) };
+        if let Some(thread) = self.tracing.threads.get_mut(&tid) {
+            thread.next_ip = now;
+        }
+    }
+
+    /// Continues a traced thread recorded: one instruction at a time.
+    pub(super) fn start_recorded(&mut self, tid: Pid, signal: Option<Signal>) -> Result<(), String> {
+        self.before_traced_resume(tid, signal);
+        if signal.is_none() {
+            if let Some(ip) = rip(tid).filter(|ip| self.breakpoints.contains_key(ip)) {
+                // Continuing onto a breakpoint stops at once, as the int3 would.
+                tracing::debug!(tid = tid.as_raw(), ip = format_args!("{ip:#x}"), "recorded continue starts on a breakpoint");
+                self.pending_stop = Some(StopReason::SwBreak(tid_of(tid)));
+                return Ok(());
+            }
+        }
+        match ptrace::step(tid, signal) {
+            Ok(()) => {
+                self.recording.insert(tid);
+                self.running.insert(tid);
+                Ok(())
+            }
+            Err(nix::Error::ESRCH) => Ok(()),
+            Err(e) => Err(format!("resuming thread {tid}: {e}")),
+        }
+    }
+
+    /// A thread in a recorded continue finished an instruction and stands
+    /// at `now`: the stop due there, or `None` once it runs on.
+    pub(super) fn step_on(&mut self, tid: Pid, now: u64) -> Option<StopReason> {
+        if self.breakpoints.contains_key(&now) {
+            return Some(StopReason::SwBreak(tid_of(tid)));
+        }
+        if self.debug_slots.iter().flatten().any(|slot| slot.watch.is_none() && slot.address == now) {
+            return Some(StopReason::HwBreak(tid_of(tid)));
+        }
+        match ptrace::step(tid, None) {
+            Ok(()) | Err(nix::Error::ESRCH) => None,
+            Err(error) => {
+                tracing::warn!(tid = tid.as_raw(), %error, "cannot step a recorded thread");
+                Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: gdbstub::common::Signal::SIGTRAP })
+            }
+        }
+    }
+
+    /// The stop due after a recorded continue's step, in the order the
+    /// hardware reports them: a watchpoint hit by the instruction, the
+    /// program's own `int3`, then what stands at the next instruction.
+    pub(super) fn after_recorded_step(&mut self, tid: Pid, now: u64, slot: Option<super::DebugSlot>) -> Option<StopReason> {
+        let pending = self.tracing.threads.get(&tid).and_then(|t| t.next_ip);
+        if let Some(slot) = slot {
+            if slot.watch.is_none() && pending == Some(now) {
+                // An execution breakpoint faulted before the instruction ran.
+                return Some(StopReason::HwBreak(tid_of(tid)));
+            }
+        }
+        let mut first_byte = [0u8; 1];
+        let was_int3 = pending.is_some_and(|ip| {
+            process::read_memory(self.pid, ip, &mut first_byte) == 1 && first_byte[0] == INT3 && !self.breakpoints.contains_key(&ip)
+        });
+        let executed = self.record_progress(tid, now);
+        if let Some(super::DebugSlot { watch: Some(kind), address, .. }) = slot {
+            return Some(StopReason::Watch { tid: tid_of(tid), kind, addr: address });
+        }
+        if was_int3 && executed.is_some() {
+            return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: gdbstub::common::Signal::SIGTRAP });
+        }
+        self.step_on(tid, now)
+    }
+
+    /// Resumes a thread after a ptrace event stop (clone, exec of another
+    /// process…) the way it was running: stepped when recorded or
+    /// single-stepped by the client, else freely.
+    pub(super) fn resume_after_event(&mut self, tid: Pid) {
+        let result = if self.recording.contains(&tid) || self.stepping.contains(&tid) { ptrace::step(tid, None) } else { ptrace::cont(tid, None) };
+        if let Err(error) = result {
+            tracing::debug!(tid = tid.as_raw(), %error, "resume after an event");
+        }
+    }
+
+    /// A new thread of the process: traced if the process is. Returns
+    /// whether it is.
+    pub(super) fn trace_new_thread(&mut self, tid: Pid) -> bool {
+        let Some((settings, limit)) = self.tracing.process else { return false };
+        if limit.is_some_and(|limit| self.tracing.total_bytes() + settings.size as u64 > limit) {
+            tracing::warn!(
+                tid = tid.as_raw(),
+                "Thread {tid} can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit."
+            );
+            return false;
+        }
+        self.tracing.threads.insert(tid, TracedThread::new(settings));
+        true
+    }
+
+    /// The process exec'd: the old program's traces are gone with it; the
+    /// thread left is traced afresh if it or the process was.
+    pub(super) fn trace_exec(&mut self, tid: Pid, former: Pid) {
+        let kept = self.tracing.threads.remove(&former).or_else(|| self.tracing.threads.remove(&tid)).map(|t| t.settings);
+        self.tracing.threads.clear();
+        self.recording.clear();
+        if let Some(settings) = kept.or(self.tracing.process.map(|(settings, _)| settings)) {
+            self.tracing.threads.insert(tid, TracedThread::new(settings));
+        }
+    }
+
+    /// A thread is gone: so is its trace (as lldb-server frees it).
+    pub(super) fn trace_thread_gone(&mut self, tid: Pid) {
+        self.tracing.threads.remove(&tid);
+        self.recording.remove(&tid);
+    }
+
+    /// A stop is reported: every traced thread's trace ends at its PC.
+    pub(super) fn traces_stopped(&mut self) {
+        self.recording.clear();
+        for (&tid, thread) in &mut self.tracing.threads {
+            if let Some(ip) = rip(tid) {
+                thread.ring.stopped(ip);
+            }
+            thread.next_ip = None;
+        }
+    }
+
+    /// The program runs again: the next reads see new contents.
+    pub(super) fn traces_resumed(&mut self) {
+        for thread in self.tracing.threads.values_mut() {
+            thread.contents = None;
+        }
+    }
+
+    pub(super) fn start_tracing(&mut self, request: &TraceStart) -> Result<(), String> {
+        let settings = ring_settings(request)?;
+        match &request.threads {
+            None => {
+                if self.tracing.process.is_some() {
+                    return Err("Process currently traced. Stop process tracing first".into());
+                }
+                let new: Vec<Pid> = self.threads.iter().copied().filter(|tid| !self.tracing.traces(*tid)).collect();
+                let mut total = self.tracing.total_bytes();
+                for tid in &new {
+                    total += settings.size as u64;
+                    if request.process_limit.is_some_and(|limit| total > limit) {
+                        return Err(format!(
+                            "Thread {tid} can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit."
+                        ));
+                    }
+                }
+                for tid in new {
+                    self.tracing.threads.insert(tid, TracedThread::new(settings));
+                }
+                self.tracing.process = Some((settings, request.process_limit));
+            }
+            Some(tids) => {
+                let mut new = Vec::new();
+                for &tid in tids {
+                    let pid = i32::try_from(tid).ok().map(Pid::from_raw).filter(|pid| self.threads.contains(pid));
+                    let Some(pid) = pid else { return Err(format!("Thread {tid} not found in the process.")) };
+                    if self.tracing.process.is_some() && self.tracing.traces(pid) {
+                        return Err(format!("Thread with tid {tid} is currently traced. Stop tracing it first."));
+                    }
+                    if self.tracing.traces(pid) || new.contains(&pid) {
+                        return Err(format!("Thread {tid} already traced"));
+                    }
+                    new.push(pid);
+                }
+                for pid in new {
+                    self.tracing.threads.insert(pid, TracedThread::new(settings));
+                }
+            }
+        }
+        tracing::info!(threads = self.tracing.threads.len(), ring = settings.size, "tracing started");
+        Ok(())
+    }
+
+    pub(super) fn stop_tracing(&mut self, threads: Option<&[u64]>) -> Result<(), String> {
+        match threads {
+            None => {
+                self.tracing.process = None;
+                self.tracing.threads.clear();
+            }
+            Some(tids) => {
+                for &tid in tids {
+                    let pid = i32::try_from(tid).ok().map(Pid::from_raw).filter(|pid| self.tracing.traces(*pid));
+                    let Some(pid) = pid else { return Err(format!("Thread {tid} not currently traced")) };
+                    self.tracing.threads.remove(&pid);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn tracing_state(&self) -> TraceState {
+        TraceState {
+            threads: self.tracing.threads.iter().map(|(tid, t)| (tid.as_raw() as u64, t.ring.size())).collect(),
+            tsc_conversion: Some(self.tracing.clock.conversion()),
+        }
+    }
+
+    pub(super) fn thread_trace(&mut self, tid: u64) -> Result<Vec<u8>, String> {
+        let pid = i32::try_from(tid).ok().map(Pid::from_raw);
+        let Some(thread) = pid.and_then(|pid| self.tracing.threads.get_mut(&pid)) else {
+            return Err(format!("Thread {tid} not currently traced"));
+        };
+        Ok(thread.contents.get_or_insert_with(|| thread.ring.contents()).clone())
+    }
+}

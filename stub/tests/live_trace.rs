@@ -1,0 +1,271 @@
+//! Recording under the debugger: stock LLDB 22 starts a trace at a stop
+//! (`process trace start`), continues, and decodes what the stub served
+//! with its own libipt. Ground truth is a single-step log of the same
+//! program (ASLR off, so addresses match), recorded here with the
+//! collector; each session is bounded by a timeout.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+mod common;
+
+use common::{exchange, framed, read_packet, start_stub, start_stub_with_args, wait_exit};
+use retrace_collector::process::{launch, LaunchOptions};
+use retrace_collector::software::{record, RecordOptions, StepMode};
+use retrace_tests::recordings::build;
+use retrace_tests::tools::{require, which};
+
+fn tools() -> bool {
+    require("gcc", which("gcc").is_some()) && require("lldb-22", which("lldb-22").is_some())
+}
+
+fn program(name: &str, flags: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-trace").join(format!("{name}{}", flags.join("")));
+    build(name, &dir, flags)
+}
+
+/// Every executed address of each thread (in creation order), single-stepped.
+fn ground_truth(program: &Path, args: &[&str]) -> Vec<Vec<u64>> {
+    let tracee = launch(&LaunchOptions::new(program.as_os_str(), args.iter().copied())).expect("launch");
+    let options = RecordOptions { mode: StepMode::Step, keep_instruction_log: true, ..RecordOptions::default() };
+    let recording = record(tracee, &options).expect("record");
+    recording.threads().map(|t| t.instruction_log.clone().expect("log kept")).collect()
+}
+
+/// Runs lldb-22 against the stub on `program` with these commands.
+fn lldb(program: &Path, commands: &[&str]) -> String {
+    lldb_with_args(program, &[], commands)
+}
+
+/// Runs lldb-22 against the stub on `program args…` with these commands.
+fn lldb_with_args(program: &Path, program_args: &[&str], commands: &[&str]) -> String {
+    let program_args: Vec<&Path> = program_args.iter().map(Path::new).collect();
+    let (stub, port) = start_stub_with_args(program, &program_args);
+    let mut args = vec!["-b".to_string(), "-o".into(), format!("gdb-remote {port}")];
+    for command in commands {
+        args.push("-o".into());
+        args.push(command.to_string());
+    }
+    args.push(program.display().to_string());
+    let out = Command::new("timeout").arg("120").arg("lldb-22").args(&args).stdin(Stdio::null()).output().unwrap();
+    let _ = wait_exit(stub);
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// The address LLDB gave breakpoint `n` ("Breakpoint n: where = …, address = 0x…").
+fn breakpoint_address(out: &str, n: u32) -> u64 {
+    let prefix = format!("Breakpoint {n}: ");
+    let line = out.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no breakpoint {n} in:\n{out}"));
+    let hex = line.rsplit("address = 0x").next().unwrap();
+    u64::from_str_radix(hex.trim(), 16).unwrap_or_else(|_| panic!("{line}"))
+}
+
+/// Each `thread trace dump instructions --raw` block: tid → the addresses
+/// listed, and any error line.
+fn raw_dumps(out: &str) -> BTreeMap<u64, (Vec<u64>, Vec<String>)> {
+    let mut dumps = BTreeMap::new();
+    let mut current: Option<u64> = None;
+    for line in out.lines() {
+        if let Some(rest) = line.strip_prefix("thread #") {
+            current = rest.split("tid = ").nth(1).and_then(|t| t.trim().parse().ok());
+            if let Some(tid) = current {
+                dumps.entry(tid).or_insert_with(|| (Vec::new(), Vec::new()));
+            }
+            continue;
+        }
+        let Some(tid) = current else { continue };
+        let text = line.trim();
+        let Some((id, rest)) = text.split_once(": ") else {
+            if !text.is_empty() && text != "no more data" {
+                current = None;
+            }
+            continue;
+        };
+        if id.parse::<u64>().is_err() {
+            current = None;
+            continue;
+        }
+        let entry = dumps.get_mut(&tid).unwrap();
+        match rest.strip_prefix("0x").map(|hex| u64::from_str_radix(hex.trim(), 16)) {
+            Some(Ok(address)) => entry.0.push(address),
+            _ => entry.1.push(text.to_string()),
+        }
+    }
+    dumps
+}
+
+/// `log[from..]` up to (not including) the first `to` after it.
+fn stretch(log: &[u64], from: u64, to: u64) -> &[u64] {
+    let start = log.iter().position(|&a| a == from).expect("the first breakpoint executes");
+    let end = start + 1 + log[start + 1..].iter().position(|&a| a == to).expect("the second breakpoint executes");
+    &log[start..end]
+}
+
+fn single_thread_stretch(name: &str, flags: &[&str], first: &str, second: &str) {
+    let program = program(name, flags);
+    let out = lldb(
+        &program,
+        &[&format!("b {first}"), "c", "process trace start", &format!("b {second}"), "c", "thread trace dump instructions -a -f --raw", "thread trace dump info", "c"],
+    );
+    let (from, to) = (breakpoint_address(&out, 1), breakpoint_address(&out, 2));
+    let truth = ground_truth(&program, &[]);
+    let expected = stretch(&truth[0], from, to);
+    let dumps = raw_dumps(&out);
+    assert_eq!(dumps.len(), 1, "one thread dumped:\n{out}");
+    let (addresses, errors) = dumps.values().next().unwrap();
+    assert!(errors.is_empty(), "error items: {errors:?}\n{out}");
+    assert_eq!(addresses.len(), expected.len(), "instruction count (first {:#x?})\n{out}", &addresses[..addresses.len().min(8)]);
+    assert_eq!(addresses, expected);
+    assert!(out.contains(&format!("Total number of trace items: ")), "{out}");
+    assert!(out.contains("Number of individual errors: 0"), "{out}");
+    assert!(out.contains("exited with status = "), "{out}");
+}
+
+#[test]
+fn lldb_traces_a_dynamic_o0_stretch_exactly() {
+    if !tools() {
+        return;
+    }
+    single_thread_stretch("debuggee", &["-O0"], "main", "add");
+}
+
+#[test]
+fn lldb_traces_a_static_o2_stretch_exactly() {
+    if !tools() {
+        return;
+    }
+    single_thread_stretch("recursion", &["-O2", "-static"], "main", "depth");
+}
+
+#[test]
+fn lldb_traces_every_thread_of_a_threaded_program() {
+    if !tools() {
+        return;
+    }
+    let program = program("threads", &["-O0", "-pthread"]);
+    let out = lldb(
+        &program,
+        &["b main", "c", "process trace start", "b work", "c", "thread list", "thread trace dump instructions 1 -a -f --raw", "thread trace dump instructions 2 -a -f --raw", "process kill"],
+    );
+    let (main_bp, work_bp) = (breakpoint_address(&out, 1), breakpoint_address(&out, 2));
+    let truth = ground_truth(&program, &[]);
+    let dumps = raw_dumps(&out);
+    assert!(dumps.len() >= 2, "the main thread and at least one worker:\n{out}");
+    for (tid, (addresses, errors)) in &dumps {
+        assert!(errors.is_empty(), "thread {tid}: {errors:?}\n{out}");
+        assert!(!addresses.is_empty(), "thread {tid} traced");
+        if addresses[0] == main_bp {
+            // Stopped wherever it was when a worker hit the breakpoint: a
+            // prefix of its own history from the first breakpoint.
+            let start = truth[0].iter().position(|&a| a == main_bp).unwrap();
+            assert_eq!(addresses[..], truth[0][start..start + addresses.len()], "main thread {tid}");
+        } else {
+            // A worker, traced from its first instruction: the first worker's
+            // way there is every worker's.
+            let worker = &truth[1];
+            assert!(addresses.len() <= worker.len(), "worker {tid}");
+            assert_eq!(addresses[..], worker[..addresses.len()], "worker {tid}");
+        }
+    }
+    let stopped_worker = dumps.values().any(|(a, _)| a[0] != main_bp && truth[1].get(a.len()) == Some(&work_bp));
+    assert!(stopped_worker, "a worker's trace ends at the breakpoint in work:\n{out}");
+}
+
+#[test]
+fn a_small_ring_keeps_the_newest_stretch_from_a_sync_point() {
+    if !tools() {
+        return;
+    }
+    let program = program("ring_filler", &["-O0"]);
+    let out = lldb_with_args(&program, &["2000"], &["b main", "c", "process trace start -s 4096", "b done", "c", "thread trace dump instructions -a -f --raw", "c"]);
+    let (from, to) = (breakpoint_address(&out, 1), breakpoint_address(&out, 2));
+    let truth = ground_truth(&program, &["2000"]);
+    let whole = stretch(&truth[0], from, to);
+    let dumps = raw_dumps(&out);
+    let (addresses, errors) = dumps.values().next().unwrap_or_else(|| panic!("no dump:\n{out}"));
+    assert!(errors.is_empty(), "error items: {errors:?}");
+    assert!(whole.len() > addresses.len() * 3 / 2, "the ring dropped the older part: {} of {}", addresses.len(), whole.len());
+    assert!(addresses.len() > 5000, "a 4 KiB ring holds more than {} instructions", addresses.len());
+    assert!(whole.ends_with(addresses), "the dump is the stretch's newest part");
+}
+
+/// A reply body with the protocol's escapes (`}` x → x ^ 0x20) undone.
+fn unescaped(body: &str) -> String {
+    let mut out = Vec::new();
+    let mut bytes = body.bytes();
+    while let Some(b) = bytes.next() {
+        out.push(if b == b'}' { bytes.next().unwrap() ^ 0x20 } else { b });
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Raw packets: what a bad request is answered, and that the session goes on.
+#[test]
+fn bad_trace_requests_get_error_replies() {
+    let program = program("debuggee", &["-O0"]);
+    let (stub, port) = start_stub(&program);
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    assert_eq!(exchange(&mut stream, "QStartNoAckMode"), "OK");
+    let text = |reply: &str| -> String {
+        let hex = reply.split_once(';').map(|(_, h)| h).unwrap_or_else(|| panic!("an error with text expected: {reply}"));
+        let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        String::from_utf8(bytes).unwrap()
+    };
+    let trace = |stream: &mut TcpStream, packet: &str, json: &str| {
+        // `}` is escaped on the wire both ways, as LLDB sends it.
+        let escaped = json.replace('}', "}]");
+        unescaped(&exchange(stream, &format!("{packet}:{escaped}")))
+    };
+    let supported = exchange(&mut stream, "jLLDBTraceSupported");
+    assert!(supported.contains("\"name\":\"intel-pt\""), "{supported}");
+    for (json, message) in [
+        (r#"{"type":"intel-pt","iptTraceSize":5000,"enableTsc":false}"#, "The intel pt trace size must be a power of 2 greater than or equal to 4096 (2^12) bytes. It was 5000."),
+        (r#"{"type":"intel-pt","iptTraceSize":2048,"enableTsc":false}"#, "The intel pt trace size must be a power of 2 greater than or equal to 4096 (2^12) bytes. It was 2048."),
+        (r#"{"type":"intel-pt","iptTraceSize":2147483648,"enableTsc":false}"#, "over retrace-stub's limit of 1073741824 bytes"),
+        (r#"{"type":"intel-pt","iptTraceSize":4096,"enableTsc":false,"psbPeriod":9}"#, "Invalid psb_period. Valid values are: 0, 1, 2, 3, 4, 5, 6, 7."),
+        (r#"{"type":"intel-pt","iptTraceSize":4096,"enableTsc":false,"perCpuTracing":true,"tids":null}"#, "Per-cpu tracing is not supported"),
+        (r#"{"type":"intel-pt","enableTsc":false}"#, "missing field `iptTraceSize`"),
+        (r#"{"type":"intel-pt","iptTraceSize":4096"#, "malformed jLLDBTraceStart request"),
+        (r#"{"type":"bts","iptTraceSize":4096,"enableTsc":false}"#, "Unsupported tracing type 'bts'"),
+        (r#"{"type":"intel-pt","iptTraceSize":4096,"enableTsc":false,"tids":[999999999]}"#, "Thread 999999999 not found"),
+    ] {
+        let reply = trace(&mut stream, "jLLDBTraceStart", json);
+        assert!(reply.starts_with("E"), "{json}: {reply}");
+        assert!(text(&reply).contains(message), "{json}: {:?}", text(&reply));
+    }
+    let reply = trace(&mut stream, "jLLDBTraceGetBinaryData", r#"{"type":"intel-pt","kind":"iptTrace","tid":1,"cpuId":null}"#);
+    assert_eq!(text(&reply), "Thread 1 not currently traced");
+    let reply = trace(&mut stream, "jLLDBTraceGetBinaryData", r#"{"type":"intel-pt","kind":"perfContextSwitchTrace","tid":null,"cpuId":null}"#);
+    assert_eq!(text(&reply), "Unsupported trace binary data kind: perfContextSwitchTrace");
+    // Process tracing, then again: refused; the state lists the thread.
+    let start = r#"{"type":"intel-pt","iptTraceSize":8192,"enableTsc":true,"processBufferSizeLimit":5242880,"tids":null}"#;
+    assert_eq!(trace(&mut stream, "jLLDBTraceStart", start), "OK");
+    assert_eq!(text(&trace(&mut stream, "jLLDBTraceStart", start)), "Process currently traced. Stop process tracing first");
+    let state = trace(&mut stream, "jLLDBTraceGetState", r#"{"type":"intel-pt"}"#);
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap_or_else(|e| panic!("{e}: {state}"));
+    assert_eq!(state["usingCgroupFiltering"], false);
+    let threads = state["tracedThreads"].as_array().unwrap();
+    assert_eq!(threads.len(), 1, "{state}");
+    assert_eq!(threads[0]["binaryData"][0]["size"], 8192);
+    let tid = threads[0]["tid"].as_u64().unwrap();
+    let again = trace(&mut stream, "jLLDBTraceStart", &format!(r#"{{"type":"intel-pt","iptTraceSize":4096,"enableTsc":false,"tids":[{tid}]}}"#));
+    assert_eq!(text(&again), format!("Thread with tid {tid} is currently traced. Stop tracing it first."));
+    // Nothing ran yet: the ring is all padding, of the advertised size.
+    stream.write_all(&framed(format!("jLLDBTraceGetBinaryData:{{\"cpuId\":null,\"kind\":\"iptTrace\",\"tid\":{tid},\"type\":\"intel-pt\"}}]").as_bytes())).unwrap();
+    let data = read_packet(&mut stream).unwrap();
+    assert_eq!(data.len(), 8192, "the advertised size");
+    let cpuinfo = trace(&mut stream, "jLLDBTraceGetBinaryData", r#"{"type":"intel-pt","kind":"procfsCpuInfo","tid":null,"cpuId":null}"#);
+    assert!(cpuinfo.contains("vendor_id\t: GenuineIntel") && cpuinfo.contains("cpu family\t: 6"), "{cpuinfo}");
+    assert_eq!(trace(&mut stream, "jLLDBTraceStop", r#"{"type":"intel-pt","tids":null}"#), "OK");
+    let reply = trace(&mut stream, "jLLDBTraceStop", &format!(r#"{{"type":"intel-pt","tids":[{tid}]}}"#));
+    assert_eq!(text(&reply), format!("Thread {tid} not currently traced"));
+    // The session goes on.
+    assert!(exchange(&mut stream, "qfThreadInfo").starts_with('m'));
+    drop(stream);
+    let _ = wait_exit(stub);
+}
