@@ -18,12 +18,31 @@ pub struct BufferedConnection {
     last_packet: Vec<u8>,
     /// Set when a write failed: the client is gone.
     broken: Rc<Cell<bool>>,
+    /// Bytes to append to the next reply's body.
+    extension: Option<Vec<u8>>,
 }
 
 impl BufferedConnection {
     /// A connection writing to `stream`; `broken` is set when a write fails.
     pub fn new(stream: TcpStream, broken: Rc<Cell<bool>>) -> Self {
-        BufferedConnection { stream, out: Vec::new(), last_packet: Vec::new(), broken }
+        BufferedConnection { stream, out: Vec::new(), last_packet: Vec::new(), broken, extension: None }
+    }
+
+    /// Appends `extra` (already escaped) to the body of the next reply
+    /// sent, with its checksum made anew: features added to gdbstub's
+    /// `qSupported` reply.
+    pub fn extend_next_reply(&mut self, extra: &[u8]) {
+        self.extension = Some(extra.to_vec());
+    }
+
+    fn apply_extension(&mut self) {
+        let Some(start) = self.out.iter().rposition(|&b| b == b'$') else { return };
+        let Some(hash) = self.out[start..].iter().rposition(|&b| b == b'#').map(|i| start + i) else { return };
+        let Some(extra) = self.extension.take() else { return };
+        let mut body = self.out[start + 1..hash].to_vec();
+        body.extend_from_slice(&extra);
+        self.out.truncate(start);
+        self.out.extend_from_slice(&super::framing::frame(&body));
     }
 
     /// Sends the last packet again (the client's `-`).
@@ -52,6 +71,9 @@ impl Connection for BufferedConnection {
     fn flush(&mut self) -> Result<(), Self::Error> {
         if self.out.is_empty() {
             return Ok(());
+        }
+        if self.extension.is_some() {
+            self.apply_extension();
         }
         tracing::debug!(reply = %String::from_utf8_lossy(&self.out), "<-");
         // Replies are escaped: a `$` starts a packet.

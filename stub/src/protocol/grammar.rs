@@ -61,7 +61,8 @@ fn is_xfer_read(text: &str) -> bool {
     let annex_ok = match object {
         "features" => annex == "target.xml",
         "exec-file" => annex.is_empty() || is_nonzero_hex64(annex),
-        "auxv" | "libraries-svr4" => annex.is_empty(),
+        "auxv" | "libraries-svr4" | "btrace-conf" => annex.is_empty(),
+        "btrace" => matches!(annex, "all" | "new" | "delta"),
         _ => true, // not offered: gdbstub answers it as unknown
     };
     operation == "read" && annex_ok && is_address_length(window)

@@ -5,12 +5,14 @@
 //! * [`connection`] — the buffered client connection gdbstub writes to;
 //! * [`framing`] — packets cut out of the byte stream, replies framed;
 //! * [`grammar`] — packets gdbstub would choke on, caught first;
+//! * [`gdb_btrace`] — GDB's branch-trace packets (`Qbtrace`, `qXfer:btrace`);
 //! * [`lldb_trace`] — LLDB's `jLLDBTrace*` packets;
 //! * [`threads`] — thread ids that name no thread, resumes that could not stop;
 //! * [`session`] — the loop: bytes in, gdbstub's state machine, stops out.
 
 pub mod connection;
 pub mod framing;
+pub mod gdb_btrace;
 pub mod grammar;
 pub mod lldb_trace;
 pub mod session;

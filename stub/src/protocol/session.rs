@@ -20,6 +20,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::connection::BufferedConnection;
 use super::framing::{escape_and_frame, frame, Framed, Framer};
+use super::gdb_btrace::BtraceConfig;
 use super::grammar::malformed;
 use super::threads::Selection;
 use crate::hex::hex;
@@ -164,7 +165,7 @@ enum Screened {
 }
 
 /// Decides what becomes of a packet `body` (escaped, as sent).
-fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection) -> Screened {
+fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, btrace: &mut BtraceConfig) -> Screened {
     if body == b"k" {
         // LLDB's kill waits for the exit stop reply (`X09`, as lldb-server
         // sends); gdbstub in extended mode would answer `OK`. (GDB sends vKill.)
@@ -175,6 +176,9 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection) ->
         return Screened::Answer(b"E16".to_vec());
     }
     if let Some(reply) = intercept(body, target) {
+        return Screened::Answer(reply);
+    }
+    if let Some(reply) = super::gdb_btrace::answer(body, target, selection, btrace) {
         return Screened::Answer(reply);
     }
     let text = String::from_utf8_lossy(body);
@@ -223,15 +227,19 @@ fn feed<'a, T: Inferior>(mut gdb: Machine<'a, T>, target: &mut T, bytes: &[u8]) 
     Ok(gdb)
 }
 
-/// Sends what gdbstub wrote and did not flush.
-fn flush<T: Inferior>(gdb: &mut Machine<'_, T>) -> std::io::Result<()> {
-    let conn = match gdb {
+/// The connection gdbstub writes to, in any state.
+fn connection<'a, 'b, T: Inferior>(gdb: &'b mut Machine<'a, T>) -> &'b mut BufferedConnection {
+    match gdb {
         GdbStubStateMachine::Idle(inner) => inner.borrow_conn(),
         GdbStubStateMachine::Running(inner) => inner.borrow_conn(),
         GdbStubStateMachine::CtrlCInterrupt(inner) => inner.borrow_conn(),
         GdbStubStateMachine::Disconnected(inner) => inner.borrow_conn(),
-    };
-    Connection::flush(conn)
+    }
+}
+
+/// Sends what gdbstub wrote and did not flush.
+fn flush<T: Inferior>(gdb: &mut Machine<'_, T>) -> std::io::Result<()> {
+    Connection::flush(connection(gdb))
 }
 
 /// Serves one client on `listener` for `target` until the session ends:
@@ -265,6 +273,7 @@ pub fn serve<T: Inferior>(listener: &TcpListener, mut target: T) -> Result<Sessi
 fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client, conn: BufferedConnection) -> Result<SessionEnd, ServerError> {
     let mut framer = Framer::new(PACKET_SIZE - 4);
     let mut selection = Selection::default();
+    let mut btrace = BtraceConfig::default();
     let mut no_ack = false;
     let stub = GdbStub::builder(conn).packet_buffer_size(PACKET_SIZE).build().map_err(|e| ServerError::Protocol(e.to_string()))?;
     let mut gdb = stub.run_state_machine(target).map_err(fatal)?;
@@ -294,7 +303,7 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                     }
                     Some(Framed::Packet(body)) => {
                         tracing::debug!(packet = %String::from_utf8_lossy(&body), "->");
-                        match screen(&body, target, &mut selection) {
+                        match screen(&body, target, &mut selection, &mut btrace) {
                             Screened::Kill => {
                                 target.kill();
                                 answer(inner.borrow_conn(), no_ack, b"X09")?;
@@ -307,6 +316,10 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                             Screened::Forward(body) => {
                                 if body == b"QStartNoAckMode" {
                                     no_ack = true;
+                                }
+                                if body.starts_with(b"qSupported") {
+                                    // gdbstub knows nothing of branch tracing.
+                                    inner.borrow_conn().extend_next_reply(super::gdb_btrace::FEATURES.as_bytes());
                                 }
                                 let mut next = feed(GdbStubStateMachine::Idle(inner), target, &frame(&body))?;
                                 // gdbstub leaves a resume's `+` unsent until the stop.

@@ -46,9 +46,20 @@ fn named(text: &str, pid: u32) -> Option<Named> {
 pub(crate) struct Selection {
     /// What `Hc` selected for `c`, `s`, `C`, `S` (none yet: nothing).
     resume: Option<Named>,
+    /// What `Hg` selected (registers, memory, branch tracing).
+    general: Option<Named>,
 }
 
 impl Selection {
+    /// The one thread `Hg` selected (any thread: the target's choice).
+    pub(crate) fn general_thread(&self, target: &impl Inferior) -> Option<u64> {
+        match self.general {
+            Some(Named::One(tid)) => Some(tid),
+            Some(Named::Any) => target.any_thread(),
+            _ => None,
+        }
+    }
+
     /// `Err` with the reason when `text` (a packet that passed
     /// [`super::grammar`]) names a thread or process the program does not
     /// have, or would resume nothing; records what `Hc` selects.
@@ -71,6 +82,7 @@ impl Selection {
             if !exists(thread) || thread == Some(Named::All) {
                 return Err("registers are read from one thread");
             }
+            self.general = thread;
         } else if let Some(thread) = text.strip_prefix('T').or_else(|| text.strip_prefix("qThreadExtraInfo,")) {
             if !specific(named(thread, pid)) {
                 return Err("not one thread");

@@ -97,6 +97,10 @@ impl Inferior for InertTarget {
         self.threads.contains(&tid)
     }
 
+    fn any_thread(&self) -> Option<u64> {
+        self.threads.iter().copied().min()
+    }
+
     fn stop_events(&self) -> Option<BorrowedFd<'_>> {
         None
     }

@@ -68,6 +68,10 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
     /// Whether the program has this thread (a Linux tid) now.
     fn has_thread(&self, tid: u64) -> bool;
 
+    /// The thread a client that names any thread (`Hgp0.0`) means: the
+    /// first, as gdbstub and gdbserver choose.
+    fn any_thread(&self) -> Option<u64>;
+
     /// A descriptor that becomes readable when the program may have
     /// stopped (the session waits on it and on the client at once); `None`
     /// when stops are known without waiting.

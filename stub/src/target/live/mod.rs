@@ -408,6 +408,10 @@ impl Inferior for ProcessTarget {
         i32::try_from(tid).is_ok_and(|tid| self.threads.contains(&Pid::from_raw(tid)))
     }
 
+    fn any_thread(&self) -> Option<u64> {
+        self.threads.first().map(|tid| tid.as_raw() as u64)
+    }
+
     fn stop_events(&self) -> Option<BorrowedFd<'_>> {
         self.sigchld.as_ref().map(|fd| fd.as_fd())
     }

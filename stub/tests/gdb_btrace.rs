@@ -1,0 +1,163 @@
+//! GDB 13's branch tracing against the stub: `record btrace pt`, GDB's own
+//! libipt decoding what the stub recorded, and GDB's replay of it. Judged
+//! against a single-step log of the same program and against GDB's own
+//! `record full` run natively on it (ASLR off in both, so addresses match).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+mod common;
+
+use common::{start_stub, wait_exit};
+use retrace_collector::process::{launch, LaunchOptions};
+use retrace_collector::software::{record, RecordOptions, StepMode};
+use retrace_tests::recordings::build;
+use retrace_tests::tools::{require, which};
+
+fn tools() -> bool {
+    require("gcc", which("gcc").is_some()) && require("gdb", which("gdb").is_some())
+}
+
+fn program(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gdb-btrace").join(name);
+    build(name, &dir, &["-O0"])
+}
+
+fn gdb(program: &Path, commands: &[&str]) -> String {
+    let mut args = vec!["-batch".to_string(), "-nx".into()];
+    for command in commands {
+        args.push("-ex".into());
+        args.push(command.to_string());
+    }
+    args.push(program.display().to_string());
+    let out = Command::new("timeout").arg("120").arg("gdb").args(&args).stdin(Stdio::null()).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// Every `$N = 0x…` GDB printed, in order.
+fn printed_values(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter(|l| l.starts_with('$'))
+        .filter_map(|l| l.split(" = 0x").nth(1).and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok()))
+        .collect()
+}
+
+/// The address GDB gave breakpoint `n` ("Breakpoint n at 0x…: file …").
+fn breakpoint_address(out: &str, n: u32) -> u64 {
+    let prefix = format!("Breakpoint {n} at 0x");
+    let line = out.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no breakpoint {n}:\n{out}"));
+    u64::from_str_radix(line.split(':').next().unwrap(), 16).unwrap()
+}
+
+/// The main thread's single-step log.
+fn ground_truth(program: &Path) -> Vec<u64> {
+    let tracee = launch(&LaunchOptions::new(program.as_os_str(), Vec::<&str>::new())).expect("launch");
+    let options = RecordOptions { mode: StepMode::Step, keep_instruction_log: true, ..RecordOptions::default() };
+    let recording = record(tracee, &options).expect("record");
+    let log = recording.threads().next().unwrap().instruction_log.clone().unwrap();
+    log
+}
+
+/// Reverse commands from `printf`'s line back to the start of the history,
+/// each followed by the PC it reached.
+const REVERSE: &[&str] = &[
+    "p/x $pc",
+    "reverse-next",
+    "p/x $pc",
+    "reverse-step",
+    "p/x $pc",
+    "reverse-stepi",
+    "p/x $pc",
+    "reverse-finish",
+    "p/x $pc",
+    // Forward through the history to its end.
+    "continue",
+    "p/x $pc",
+    "break add",
+    "reverse-continue",
+    "p/x $pc",
+    "reverse-continue",
+    "p/x $pc",
+];
+
+#[test]
+fn gdb_records_with_btrace_and_replays_where_record_full_does() {
+    if !tools() {
+        return;
+    }
+    let program = program("debuggee");
+    // GDB's own recording, natively.
+    let mut native = vec!["break main", "run", "record full", "break 9", "continue"];
+    native.extend_from_slice(REVERSE);
+    let native_out = gdb(&program, &native);
+    let expected = printed_values(&native_out);
+    assert_eq!(expected.len(), 8, "GDB's record full run:\n{native_out}");
+
+    let (stub, port) = start_stub(&program);
+    let target = format!("target remote 127.0.0.1:{port}");
+    let mut remote = vec![target.as_str(), "break main", "continue", "record btrace pt", "break 9", "continue", "info record"];
+    remote.extend(["record instruction-history 1,100000", "record function-call-history /ilc 1,100000"]);
+    remote.extend_from_slice(REVERSE);
+    remote.extend(["record stop", "continue"]);
+    let out = gdb(&program, &remote);
+    assert_eq!(wait_exit(stub), Some(0), "the stub ends with the program");
+
+    // What GDB decoded is what ran.
+    let (from, to) = (breakpoint_address(&out, 1), breakpoint_address(&out, 2));
+    let truth = ground_truth(&program);
+    let start = truth.iter().position(|&a| a == from).unwrap();
+    let end = start + truth[start..].iter().position(|&a| a == to).unwrap();
+    let stretch = &truth[start..end];
+    assert!(out.contains(&format!("Recorded {} instructions in 3 functions (0 gaps)", stretch.len())), "{out}");
+    let history: Vec<u64> = out
+        .lines()
+        .filter_map(|l| {
+            let (index, rest) = l.split_once('\t')?;
+            index.trim().parse::<u32>().ok()?;
+            u64::from_str_radix(rest.trim().strip_prefix("0x")?.split_whitespace().next()?, 16).ok()
+        })
+        .collect();
+    assert_eq!(history, stretch, "record instruction-history");
+    for call in ["1\tmain\tinst 1,5\tat ", "2\t  add\tinst 6,16\tat ", "3\tmain\tinst 17,20\tat "] {
+        assert!(out.contains(call), "function-call history line {call:?}:\n{out}");
+    }
+
+    // Replay lands where GDB's record full lands.
+    assert_eq!(printed_values(&out), expected, "btrace replay vs record full:\n{out}");
+    assert!(out.contains("Process record is stopped"), "{out}");
+    assert!(out.contains("exited with code 061"), "forward debugging goes on after record stop:\n{out}");
+}
+
+#[test]
+fn a_bad_btrace_read_is_refused_and_the_session_goes_on() {
+    if !tools() {
+        return;
+    }
+    let program = program("debuggee");
+    let (stub, port) = start_stub(&program);
+    let out = gdb(
+        &program,
+        &[
+            &format!("target remote 127.0.0.1:{port}"),
+            "maint packet qXfer:btrace:read:bogus:0,100",
+            "maint packet qXfer:btrace:read:all:0,100",
+            "maint packet Qbtrace:bts",
+            "maint packet qXfer:btrace-conf:read::0,100",
+            "record btrace pt",
+            "maint packet qXfer:btrace-conf:read::0,100",
+            "maint packet Qbtrace:pt",
+            "record stop",
+            "continue",
+        ],
+    );
+    assert_eq!(wait_exit(stub), Some(0));
+    let replies: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("received: ")).collect();
+    assert_eq!(replies.len(), 6, "{out}");
+    assert_eq!(replies[0], "\"E16\"", "a bad annex");
+    assert!(replies[1].starts_with("\"E.Thread ") && replies[1].ends_with(" not currently traced\""), "{out}");
+    assert!(replies[2].starts_with("\"E.Branch Trace Store is not supported"), "{out}");
+    assert_eq!(replies[3], r#""l<btrace-conf version="1.0"/>""#, "untraced: no <pt/>, or GDB would start recording by itself");
+    assert_eq!(replies[4], r#""l<btrace-conf version="1.0"><pt size="16384"/></btrace-conf>""#, "{out}");
+    assert!(replies[5].contains("already traced"), "{out}");
+    assert!(out.contains("exited with code 061"), "{out}");
+}
