@@ -83,13 +83,49 @@ pub(super) struct Tracing {
     process: Option<(RingSettings, Option<u64>)>,
     threads: BTreeMap<Pid, TracedThread>,
     clock: TraceClock,
+    code: CodeCache,
+    /// Steps taken in a row without looking at other threads or the client.
+    pub(super) steps_in_a_row: u32,
+    /// The stub's CPU affinity while it sits beside a recorded thread.
+    own_affinity: Option<nix::sched::CpuSet>,
+    /// The one CPU the stub and the recorded threads share while recorded.
+    beside: Option<nix::sched::CpuSet>,
+    /// Recorded threads pinned beside the stub, and their own affinity.
+    pinned: Vec<(Pid, nix::sched::CpuSet)>,
 }
 
 impl Default for Tracing {
     fn default() -> Self {
-        Tracing { process: None, threads: BTreeMap::new(), clock: TraceClock::choose() }
+        Tracing { process: None, threads: BTreeMap::new(), clock: TraceClock::choose(), code: CodeCache::default(), steps_in_a_row: 0, own_affinity: None, beside: None, pinned: Vec::new() }
     }
 }
+
+/// Instructions decoded while the program runs, from code that cannot
+/// change under us: mappings not writable, as they were when the program
+/// last resumed or mapped memory. Emptied at every resume (the client may
+/// have written to code) and after every system call that changes
+/// mappings.
+#[derive(Debug, Default)]
+struct CodeCache {
+    /// The process's mappings, read on first use after a change.
+    maps: Option<Vec<process::Mapping>>,
+    /// Address → the instruction and its first byte.
+    decoded: std::collections::HashMap<u64, (InsnInfo, u8)>,
+}
+
+impl CodeCache {
+    fn clear(&mut self) {
+        self.maps = None;
+        self.decoded.clear();
+    }
+}
+
+/// How many steps a recorded thread takes waiting for that thread alone
+/// before the other threads and the client are looked at.
+pub(super) const STEPS_IN_A_ROW: u32 = 256;
+
+/// Linux system calls that change mappings: mmap, mprotect, munmap, mremap.
+const MAPPING_SYSCALLS: [u64; 4] = [9, 10, 11, 25];
 
 impl Tracing {
     /// Whether `tid` is traced.
@@ -134,8 +170,12 @@ pub fn software_cpu_info() -> String {
 }
 
 impl ProcessTarget {
-    /// The instruction at `ip` as the program has it (our breakpoints hidden).
-    fn decode_at(&self, ip: u64) -> Option<InsnInfo> {
+    /// The instruction at `ip` as the program has it (our breakpoints
+    /// hidden), and its first byte.
+    fn decode_at(&mut self, ip: u64) -> Option<(InsnInfo, u8)> {
+        if let Some(&known) = self.tracing.code.decoded.get(&ip) {
+            return Some(known);
+        }
         let mut bytes = [0u8; 16];
         let n = process::read_memory(self.pid, ip, &mut bytes);
         for (i, byte) in bytes[..n].iter_mut().enumerate() {
@@ -143,7 +183,21 @@ impl ProcessTarget {
                 *byte = *original;
             }
         }
-        classify(&bytes[..n], ip, ExecMode::Bits64)
+        let insn = classify(&bytes[..n], ip, ExecMode::Bits64)?;
+        let code = &mut self.tracing.code;
+        let maps = code.maps.get_or_insert_with(|| process::read_maps(self.pid).unwrap_or_default());
+        let fixed = maps.iter().any(|m| m.start <= ip && ip + insn.len as u64 <= m.end && !m.writable);
+        if fixed {
+            code.decoded.insert(ip, (insn, bytes[0]));
+        }
+        Some((insn, bytes[0]))
+    }
+
+    /// Whether the instruction at `ip` is one whose single step ends at
+    /// once (no system call, which may block): then the stepping thread
+    /// alone is waited for.
+    pub(super) fn steps_promptly(&mut self, ip: u64) -> bool {
+        self.decode_at(ip).is_some_and(|(insn, _)| insn.kind != FlowKind::Syscall)
     }
 
     /// A traced thread's single step ended (a `SIGTRAP` stop) with its PC
@@ -156,7 +210,15 @@ impl ProcessTarget {
             self.tracing.threads.get_mut(&tid)?.next_ip = Some(now);
             return None;
         };
-        let insn = self.decode_at(ip);
+        let insn = self.decode_at(ip).map(|(insn, _)| insn);
+        if insn.is_some_and(|insn| insn.kind == FlowKind::Syscall) {
+            // The mappings may have changed: decode afresh.
+            if let Some(number) = ptrace::getregs(tid).ok().map(|regs| regs.orig_rax) {
+                if MAPPING_SYSCALLS.contains(&number) {
+                    self.tracing.code.clear();
+                }
+            }
+        }
         if now == ip && insn.is_some_and(|insn| insn.kind == FlowKind::Other) {
             // Nothing ran (a REP string instruction stops after each
             // iteration without finishing, and counts once, as in hardware).
@@ -188,6 +250,7 @@ impl ProcessTarget {
     /// Continues a traced thread recorded: one instruction at a time.
     pub(super) fn start_recorded(&mut self, tid: Pid, signal: Option<Signal>) -> Result<(), String> {
         self.before_traced_resume(tid, signal);
+        self.sit_beside(tid);
         if signal.is_none() {
             if let Some(ip) = rip(tid).filter(|ip| self.breakpoints.contains_key(ip)) {
                 // Continuing onto a breakpoint stops at once, as the int3 would.
@@ -236,10 +299,7 @@ impl ProcessTarget {
                 return Some(StopReason::HwBreak(tid_of(tid)));
             }
         }
-        let mut first_byte = [0u8; 1];
-        let was_int3 = pending.is_some_and(|ip| {
-            process::read_memory(self.pid, ip, &mut first_byte) == 1 && first_byte[0] == INT3 && !self.breakpoints.contains_key(&ip)
-        });
+        let was_int3 = pending.is_some_and(|ip| self.decode_at(ip).is_some_and(|(_, first)| first == INT3) && !self.breakpoints.contains_key(&ip));
         let executed = self.record_progress(tid, now);
         if let Some(super::DebugSlot { watch: Some(kind), address, .. }) = slot {
             return Some(StopReason::Watch { tid: tid_of(tid), kind, addr: address });
@@ -280,6 +340,7 @@ impl ProcessTarget {
     pub(super) fn trace_exec(&mut self, tid: Pid, former: Pid) {
         let kept = self.tracing.threads.remove(&former).or_else(|| self.tracing.threads.remove(&tid)).map(|t| t.settings);
         self.tracing.threads.clear();
+        self.tracing.code.clear();
         self.recording.clear();
         if let Some(settings) = kept.or(self.tracing.process.map(|(settings, _)| settings)) {
             self.tracing.threads.insert(tid, TracedThread::new(settings));
@@ -292,8 +353,44 @@ impl ProcessTarget {
         self.recording.remove(&tid);
     }
 
+    /// Runs the stub and the recorded threads on one CPU (the one the
+    /// first recorded thread last ran on) while they are recorded: a single
+    /// step is a round trip between the two, and waking a thread on another
+    /// CPU costs an interrupt between CPUs (several microseconds in a
+    /// virtual machine, more than the step itself; recording ran at a third
+    /// of the speed). Every affinity is given back at the next stop, so
+    /// only a program that asks for its affinity while recorded sees this.
+    fn sit_beside(&mut self, tid: Pid) {
+        if self.tracing.beside.is_none() {
+            let stat = std::fs::read_to_string(format!("/proc/{}/task/{tid}/stat", self.pid)).unwrap_or_default();
+            // Field 39 (`processor`), counted after the command name's `)`.
+            let cpu = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(36)).and_then(|f| f.parse::<usize>().ok());
+            let Some(cpu) = cpu else { return };
+            let Ok(own) = nix::sched::sched_getaffinity(Pid::from_raw(0)) else { return };
+            let mut set = nix::sched::CpuSet::new();
+            if set.set(cpu).is_err() || nix::sched::sched_setaffinity(Pid::from_raw(0), &set).is_err() {
+                return;
+            }
+            self.tracing.own_affinity = Some(own);
+            self.tracing.beside = Some(set);
+        }
+        let Some(set) = self.tracing.beside else { return };
+        if let Ok(theirs) = nix::sched::sched_getaffinity(tid) {
+            if nix::sched::sched_setaffinity(tid, &set).is_ok() {
+                self.tracing.pinned.push((tid, theirs));
+            }
+        }
+    }
+
     /// A stop is reported: every traced thread's trace ends at its PC.
     pub(super) fn traces_stopped(&mut self) {
+        if let Some(own) = self.tracing.own_affinity.take() {
+            let _ = nix::sched::sched_setaffinity(Pid::from_raw(0), &own);
+        }
+        self.tracing.beside = None;
+        for (tid, theirs) in std::mem::take(&mut self.tracing.pinned) {
+            let _ = nix::sched::sched_setaffinity(tid, &theirs);
+        }
         self.recording.clear();
         for (&tid, thread) in &mut self.tracing.threads {
             if let Some(ip) = rip(tid) {
@@ -303,8 +400,11 @@ impl ProcessTarget {
         }
     }
 
-    /// The program runs again: the next reads see new contents.
+    /// The program runs again: the next reads see new contents, and code
+    /// is read afresh.
     pub(super) fn traces_resumed(&mut self) {
+        self.tracing.code.clear();
+        self.tracing.steps_in_a_row = 0;
         for thread in self.tracing.threads.values_mut() {
             thread.contents = None;
         }

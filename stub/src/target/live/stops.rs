@@ -8,7 +8,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use super::recording::rip;
+use super::recording::{rip, STEPS_IN_A_ROW};
 use super::{tid_of, triggered_slot, ProcessTarget};
 use crate::target::StopReason;
 
@@ -60,13 +60,21 @@ impl ProcessTarget {
 
     /// Collects ptrace events until one must be reported to the client.
     pub(super) fn next_stop(&mut self) -> Option<StopReason> {
+        // A recorded thread stepping an instruction that cannot block: wait
+        // for it alone (a few hundred times in a row at most, then the other
+        // threads and the client get their turn).
+        let mut only: Option<Pid> = None;
         loop {
-            let status = match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+            let status = match only.take() {
+                Some(tid) => waitpid(tid, Some(WaitPidFlag::__WALL)),
+                None => waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)),
+            };
+            let status = match status {
                 Ok(WaitStatus::StillAlive) => return None,
                 Ok(status) => status,
                 Err(_) => return Some(StopReason::Exited(0)),
             };
-            tracing::debug!(?status, "ptrace");
+            tracing::trace!(?status, "ptrace");
             match status {
                 WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_CLONE => {
                     if let Ok(new) = ptrace::getevent(tid) {
@@ -127,8 +135,16 @@ impl ProcessTarget {
                     let reason = if self.recording.contains(&tid) {
                         match self.after_recorded_step(tid, now, slot) {
                             Some(reason) => reason,
-                            // Stepped on.
-                            None => continue,
+                            None => {
+                                // Stepped on.
+                                self.tracing.steps_in_a_row += 1;
+                                if self.tracing.steps_in_a_row < STEPS_IN_A_ROW && self.steps_promptly(now) {
+                                    only = Some(tid);
+                                } else {
+                                    self.tracing.steps_in_a_row = 0;
+                                }
+                                continue;
+                            }
                         }
                     } else {
                         // The client's single step.
