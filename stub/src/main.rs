@@ -17,6 +17,29 @@ use retrace_stub::target::live::ProcessTarget;
 ///   lldb ./prog -o "gdb-remote 1234"
 ///   gdb ./prog -ex "target remote :1234"
 ///
+/// Recording while you debug (software Intel PT, one instruction at a time:
+/// trace short stretches). In LLDB:
+///
+///   (lldb) b main
+///   (lldb) c
+///   (lldb) process trace start          # -s 1MiB: a larger ring (default 4 KiB)
+///   (lldb) b done
+///   (lldb) c
+///   (lldb) thread trace dump instructions
+///   (lldb) thread trace dump function-calls
+///   (lldb) process trace stop
+///
+/// In GDB:
+///
+///   (gdb) break main
+///   (gdb) continue
+///   (gdb) record btrace pt
+///   (gdb) break done
+///   (gdb) continue
+///   (gdb) record instruction-history
+///   (gdb) reverse-step                  # reverse-next, reverse-finish, reverse-continue
+///   (gdb) record stop
+///
 /// Logging: RUST_LOG=debug shows every packet.
 #[derive(Debug, Parser)]
 #[command(name = "retrace-stub", version, about, long_about)]

@@ -1,0 +1,216 @@
+//! Recording under the debugger, in one run:
+//!
+//! 1. the instruction rate of a program recorded by the stub while lldb-22
+//!    drives it (`process trace start`, continue from `main` to `done`)
+//!    against `retrace record`'s recorder (the collector, single-step mode,
+//!    as `retrace record --mode step` runs it) on the same program;
+//! 2. the time from sending `jLLDBTraceGetBinaryData` for an 8 MiB trace to
+//!    its last byte, against the time to receive 8 MiB of ordinary replies
+//!    (`m` memory reads of a packet each) over the same loopback connection.
+//!
+//! `cargo bench -p retrace-stub --bench recording`
+//! (`RETRACE_BENCH_ITERATIONS`, default 5000: the program's loop count).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use retrace_collector::process::{current_cpu, launch, LaunchOptions};
+use retrace_collector::software::{record, RecordOptions, StepMode};
+
+fn build(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let exe = dir.join("ring_filler");
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs/ring_filler.c");
+    assert!(Command::new("gcc").args(["-g", "-O0", "-o"]).arg(&exe).arg(source).status().unwrap().success());
+    exe
+}
+
+/// Starts the stub on `program args…`; returns it and its port.
+fn stub(program: &Path, args: &[&str]) -> (Child, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
+        .args(["--listen", "127.0.0.1:0", "--"])
+        .arg(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said {line}"));
+    (child, port)
+}
+
+fn wait(mut child: Child) {
+    for _ in 0..200 {
+        if child.try_wait().unwrap().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// lldb-22 from `main` to `done`, tracing or not; returns its output and
+/// the wall time of the whole session.
+fn lldb_session(program: &Path, iterations: &str, traced: bool) -> (String, f64) {
+    let (child, port) = stub(program, &[iterations]);
+    let mut commands = vec![format!("gdb-remote {port}"), "b main".into(), "c".into()];
+    if traced {
+        commands.push("process trace start -s 4MiB".into());
+    }
+    commands.extend(["b done".into(), "c".into(), "c".into()]);
+    let mut args = vec!["-b".to_string()];
+    for command in commands {
+        args.push("-o".into());
+        args.push(command);
+    }
+    args.push(program.display().to_string());
+    let start = Instant::now();
+    let out = Command::new("lldb-22").args(&args).stdin(Stdio::null()).output().expect("lldb-22");
+    let seconds = start.elapsed().as_secs_f64();
+    wait(child);
+    (String::from_utf8_lossy(&out.stdout).into_owned(), seconds)
+}
+
+fn breakpoint_address(out: &str, n: u32) -> u64 {
+    let prefix = format!("Breakpoint {n}: ");
+    let line = out.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no breakpoint {n}:\n{out}"));
+    u64::from_str_radix(line.rsplit("address = 0x").next().unwrap().trim(), 16).unwrap()
+}
+
+struct Client(TcpStream);
+
+impl Client {
+    fn send(&mut self, payload: &[u8]) {
+        let mut body = Vec::new();
+        for &b in payload {
+            if matches!(b, b'#' | b'$' | b'}' | b'*') {
+                body.extend([b'}', b ^ 0x20]);
+            } else {
+                body.push(b);
+            }
+        }
+        let sum = body.iter().fold(0u8, |s, b| s.wrapping_add(*b));
+        let mut packet = vec![b'$'];
+        packet.extend(&body);
+        packet.extend(format!("#{sum:02x}").as_bytes());
+        self.0.write_all(&packet).unwrap();
+    }
+
+    /// The next reply's length on the wire, from `$` to the checksum.
+    fn reply_len(&mut self) -> usize {
+        let mut reader = BufReader::with_capacity(1 << 16, &mut self.0);
+        let mut n = 0;
+        let mut seen_dollar = false;
+        loop {
+            let buf = reader.fill_buf().unwrap();
+            assert!(!buf.is_empty(), "connection closed");
+            let mut used = 0;
+            for (i, &b) in buf.iter().enumerate() {
+                used = i + 1;
+                if !seen_dollar {
+                    seen_dollar = b == b'$';
+                    continue;
+                }
+                n += 1;
+                if b == b'#' {
+                    // Two checksum digits follow.
+                    reader.consume(used);
+                    let mut sum = [0u8; 2];
+                    reader.read_exact(&mut sum).unwrap();
+                    return n + 2;
+                }
+            }
+            reader.consume(used);
+        }
+    }
+}
+
+fn main() {
+    let iterations = std::env::var("RETRACE_BENCH_ITERATIONS").unwrap_or_else(|_| "5000".into());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-recording");
+    let program = build(&dir);
+
+    // 1. Recording rate.
+    let mut options = LaunchOptions::new(program.as_os_str(), [iterations.as_str()]);
+    options.pin_cpu = Some(current_cpu());
+    let tracee = launch(&options).unwrap();
+    let recording = record(tracee, &RecordOptions { mode: StepMode::Step, keep_instruction_log: true, ..RecordOptions::default() }).unwrap();
+    let record_rate = recording.instructions() as f64 / recording.elapsed.as_secs_f64();
+    let (plain, t_plain) = lldb_session(&program, &iterations, false);
+    let (traced, t_traced) = lldb_session(&program, &iterations, true);
+    let (from, to) = (breakpoint_address(&traced, 1), breakpoint_address(&traced, 2));
+    let log = recording.threads().next().unwrap().instruction_log.as_ref().unwrap();
+    let start = log.iter().position(|&a| a == from).unwrap();
+    let stretch = log[start..].iter().position(|&a| a == to).unwrap();
+    assert!(plain.contains("exited with status = 0"), "{plain}");
+    let stub_rate = stretch as f64 / (t_traced - t_plain);
+    println!("recording {} ({iterations} iterations), single-step mode", program.display());
+    println!("{:<52} {:>14} {:>12}", "", "instructions", "insns/s");
+    println!("{:<52} {:>14} {:>12.0}", "retrace record (collector, pinned to one CPU)", recording.instructions(), record_rate);
+    println!(
+        "{:<52} {:>14} {:>12.0}",
+        format!("retrace-stub under lldb-22 ({t_traced:.2} s - {t_plain:.2} s untraced)"),
+        stretch,
+        stub_rate
+    );
+    println!("under the debugger / retrace record: {:.2}x (goal >= 0.8x)", stub_rate / record_rate);
+
+    // 2. An 8 MiB trace in one reply vs 8 MiB of ordinary replies.
+    let (child, port) = stub(&program, &["1"]);
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_nodelay(true).unwrap();
+    let mut client = Client(stream);
+    client.send(b"QStartNoAckMode");
+    client.reply_len();
+    client.send(b"?");
+    client.reply_len();
+    client.send(br#"jLLDBTraceStart:{"type":"intel-pt","iptTraceSize":8388608,"enableTsc":false,"tids":null}"#);
+    client.reply_len();
+    let state_request = br#"jLLDBTraceGetState:{"type":"intel-pt"}"#;
+    client.send(state_request);
+    let mut state = String::new();
+    {
+        let mut byte = [0u8; 1];
+        while client.0.read(&mut byte).unwrap() == 1 {
+            state.push(byte[0] as char);
+            if state.ends_with('#') {
+                let mut sum = [0u8; 2];
+                client.0.read_exact(&mut sum).unwrap();
+                break;
+            }
+        }
+    }
+    let tid: u64 = state.split("\"tid\":").nth(1).and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next()).and_then(|t| t.parse().ok()).expect("a traced thread");
+    let mut best_trace = f64::MAX;
+    let mut best_plain = f64::MAX;
+    let mut trace_bytes = 0;
+    let mut plain_bytes = 0;
+    for _ in 0..3 {
+        let start = Instant::now();
+        client.send(format!(r#"jLLDBTraceGetBinaryData:{{"cpuId":null,"kind":"iptTrace","tid":{tid},"type":"intel-pt"}}"#).as_bytes());
+        trace_bytes = client.reply_len();
+        best_trace = best_trace.min(start.elapsed().as_secs_f64());
+        // Ordinary replies: memory reads of a packet's worth each.
+        let start = Instant::now();
+        plain_bytes = 0;
+        while plain_bytes < trace_bytes {
+            client.send(b"m555555554000,7fe");
+            plain_bytes += client.reply_len();
+        }
+        best_plain = best_plain.min(start.elapsed().as_secs_f64());
+    }
+    client.send(b"k");
+    wait(child);
+    println!();
+    println!("one 8 MiB trace reply vs ordinary replies of 4 KiB each, same connection (best of 3)");
+    println!("{:<52} {:>14} {:>12}", "", "bytes", "seconds");
+    println!("{:<52} {:>14} {:>12.4}", "jLLDBTraceGetBinaryData, request to last byte", trace_bytes, best_trace);
+    println!("{:<52} {:>14} {:>12.4}", "m packets (request, reply) until as many bytes", plain_bytes, best_plain);
+    println!("trace reply / plain replies: {:.2}x the time", best_trace / best_plain);
+}
