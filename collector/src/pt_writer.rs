@@ -72,6 +72,8 @@ pub struct ThreadPtWriter {
     psbs: Vec<usize>,
     psb_period: usize,
     instructions: u64,
+    /// TSC packets are written (at every PSB+ and where tracing resumes).
+    timestamps: bool,
     /// An event packet (TIP.PGE, TIP.PGD, FUP, OVF) was written and no TNT
     /// or TIP since: the periodic PSB waits (see [`Self::executed`]).
     awaiting_flow: bool,
@@ -94,7 +96,15 @@ impl ThreadPtWriter {
             psb_period,
             instructions: 0,
             awaiting_flow: false,
+            timestamps: true,
         }
+    }
+
+    /// The same writer with no TSC packets (as hardware without its TSC
+    /// bit, LLDB's default `process trace start`).
+    pub fn without_timestamps(mut self) -> Self {
+        self.timestamps = false;
+        self
     }
 
     /// Instructions recorded so far.
@@ -149,7 +159,9 @@ impl ThreadPtWriter {
         self.last_psb = self.encoder.len();
         self.psbs.push(self.last_psb);
         self.emit(Packet::Psb);
-        self.emit(Packet::Tsc(tsc & ((1 << 56) - 1)));
+        if self.timestamps {
+            self.emit(Packet::Tsc(tsc & ((1 << 56) - 1)));
+        }
         self.emit(Packet::ModeExec { csl: true, csd: false, iflag: false });
         if let Some(ip) = current_ip {
             self.encoder.encode_ip(IpPacketKind::Fup, Some(ip));
@@ -163,7 +175,7 @@ impl ThreadPtWriter {
         if !self.started {
             self.started = true;
             self.psb_plus(tsc, None);
-        } else {
+        } else if self.timestamps {
             self.emit(Packet::Tsc(tsc & ((1 << 56) - 1)));
         }
         self.emit(Packet::ModeExec { csl: true, csd: false, iflag: false });

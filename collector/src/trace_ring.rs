@@ -38,6 +38,12 @@ impl TraceRing {
         TraceRing { writer: ThreadPtWriter::new(period), size, trim_at: 2 * size + 4 * period }
     }
 
+    /// The same ring with no TSC packets in its trace.
+    pub fn without_timestamps(mut self) -> Self {
+        self.writer = self.writer.without_timestamps();
+        self
+    }
+
     /// The ring's size in bytes.
     pub fn size(&self) -> usize {
         self.size

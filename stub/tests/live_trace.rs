@@ -105,11 +105,12 @@ fn stretch(log: &[u64], from: u64, to: u64) -> &[u64] {
     &log[start..end]
 }
 
-fn single_thread_stretch(name: &str, flags: &[&str], first: &str, second: &str) {
+/// `start` is the trace command; `clock` whether it asked for timestamps.
+fn single_thread_stretch(name: &str, flags: &[&str], first: &str, second: &str, start: &str, clock: bool) {
     let program = program(name, flags);
     let out = lldb(
         &program,
-        &[&format!("b {first}"), "c", "process trace start", &format!("b {second}"), "c", "thread trace dump instructions -a -f --raw", "thread trace dump info", "c"],
+        &[&format!("b {first}"), "c", start, &format!("b {second}"), "c", "thread trace dump instructions -a -f --raw", "thread trace dump info", "c"],
     );
     let (from, to) = (breakpoint_address(&out, 1), breakpoint_address(&out, 2));
     let truth = ground_truth(&program, &[]);
@@ -122,6 +123,7 @@ fn single_thread_stretch(name: &str, flags: &[&str], first: &str, second: &str) 
     assert_eq!(addresses, expected);
     assert!(out.contains(&format!("Total number of trace items: ")), "{out}");
     assert!(out.contains("Number of individual errors: 0"), "{out}");
+    assert_eq!(out.contains("HW clock tick"), clock, "timestamps as asked (enableTsc):\n{out}");
     assert!(out.contains("exited with status = "), "{out}");
 }
 
@@ -130,7 +132,7 @@ fn lldb_traces_a_dynamic_o0_stretch_exactly() {
     if !tools() {
         return;
     }
-    single_thread_stretch("debuggee", &["-O0"], "main", "add");
+    single_thread_stretch("debuggee", &["-O0"], "main", "add", "process trace start", false);
 }
 
 #[test]
@@ -138,7 +140,7 @@ fn lldb_traces_a_static_o2_stretch_exactly() {
     if !tools() {
         return;
     }
-    single_thread_stretch("recursion", &["-O2", "-static"], "main", "depth");
+    single_thread_stretch("recursion", &["-O2", "-static"], "main", "depth", "process trace start --tsc", true);
 }
 
 #[test]

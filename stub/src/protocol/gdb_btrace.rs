@@ -80,7 +80,7 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
         let Some(tid) = thread else { return Some(error("Must select a single thread.")) };
         return Some(match format {
             "pt" => {
-                let request = TraceStart { threads: Some(vec![tid]), ring_size: ring_size(config.size), process_limit: None, psb_period: None };
+                let request = TraceStart { threads: Some(vec![tid]), ring_size: ring_size(config.size), process_limit: None, psb_period: None, tsc: true };
                 match target.trace_start(&request) {
                     Ok(()) => b"OK".to_vec(),
                     Err(message) => error(&message),

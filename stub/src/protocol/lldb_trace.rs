@@ -24,7 +24,6 @@ struct StartRequest {
     r#type: String,
     tids: Option<Vec<u64>>,
     ipt_trace_size: u64,
-    #[allow(dead_code)]
     enable_tsc: bool,
     psb_period: Option<u64>,
     process_buffer_size_limit: Option<u64>,
@@ -111,6 +110,7 @@ fn start(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
         ring_size: request.ipt_trace_size,
         process_limit: request.process_buffer_size_limit,
         psb_period: request.psb_period,
+        tsc: request.enable_tsc,
     })?;
     Ok(b"OK".to_vec())
 }

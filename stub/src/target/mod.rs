@@ -41,6 +41,8 @@ pub struct TraceStart {
     pub process_limit: Option<u64>,
     /// PSB period exponent: a sync point about every 2^(n+11) bytes.
     pub psb_period: Option<u64>,
+    /// Timestamps (TSC packets) in the trace.
+    pub tsc: bool,
 }
 
 /// What is being recorded now.

@@ -50,11 +50,17 @@ pub(super) fn rip(tid: Pid) -> Option<u64> {
 struct RingSettings {
     size: usize,
     psb_period: usize,
+    tsc: bool,
 }
 
 impl RingSettings {
     fn ring(&self) -> TraceRing {
-        TraceRing::new(self.size, self.psb_period)
+        let ring = TraceRing::new(self.size, self.psb_period);
+        if self.tsc {
+            ring
+        } else {
+            ring.without_timestamps()
+        }
     }
 }
 
@@ -155,7 +161,7 @@ fn ring_settings(request: &TraceStart) -> Result<RingSettings, String> {
             return Err(format!("Invalid psb_period. Valid values are: {}.", valid.join(", ")));
         }
     };
-    Ok(RingSettings { size: size as usize, psb_period })
+    Ok(RingSettings { size: size as usize, psb_period, tsc: request.tsc })
 }
 
 /// The `/proc/cpuinfo` text a decoder of software recordings must see: the
