@@ -148,7 +148,19 @@ fn lldb_traces_every_thread_of_a_threaded_program() {
     if !tools() {
         return;
     }
-    let program = program("threads", &["-O0", "-pthread"]);
+    every_thread(&["-O0", "-pthread"]);
+}
+
+#[test]
+fn lldb_traces_every_thread_of_a_static_o2_threaded_program() {
+    if !tools() {
+        return;
+    }
+    every_thread(&["-O2", "-static", "-pthread"]);
+}
+
+fn every_thread(flags: &[&str]) {
+    let program = program("threads", flags);
     let out = lldb(
         &program,
         &[
