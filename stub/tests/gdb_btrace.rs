@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{start_stub, wait_exit};
+use common::{retrace, start_stub, wait_exit};
 use retrace_collector::process::{launch, LaunchOptions};
 use retrace_collector::software::{record, RecordOptions, StepMode};
 use retrace_tests::recordings::build;
@@ -160,4 +160,68 @@ fn a_bad_btrace_read_is_refused_and_the_session_goes_on() {
     assert_eq!(replies[4], r#""l<btrace-conf version="1.0"><pt size="16384"/></btrace-conf>""#, "{out}");
     assert!(replies[5].contains("already traced"), "{out}");
     assert!(out.contains("exited with code 061"), "{out}");
+}
+
+/// GDB's function-call history of a stretch agrees with `retrace dump
+/// function-calls` on the same stretch (saved from an LLDB session on the
+/// stub): the same functions in the same order, each with as many
+/// instructions.
+#[test]
+fn gdb_function_call_history_agrees_with_retrace_dump_function_calls() {
+    if !tools() || !require("lldb-22", which("lldb-22").is_some()) {
+        return;
+    }
+    let program = program("debuggee");
+    let (stub, port) = start_stub(&program);
+    let target = format!("target remote 127.0.0.1:{port}");
+    let out = gdb(&program, &[&target, "break main", "continue", "record btrace pt", "break 9", "continue", "record function-call-history /ic 1,100000", "kill"]);
+    let _ = wait_exit(stub);
+    // "N\t<indent>function\tinst A,B": GDB's last range ends at the current
+    // instruction, which has not run.
+    let mut gdb_segments: Vec<(String, usize)> = out
+        .lines()
+        .filter_map(|l| {
+            let mut fields = l.split('\t');
+            fields.next()?.trim().parse::<u32>().ok()?;
+            let function = fields.next()?.trim().to_string();
+            let (a, b) = fields.next()?.strip_prefix("inst ")?.split_once(',')?;
+            Some((function, b.trim().parse::<usize>().ok()? - a.parse::<usize>().ok()? + 1))
+        })
+        .collect();
+    assert_eq!(gdb_segments.len(), 3, "{out}");
+    gdb_segments.last_mut().unwrap().1 -= 1;
+
+    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gdb-btrace").join("calls");
+    let _ = std::fs::remove_dir_all(&saved);
+    let (stub, port) = start_stub(&program);
+    let lldb = Command::new("timeout")
+        .args(["120", "lldb-22", "-b", "-o", &format!("gdb-remote {port}"), "-o", "b main", "-o", "c", "-o", "process trace start"])
+        .args(["-o", "b debuggee.c:9", "-o", "c", "-o", &format!("trace save {}", saved.display()), "-o", "process kill"])
+        .arg(&program)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = wait_exit(stub);
+    let bundle = saved.join("trace.json");
+    assert!(bundle.exists(), "{}", String::from_utf8_lossy(&lldb.stdout));
+    let calls = retrace().args(["dump", "function-calls"]).arg(&bundle).output().unwrap();
+    let calls = String::from_utf8_lossy(&calls.stdout).into_owned();
+    let raw = retrace().args(["dump", "instructions", "-a", "-f", "--raw"]).arg(&bundle).output().unwrap();
+    let raw = String::from_utf8_lossy(&raw.stdout).into_owned();
+    let instruction_ids: std::collections::BTreeSet<u64> = raw
+        .lines()
+        .filter_map(|l| l.trim().split_once(": 0x").and_then(|(id, _)| id.parse().ok()))
+        .collect();
+    // "<indent>module`function + off at file:l:c to l:c  [first, last]"
+    let ours: Vec<(String, usize)> = calls
+        .lines()
+        .filter_map(|l| {
+            let (head, range) = l.trim().rsplit_once("  [")?;
+            let (first, last) = range.strip_suffix(']')?.split_once(", ")?;
+            let (first, last): (u64, u64) = (first.parse().ok()?, last.parse().ok()?);
+            let function = head.split('`').nth(1)?.split(|c: char| c == ' ').next()?.to_string();
+            Some((function, instruction_ids.range(first..=last).count()))
+        })
+        .collect();
+    assert_eq!(ours, gdb_segments, "retrace dump function-calls:\n{calls}\nGDB:\n{out}");
 }

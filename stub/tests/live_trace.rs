@@ -13,7 +13,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{exchange, framed, read_packet, start_stub, start_stub_with_args, wait_exit};
+use common::{exchange, framed, read_packet, retrace, start_stub, start_stub_with_args, wait_exit};
 use retrace_collector::process::{launch, LaunchOptions};
 use retrace_collector::software::{record, RecordOptions, StepMode};
 use retrace_tests::recordings::build;
@@ -295,17 +295,6 @@ fn bad_trace_requests_get_error_replies() {
     assert!(exchange(&mut stream, "qfThreadInfo").starts_with('m'));
     drop(stream);
     let _ = wait_exit(stub);
-}
-
-/// The `retrace` command (the plugin package's binary, beside the stub's).
-fn retrace() -> Command {
-    let path = Path::new(env!("CARGO_BIN_EXE_retrace-stub")).with_file_name("retrace");
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = Command::new(cargo).args(["build", "-p", "retrace-plugin", "--bin", "retrace"]).status().unwrap();
-        assert!(built.success(), "building retrace");
-    }
-    Command::new(path)
 }
 
 /// A live trace saved with `trace save` loads in a fresh LLDB and in
