@@ -369,3 +369,49 @@ fn tracing_stops_starts_again_and_follows_one_thread_of_several() {
     assert!(stray.is_empty(), "addresses the main thread never executes: {stray:x?}");
     assert!(out.trim_end().ends_with("error: thread not traced"), "the stopped worker is not traced:\n{out}");
 }
+
+/// The symbolized dump of a live stretch reads as LLDB prints a `retrace
+/// record` bundle of the same run stopped at the same instruction (item
+/// ids aside: the bundle starts at the program's first instruction).
+#[test]
+fn the_symbolized_live_dump_reads_as_a_recorded_bundle_of_the_same_run() {
+    if !tools() {
+        return;
+    }
+    let program = program("recursion", &["-O2", "-static"]);
+    let out = lldb(&program, &["b main", "c", "process trace start", "b depth", "c", "thread trace dump instructions -c 20", "c"]);
+    let (from, to) = (breakpoint_address(&out, 1), breakpoint_address(&out, 2));
+    let truth = ground_truth(&program, &[]);
+    let start = truth[0].iter().position(|&a| a == from).unwrap();
+    let stop = start + truth[0][start..].iter().position(|&a| a == to).unwrap();
+    let bundle = Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-trace").join("recorded");
+    let _ = std::fs::remove_dir_all(&bundle);
+    let recorded = retrace()
+        .args(["record", "--backend", "software", "--mode", "step", "--max-insns", &stop.to_string(), "-o"])
+        .arg(&bundle)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    assert!(bundle.join("trace.json").exists(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let load = format!("trace load {}", bundle.join("trace.json").display());
+    let loaded = Command::new("timeout").args(["60", "lldb-22", "-b", "-o", &load, "-o", "thread trace dump instructions -c 20"]).output().unwrap();
+    let loaded = String::from_utf8_lossy(&loaded.stdout).into_owned();
+    // The dump's lines after its "thread #1: tid = …" line, ids dropped.
+    let listing = |text: &str| -> Vec<String> {
+        let after = text.split("thread trace dump instructions -c 20").nth(1).unwrap_or("");
+        after
+            .lines()
+            .skip_while(|l| !l.starts_with("thread #"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .map(|l| match l.trim_start().split_once(": 0x") {
+                Some((id, rest)) if id.parse::<u64>().is_ok() => format!("0x{rest}"),
+                _ => l.to_string(),
+            })
+            .collect()
+    };
+    let live = listing(&out);
+    assert!(live.len() >= 21, "20 instructions and their symbol lines:\n{out}");
+    assert_eq!(live, listing(&loaded), "live:\n{out}\nrecorded:\n{loaded}");
+}
