@@ -415,3 +415,20 @@ fn the_symbolized_live_dump_reads_as_a_recorded_bundle_of_the_same_run() {
     assert!(live.len() >= 21, "20 instructions and their symbol lines:\n{out}");
     assert_eq!(live, listing(&loaded), "live:\n{out}\nrecorded:\n{loaded}");
 }
+
+/// A new thread that would take the process's traces over their limit is
+/// not traced, and the process stops saying so, as lldb-server does.
+#[test]
+fn a_thread_over_the_process_limit_stops_the_process_with_the_reason() {
+    if !tools() {
+        return;
+    }
+    let program = program("threads", &["-O0", "-pthread"]);
+    // (lldb -b ends the batch at a stop of this kind.)
+    let out = lldb(&program, &["b main", "c", "process trace start -s 4096 -l 5000", "c"]);
+    let line = out.lines().find(|l| l.contains("stop reason = Thread ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.ends_with("can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit."),
+        "{line}"
+    );
+}

@@ -332,6 +332,9 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
             }
             GdbStubStateMachine::Running(mut inner) => {
                 if let Some(reason) = target.poll_stop() {
+                    if let Some(note) = target.take_stop_note() {
+                        inner.borrow_conn().extend_next_reply(note.as_bytes());
+                    }
                     inner.report_stop(target, reason).map_err(fatal)?
                 } else if let Some(byte) = client.unread.pop_front() {
                     // In all-stop mode a client sends only `0x03` while the

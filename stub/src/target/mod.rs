@@ -119,6 +119,13 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
         Err(TRACING_UNSUPPORTED.into())
     }
 
+    /// Fields to add to the stop reply about to be sent (`key:value;`…),
+    /// for stop reasons gdbstub has no words for (lldb-server's
+    /// `reason:processor trace;description:…;`).
+    fn take_stop_note(&mut self) -> Option<String> {
+        None
+    }
+
     /// The text of `/proc/cpuinfo` a decoder of this target's traces should
     /// see (it names the CPU whose errata apply).
     fn trace_cpu_info(&self) -> String {

@@ -76,6 +76,8 @@ pub struct ProcessTarget {
     tracing: recording::Tracing,
     /// Traced threads in a recorded continue (stepped one instruction at a time).
     recording: BTreeSet<Pid>,
+    /// Text to add to the next stop reply (`reason:…;description:…;`).
+    stop_note: Option<String>,
     /// A stop found while resuming (a recorded thread continued onto a
     /// breakpoint): the threads already started are stopped and it is reported.
     pending_stop: Option<StopReason>,
@@ -266,6 +268,7 @@ impl ProcessTarget {
             tracing: recording::Tracing::default(),
             recording: BTreeSet::new(),
             pending_stop: None,
+            stop_note: None,
         }
     }
 
@@ -486,6 +489,10 @@ impl Inferior for ProcessTarget {
 
     fn trace_cpu_info(&self) -> String {
         recording::software_cpu_info()
+    }
+
+    fn take_stop_note(&mut self) -> Option<String> {
+        self.stop_note.take()
     }
 }
 

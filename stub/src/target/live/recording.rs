@@ -331,10 +331,10 @@ impl ProcessTarget {
     pub(super) fn trace_new_thread(&mut self, tid: Pid) -> bool {
         let Some((settings, limit)) = self.tracing.process else { return false };
         if limit.is_some_and(|limit| self.tracing.total_bytes() + settings.size as u64 > limit) {
-            tracing::warn!(
-                tid = tid.as_raw(),
-                "Thread {tid} can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit."
-            );
+            let message = format!("Thread {tid} can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit.");
+            tracing::warn!(tid = tid.as_raw(), message);
+            // The stop says so (lldb-server's `reason:processor trace`).
+            self.stop_note = Some(format!("reason:processor trace;description:{};", crate::hex::hex(&message)));
             return false;
         }
         self.tracing.threads.insert(tid, TracedThread::new(settings));

@@ -114,6 +114,11 @@ impl ProcessTarget {
                     self.threads.insert(tid);
                     self.init_thread_debug_registers();
                     let traced = self.trace_new_thread(tid);
+                    if self.stop_note.is_some() {
+                        // Over the process's trace limit: stop, as lldb-server does.
+                        self.stop_others(None);
+                        return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP });
+                    }
                     if self.scheduler_locked {
                         // It waits for the next resume.
                     } else if traced {
