@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
 use retrace_collector::software::{record, RecordOptions, StepMode};
@@ -28,31 +28,17 @@ fn build(dir: &Path) -> PathBuf {
     exe
 }
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 /// Starts the stub on `program args…`; returns it and its port.
 fn stub(program: &Path, args: &[&str]) -> (Child, u16) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
-        .args(["--listen", "127.0.0.1:0", "--"])
-        .arg(program)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said {line}"));
-    (child, port)
+    let args: Vec<&Path> = args.iter().map(Path::new).collect();
+    common::start_stub_with_args(program, &args)
 }
 
-fn wait(mut child: Child) {
-    for _ in 0..200 {
-        if child.try_wait().unwrap().is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+fn wait(child: Child) {
+    let _ = common::wait_exit(child);
 }
 
 /// lldb-22 from `main` to `done`, tracing or not; returns its output and
