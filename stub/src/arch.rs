@@ -34,6 +34,9 @@ pub struct Regs {
     pub fs_base: u64,
     /// gs_base.
     pub gs_base: u64,
+    /// Registers whose value is not known (bit `n`: register `n`): sent as
+    /// `xx…`, which LLDB and GDB show as unavailable.
+    pub unavailable: u64,
 }
 
 /// Number of registers.
@@ -59,6 +62,17 @@ pub fn register_size(n: usize) -> Option<usize> {
 }
 
 impl Regs {
+    /// Registers of which only the program counter is known (a trace
+    /// records control flow only).
+    pub fn only_pc(rip: u64) -> Self {
+        Regs { rip, unavailable: !(1 << 16), ..Regs::default() }
+    }
+
+    /// Whether register `n`'s value is known.
+    pub fn is_available(&self, n: usize) -> bool {
+        n < 64 && self.unavailable & (1 << n) == 0
+    }
+
     /// The bytes of register `n`, little-endian.
     pub fn register_bytes(&self, n: usize) -> Option<Vec<u8>> {
         Some(match n {
@@ -111,8 +125,9 @@ impl Registers for Regs {
 
     fn gdb_serialize(&self, mut write_byte: impl FnMut(Option<u8>)) {
         for n in 0..REGISTER_COUNT {
+            let known = self.unavailable & (1 << n) == 0;
             for byte in self.register_bytes(n).expect("every register") {
-                write_byte(Some(byte));
+                write_byte(known.then_some(byte));
             }
         }
     }

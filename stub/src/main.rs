@@ -7,6 +7,7 @@ use clap::Parser;
 use retrace_collector::process::{attach, launch, LaunchOptions};
 use retrace_stub::protocol::session::{serve, SessionEnd};
 use retrace_stub::target::live::ProcessTarget;
+use retrace_stub::target::saved_trace::SavedTrace;
 
 /// A gdb-remote server for LLDB and GDB.
 ///
@@ -40,6 +41,23 @@ use retrace_stub::target::live::ProcessTarget;
 ///   (gdb) reverse-step                  # reverse-next, reverse-finish, reverse-continue
 ///   (gdb) record stop
 ///
+/// Replaying a saved trace (from `retrace record`, from this stub, or
+/// LLDB's `trace save`): the program stands at the end of its history and
+/// runs backwards and forwards through it. Only the PC is known; code is
+/// read from the bundle's copies of the modules.
+///
+///   retrace-stub --replay bundle/trace.json --listen 127.0.0.1:1234
+///   gdb ./prog -ex "target remote :1234"
+///   (gdb) break work
+///   (gdb) reverse-continue              # the last call of work
+///   (gdb) reverse-stepi                 # reverse-step, reverse-finish, next, continue
+///   (gdb) monitor record status         # where in the history (--json for scripts)
+///   (gdb) monitor goto 120              # the next resume stops at instruction 120
+///   (gdb) stepi
+///   lldb ./prog -o "gdb-remote 1234"
+///   (lldb) b work
+///   (lldb) process continue -R
+///
 /// Logging: RUST_LOG=debug shows every packet.
 #[derive(Debug, Parser)]
 #[command(name = "retrace-stub", version, about, long_about)]
@@ -55,8 +73,11 @@ struct Args {
     /// Debug a running process instead of starting one.
     #[arg(long, value_name = "PID", conflicts_with = "command")]
     attach: Option<i32>,
+    /// Serve a saved trace (its trace.json) instead of a live process.
+    #[arg(long, value_name = "TRACE_JSON", conflicts_with_all = ["command", "attach"])]
+    replay: Option<std::path::PathBuf>,
     /// The program and its arguments.
-    #[arg(required_unless_present = "attach", last = true, value_name = "PROGRAM ARGS")]
+    #[arg(required_unless_present_any = ["attach", "replay"], last = true, value_name = "PROGRAM ARGS")]
     command: Vec<std::ffi::OsString>,
 }
 
@@ -78,6 +99,9 @@ fn main() -> ExitCode {
             "retrace-stub: warning: listening on {}, not a loopback address: anyone who can reach it can run code as this user (the protocol has no authentication)",
             args.listen
         );
+    }
+    if let Some(trace_json) = &args.replay {
+        return replay(&listener, trace_json);
     }
     let (tracee, threads) = if let Some(pid) = args.attach {
         match attach(nix::unistd::Pid::from_raw(pid)) {
@@ -119,6 +143,33 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             retrace_collector::process::kill_and_reap(tracee.pid);
+            eprintln!("retrace-stub: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Serves a saved trace until the debugger leaves.
+fn replay(listener: &TcpListener, trace_json: &std::path::Path) -> ExitCode {
+    let saved = match SavedTrace::open(trace_json) {
+        Ok(saved) => saved,
+        Err(e) => {
+            eprintln!("retrace-stub: cannot replay {}: {e}", trace_json.display());
+            return ExitCode::from(1);
+        }
+    };
+    let bound = listener.local_addr().map_or_else(|_| "?".to_string(), |a| a.to_string());
+    eprintln!(
+        "retrace-stub: replaying {} ({} instructions, at the end of history); listening on {bound}",
+        trace_json.display(),
+        saved.timeline().len()
+    );
+    match serve(listener, saved) {
+        Ok(_) => {
+            eprintln!("retrace-stub: the debugger left");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
             eprintln!("retrace-stub: {e}");
             ExitCode::from(1)
         }

@@ -165,7 +165,38 @@ enum Screened {
 }
 
 /// Decides what becomes of a packet `body` (escaped, as sent).
-fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, btrace: &mut BtraceConfig) -> Screened {
+/// What the session learnt about its client's dialect.
+#[derive(Debug, Default)]
+struct Dialect {
+    /// The client is LLDB (it asked `QThreadSuffixSupported`, which GDB
+    /// never sends). LLDB reads `xx` in a register reply as the bytes
+    /// 0xcc; an unavailable register must be an error reply for it.
+    lldb: bool,
+    /// LLDB's first `p` is its probe of whether `p` exists at all: an error
+    /// there makes it read every register with `g`, whose `xx` it also
+    /// takes for 0xcc. That one is answered as GDB would be.
+    lldb_probed_p: bool,
+}
+
+impl Dialect {
+    fn learn(&mut self, body: &[u8]) {
+        if body == b"QThreadSuffixSupported" {
+            self.lldb = true;
+        }
+    }
+}
+
+/// LLDB's `p` of a register the target does not know: an error, which LLDB
+/// shows as unavailable (GDB takes gdbstub's `xx…`).
+fn unavailable_register(body: &[u8], target: &mut impl Inferior, selection: &Selection) -> Option<Vec<u8>> {
+    let number = std::str::from_utf8(body.strip_prefix(b"p")?).ok()?;
+    let number = usize::from_str_radix(number, 16).ok()?;
+    let thread = selection.general_thread(&*target).or_else(|| target.any_thread())?;
+    (!target.register_available(thread, number)).then(|| b"E0e".to_vec())
+}
+
+fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, btrace: &mut BtraceConfig, dialect: &mut Dialect) -> Screened {
+    dialect.learn(body);
     if body == b"k" {
         // LLDB's kill waits for the exit stop reply (`X09`, as lldb-server
         // sends); gdbstub in extended mode would answer `OK`. (GDB sends vKill.)
@@ -180,6 +211,13 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
     }
     if let Some(reply) = super::gdb_btrace::answer(body, target, selection, btrace) {
         return Screened::Answer(reply);
+    }
+    if dialect.lldb && body.starts_with(b"p") && !std::mem::replace(&mut dialect.lldb_probed_p, true) {
+        // The probe: answered by gdbstub.
+    } else if dialect.lldb {
+        if let Some(reply) = unavailable_register(body, target, selection) {
+            return Screened::Answer(reply);
+        }
     }
     let text = String::from_utf8_lossy(body);
     if let Err(reason) = selection.check(&text, &*target) {
@@ -274,6 +312,7 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
     let mut framer = Framer::new(PACKET_SIZE - 4);
     let mut selection = Selection::default();
     let mut btrace = BtraceConfig::default();
+    let mut dialect = Dialect::default();
     let mut no_ack = false;
     let stub = GdbStub::builder(conn).packet_buffer_size(PACKET_SIZE).build().map_err(|e| ServerError::Protocol(e.to_string()))?;
     let mut gdb = stub.run_state_machine(target).map_err(fatal)?;
@@ -303,7 +342,7 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                     }
                     Some(Framed::Packet(body)) => {
                         tracing::debug!(packet = %String::from_utf8_lossy(&body), "->");
-                        match screen(&body, target, &mut selection, &mut btrace) {
+                        match screen(&body, target, &mut selection, &mut btrace, &mut dialect) {
                             Screened::Kill => {
                                 target.kill();
                                 answer(inner.borrow_conn(), no_ack, b"X09")?;

@@ -22,6 +22,8 @@ use crate::arch::X86_64Linux;
 
 pub mod inert;
 pub mod live;
+pub mod saved_trace;
+pub mod timeline;
 
 /// A stop reason to report to the client (thread ids are Linux tids).
 pub type StopReason = MultiThreadStopReason<u64>;
@@ -126,6 +128,18 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
         None
     }
 
+    /// Whether register `n` (GDB's numbering) of thread `tid` has a known
+    /// value now (a replayed trace knows only the PC).
+    fn register_available(&mut self, _tid: u64, _n: usize) -> bool {
+        true
+    }
+
+    /// Answers a `monitor` command (`qRcmd`: GDB's `monitor …`, LLDB's
+    /// `process plugin packet monitor …`): the text to show, or why not.
+    fn monitor_command(&mut self, command: &str) -> Result<String, String> {
+        Err(format!("unknown monitor command `{command}`: this target has none"))
+    }
+
     /// The text of `/proc/cpuinfo` a decoder of this target's traces should
     /// see (it names the CPU whose errata apply).
     fn trace_cpu_info(&self) -> String {
@@ -166,6 +180,10 @@ macro_rules! offer_capabilities {
                 Some(self)
             }
 
+            fn support_monitor_cmd(&mut self) -> Option<gdbstub::target::ext::monitor_cmd::MonitorCmdOps<'_, Self>> {
+                Some(self)
+            }
+
             fn support_extended_mode(&mut self) -> Option<gdbstub::target::ext::extended_mode::ExtendedModeOps<'_, Self>> {
                 Some(self)
             }
@@ -180,6 +198,25 @@ macro_rules! offer_capabilities {
 
             fn use_vforkdone_stop_reason(&self) -> bool {
                 false
+            }
+        }
+
+        impl gdbstub::target::ext::monitor_cmd::MonitorCmd for $target {
+            fn handle_monitor_cmd(
+                &mut self,
+                cmd: &[u8],
+                mut out: gdbstub::target::ext::monitor_cmd::ConsoleOutput<'_>,
+            ) -> Result<(), Self::Error> {
+                let command = String::from_utf8_lossy(cmd);
+                match crate::target::Inferior::monitor_command(self, &command) {
+                    Ok(text) => out.write_raw(text.as_bytes()),
+                    Err(reason) => {
+                        out.write_raw(b"error: ");
+                        out.write_raw(reason.as_bytes());
+                        out.write_raw(b"\n");
+                    }
+                }
+                Ok(())
             }
         }
 

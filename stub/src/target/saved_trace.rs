@@ -1,0 +1,747 @@
+//! A saved trace served as a stopped process (`retrace-stub --replay
+//! BUNDLE/trace.json`): the bundle's threads decoded into one
+//! [`Timeline`], the program standing at one position of it — at first the
+//! end of history — and moved by the client's resumes: `bc`/`bs` backwards,
+//! `c`/`s`/`vCont` forwards, each stopping at breakpoints, at the ends of
+//! the history, or where `monitor goto` armed it.
+//!
+//! A trace records control flow only, so the state is the PC: every other
+//! register is unavailable (`xx`), memory is served only where it cannot
+//! have changed — the read-only segments of the bundle's module copies
+//! (code, constants) — and everything else is refused, never guessed.
+//! Nothing can be written.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::num::NonZeroUsize;
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+
+use gdbstub::common::{Signal as GdbSignal, Tid};
+use gdbstub::target::ext::auxv::Auxv;
+use gdbstub::target::ext::base::multithread::{
+    MultiThreadBase, MultiThreadResume, MultiThreadResumeOps, MultiThreadSchedulerLocking, MultiThreadSchedulerLockingOps,
+    MultiThreadSingleStep, MultiThreadSingleStepOps,
+};
+use gdbstub::target::ext::base::reverse_exec::{ReverseCont, ReverseContOps, ReverseStep, ReverseStepOps};
+use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, SingleRegisterAccessOps};
+use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
+use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind};
+use gdbstub::target::ext::exec_file::ExecFile;
+use gdbstub::target::ext::extended_mode::{
+    Args, AttachKind, CurrentActivePid, CurrentActivePidOps, ExtendedMode, ShouldTerminate,
+};
+use gdbstub::target::ext::libraries::LibrariesSvr4;
+use gdbstub::target::{TargetError, TargetResult};
+use object::{Object, ObjectSegment};
+use retrace_collector::process::Mapping;
+use retrace_decoder::bundle::load::LoadedBundle;
+use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
+use retrace_decoder::image::Image;
+
+use super::live::libraries::{library_list_xml, memory_region_info, LinkMapEntry};
+use super::timeline::{RecordedThread, Timeline};
+use crate::arch::{RegNumber, Regs};
+use crate::target::{Inferior, StopReason};
+
+const AT_NULL: u64 = 0;
+const AT_PHDR: u64 = 3;
+const AT_PHENT: u64 = 4;
+const AT_PHNUM: u64 = 5;
+const AT_PAGESZ: u64 = 6;
+const AT_BASE: u64 = 7;
+const AT_ENTRY: u64 = 9;
+const PF_W: u32 = 2;
+const PF_X: u32 = 1;
+const PF_R: u32 = 4;
+
+/// A module of the saved process, as its ELF file says it was laid out.
+#[derive(Debug, Clone)]
+struct Module {
+    /// Where the debugger finds the file: the bundle's copy, else the
+    /// path on the traced system.
+    path: String,
+    /// Load bias.
+    bias: u64,
+    /// The dynamic section's address, if it has one.
+    dynamic: Option<u64>,
+    /// Entry point (relocated).
+    entry: u64,
+    /// Program headers' address (relocated) and count.
+    program_headers: Option<(u64, u64)>,
+    /// `PT_INTERP`: the dynamic linker it asks for.
+    interpreter: Option<String>,
+    /// Its path on the traced system.
+    system_path: String,
+}
+
+/// Where the next resume stops, armed by `monitor goto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Armed {
+    position: u64,
+}
+
+/// How the last resume actions asked the threads to run.
+#[derive(Debug, Clone, Default)]
+struct Actions {
+    /// The thread to single-step, if one steps.
+    step: Option<u64>,
+}
+
+/// A saved trace, served as a process stopped somewhere in its history.
+#[derive(Debug)]
+pub struct SavedTrace {
+    pid: u32,
+    bundle: PathBuf,
+    timeline: Timeline,
+    trace_bytes: usize,
+    image: Image,
+    /// Ranges that cannot have changed while the program ran (read-only
+    /// segments), served from `image`.
+    unchanging: Vec<Mapping>,
+    modules: Vec<Module>,
+    auxv: Vec<u8>,
+    libraries: String,
+    position: u64,
+    sw_breakpoints: BTreeSet<u64>,
+    hw_breakpoints: BTreeSet<u64>,
+    actions: Actions,
+    armed: Option<Armed>,
+    stop: Option<StopReason>,
+    killed: bool,
+}
+
+/// Reads the layout of one module file.
+fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> Result<(Module, Vec<Mapping>), String> {
+    let path = match &entry.file {
+        Some(file) => bundle_dir.join(file),
+        None => PathBuf::from(&entry.system_path),
+    };
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = object::File::parse(&*bytes).map_err(|e| format!("{}: not a readable ELF file: {e}", path.display()))?;
+    let lowest = file.segments().map(|s| s.address()).min().ok_or_else(|| format!("{}: no loadable segments", path.display()))?;
+    // The bundle's load address is where the lowest segment's page starts
+    // (LLDB's `loadAddress`), as the decoder's image reads it.
+    let bias = entry.load_address.0.wrapping_sub(lowest & !0xfff);
+    let mut dynamic = None;
+    let mut program_headers = None;
+    let mut interpreter = None;
+    let mut unchanging = Vec::new();
+    let path_text = path.to_string_lossy().into_owned();
+    if let object::File::Elf64(elf) = &file {
+        use object::read::elf::ProgramHeader as _;
+        let endian = elf.endian();
+        let header = elf.elf_header();
+        let phoff = header.e_phoff.get(endian);
+        let phnum = header.e_phnum.get(endian) as u64;
+        for ph in elf.elf_program_headers() {
+            let (kind, vaddr, memsz, flags) = (ph.p_type(endian), ph.p_vaddr(endian), ph.p_memsz(endian), ph.p_flags(endian));
+            match kind {
+                object::elf::PT_DYNAMIC => dynamic = Some(vaddr.wrapping_add(bias)),
+                object::elf::PT_PHDR => program_headers = Some((vaddr.wrapping_add(bias), phnum)),
+                object::elf::PT_INTERP => {
+                    interpreter = ph.data(endian, &*bytes).ok().map(|d| String::from_utf8_lossy(d.split(|&b| b == 0).next().unwrap_or(&[])).into_owned())
+                }
+                object::elf::PT_LOAD => {
+                    if program_headers.is_none() && ph.p_offset(endian) <= phoff && phoff < ph.p_offset(endian) + ph.p_filesz(endian) {
+                        program_headers = Some((vaddr + (phoff - ph.p_offset(endian)) + bias, phnum));
+                    }
+                    if flags & PF_W == 0 {
+                        unchanging.push(Mapping {
+                            start: vaddr.wrapping_add(bias),
+                            end: vaddr.wrapping_add(bias).wrapping_add(memsz),
+                            readable: flags & PF_R != 0,
+                            writable: false,
+                            executable: flags & PF_X != 0,
+                            offset: ph.p_offset(endian),
+                            path: entry.system_path.clone(),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    } else {
+        return Err(format!("{}: not a 64-bit ELF file", path.display()));
+    }
+    let module = Module {
+        path: path_text,
+        bias,
+        dynamic,
+        entry: file.entry().wrapping_add(bias),
+        program_headers,
+        interpreter,
+        system_path: entry.system_path.clone(),
+    };
+    Ok((module, unchanging))
+}
+
+fn push_auxv(auxv: &mut Vec<u8>, key: u64, value: u64) {
+    auxv.extend_from_slice(&key.to_le_bytes());
+    auxv.extend_from_slice(&value.to_le_bytes());
+}
+
+impl SavedTrace {
+    /// Loads and decodes the bundle described by `trace_json`. The error is
+    /// a sentence for the user.
+    pub fn open(trace_json: &Path) -> Result<Self, String> {
+        let loaded: LoadedBundle = retrace_decoder::bundle::load::load(trace_json).map_err(|e| e.to_string())?;
+        for warning in &loaded.warnings {
+            tracing::warn!("{warning}");
+        }
+        if loaded.processes.len() != 1 {
+            return Err(format!(
+                "{}: the trace holds {} program images (the process exec'd); replay serves one program: open the bundle of one image",
+                trace_json.display(),
+                loaded.processes.len()
+            ));
+        }
+        let process = &loaded.description.processes[0];
+        let pid = u32::try_from(process.pid).map_err(|_| format!("{}: pid {} is not a Linux pid", trace_json.display(), process.pid))?;
+        let image = &loaded.processes[0].image;
+        // Item ids as `retrace dump instructions` and LLDB give them.
+        let options = FlowOptions { lldb_psb_slices: true };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let trace_bytes = loaded.threads.iter().map(|t| t.trace.len()).sum();
+        let threads: Vec<RecordedThread> = loaded
+            .threads
+            .iter()
+            .map(|t| RecordedThread { tid: t.tid, history: decode_parallel_with(&t.trace, image, cores, options) })
+            .collect();
+        if threads.iter().all(|t| t.history.instructions() == 0) {
+            return Err(format!("{}: the trace holds no instructions", trace_json.display()));
+        }
+        // Without a clock common to the threads their interleaving is not
+        // known: one thread after another, in bundle order.
+        let timeline = Timeline::sequential(threads);
+        let dir = trace_json.parent().unwrap_or(Path::new("."));
+        let mut modules = Vec::new();
+        let mut unchanging = Vec::new();
+        for entry in &process.modules {
+            if entry.system_path.starts_with('[') && entry.file.is_none() {
+                continue; // [vdso] without a copy
+            }
+            match module(dir, entry) {
+                Ok((module, ranges)) => {
+                    modules.push(module);
+                    unchanging.extend(ranges);
+                }
+                Err(e) => tracing::warn!("module {} left out: {e}", entry.system_path),
+            }
+        }
+        let Some(program) = modules.first().cloned() else {
+            return Err(format!("{}: the trace lists no readable module (the program's file is needed)", trace_json.display()));
+        };
+        let mut auxv = Vec::new();
+        if let Some((phdr, phnum)) = program.program_headers {
+            push_auxv(&mut auxv, AT_PHDR, phdr);
+            push_auxv(&mut auxv, AT_PHENT, 56);
+            push_auxv(&mut auxv, AT_PHNUM, phnum);
+        }
+        push_auxv(&mut auxv, AT_PAGESZ, 4096);
+        let interpreter = program.interpreter.as_ref().and_then(|i| {
+            let name = Path::new(i).file_name()?;
+            modules.iter().skip(1).find(|m| Path::new(&m.system_path).file_name() == Some(name))
+        });
+        push_auxv(&mut auxv, AT_BASE, interpreter.map_or(0, |m| m.bias));
+        push_auxv(&mut auxv, AT_ENTRY, program.entry);
+        push_auxv(&mut auxv, AT_NULL, 0);
+        let entries: Vec<LinkMapEntry> = modules
+            .iter()
+            .skip(1)
+            .filter_map(|m| {
+                // `lm` only names the entry (there is no link map to read):
+                // the dynamic section's address is unique per module.
+                let dynamic = m.dynamic?;
+                Some(LinkMapEntry { link_map: dynamic, base: m.bias, dynamic, name: m.path.clone().into_bytes() })
+            })
+            .collect();
+        let libraries = library_list_xml(&entries);
+        let position = timeline.len() - 1;
+        Ok(SavedTrace {
+            pid,
+            bundle: trace_json.to_path_buf(),
+            timeline,
+            trace_bytes,
+            image: image.clone(),
+            unchanging,
+            modules,
+            auxv,
+            libraries,
+            position,
+            sw_breakpoints: BTreeSet::new(),
+            hw_breakpoints: BTreeSet::new(),
+            actions: Actions::default(),
+            armed: None,
+            stop: None,
+            killed: false,
+        })
+    }
+
+    /// The timeline being replayed.
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    /// The current position in the timeline.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    fn tid_at(&self, position: u64) -> Tid {
+        let tid = self.timeline.at(position).map_or(self.pid as u64, |i| i.tid);
+        Tid::new(tid as usize).expect("tids are not 0")
+    }
+
+    fn is_breakpoint(&self, ip: u64) -> bool {
+        self.sw_breakpoints.contains(&ip) || self.hw_breakpoints.contains(&ip)
+    }
+
+    /// The stop for arriving at `position` because a breakpoint is there.
+    fn breakpoint_stop(&self, position: u64) -> StopReason {
+        let ip = self.timeline.at(position).map_or(0, |i| i.ip);
+        let tid = self.tid_at(position);
+        if self.sw_breakpoints.contains(&ip) {
+            StopReason::SwBreak(tid)
+        } else {
+            StopReason::HwBreak(tid)
+        }
+    }
+
+    fn boundary(&self, position: u64, pos: ReplayLogPosition) -> StopReason {
+        StopReason::ReplayLog { tid: Some(self.tid_at(position)), pos }
+    }
+
+    /// Runs backwards to the latest earlier instruction at a breakpoint, or
+    /// the start of history.
+    fn run_backwards(&mut self) -> StopReason {
+        match self.timeline.search_back(self.position, |ip| self.is_breakpoint(ip)) {
+            Some(at) => {
+                self.position = at;
+                self.breakpoint_stop(at)
+            }
+            None => {
+                self.position = 0;
+                self.boundary(0, ReplayLogPosition::Begin)
+            }
+        }
+    }
+
+    /// Un-executes the last instruction of thread `tid`.
+    fn step_backwards(&mut self, tid: u64) -> StopReason {
+        let Some(thread) = self.timeline.thread_of(tid) else {
+            return self.boundary(self.position, ReplayLogPosition::Begin);
+        };
+        match self.timeline.previous_of_thread(self.position, thread) {
+            Some(at) => {
+                self.position = at;
+                StopReason::SignalWithThread { tid: self.tid_at(at), signal: GdbSignal::SIGTRAP }
+            }
+            None => self.boundary(self.position, ReplayLogPosition::Begin),
+        }
+    }
+
+    /// Replays forwards: one instruction of `step` (others running along
+    /// until then), or on to the next breakpoint; the end of history stops.
+    fn run_forwards(&mut self, step: Option<u64>) -> StopReason {
+        let here = self.timeline.at(self.position);
+        if let Some(here) = here {
+            // An inserted breakpoint at the PC traps before anything runs,
+            // as on the real processor (LLDB relies on it after a reverse
+            // stop, reverse-execution.md §5.1).
+            if self.is_breakpoint(here.ip) && step.is_none_or(|t| t == here.tid) {
+                return self.breakpoint_stop(self.position);
+            }
+        }
+        let target = match step {
+            Some(tid) => match self.timeline.thread_of(tid).and_then(|t| self.timeline.next_of_thread(self.position, t)) {
+                Some(at) => Some(at),
+                None => return self.boundary(self.position, ReplayLogPosition::End),
+            },
+            None => None,
+        };
+        let mut at = self.position;
+        let found = self.timeline.search_forward(self.position, |ip| {
+            at += 1;
+            Some(at) == target || self.sw_breakpoints.contains(&ip) || self.hw_breakpoints.contains(&ip)
+        });
+        match found {
+            Some(found) if Some(found) == target && !self.timeline.at(found).is_some_and(|i| self.is_breakpoint(i.ip)) => {
+                self.position = found;
+                StopReason::SignalWithThread { tid: self.tid_at(found), signal: GdbSignal::SIGTRAP }
+            }
+            Some(found) => {
+                self.position = found;
+                if Some(found) == target {
+                    // Stepped onto a breakpoint: a step stop, as a
+                    // processor reports it.
+                    return StopReason::SignalWithThread { tid: self.tid_at(found), signal: GdbSignal::SIGTRAP };
+                }
+                self.breakpoint_stop(found)
+            }
+            None => {
+                self.position = self.timeline.len() - 1;
+                self.boundary(self.position, ReplayLogPosition::End)
+            }
+        }
+    }
+
+    /// A resume armed by `monitor goto` goes there, whatever it asked.
+    fn take_armed(&mut self) -> Option<StopReason> {
+        let armed = self.armed.take()?;
+        self.position = armed.position;
+        Some(StopReason::SignalWithThread { tid: self.tid_at(armed.position), signal: GdbSignal::SIGTRAP })
+    }
+
+    /// `monitor record status`.
+    fn status(&self, json: bool) -> String {
+        let here = self.timeline.at(self.position).expect("the position is in the timeline");
+        let id = self.timeline.item_id(self.position).unwrap_or(0);
+        let threads: Vec<serde_json::Value> = self
+            .timeline
+            .threads()
+            .iter()
+            .map(|t| serde_json::json!({"tid": t.tid, "instructions": t.history.instructions()}))
+            .collect();
+        if json {
+            let value = serde_json::json!({
+                "mode": "replay",
+                "trace": self.bundle.display().to_string(),
+                "instructions": self.timeline.len(),
+                "traceBytes": self.trace_bytes,
+                "threads": threads,
+                "position": {"tid": here.tid, "id": id, "pc": here.ip, "index": self.position},
+            });
+            return format!("{value}\n");
+        }
+        let mut text = String::new();
+        let _ = writeln!(text, "Replaying {} (control flow only: registers other than the PC and writable memory are unavailable).", self.bundle.display());
+        let _ = writeln!(text, "Recorded: {} instructions in {} thread(s), {} bytes of trace.", self.timeline.len(), threads.len(), self.trace_bytes);
+        let _ = writeln!(
+            text,
+            "Position: instruction {id} of thread {} (pc {:#x}); {} of {} in the history.",
+            here.tid,
+            here.ip,
+            self.position + 1,
+            self.timeline.len()
+        );
+        text
+    }
+
+    /// `monitor goto begin|end|ID [TID]`.
+    fn goto(&mut self, args: &[&str]) -> Result<String, String> {
+        let position = match args {
+            ["begin"] => 0,
+            ["end"] => self.timeline.len() - 1,
+            [id] | [id, _] => {
+                let item = id.parse::<u64>().map_err(|_| format!("`{id}` is not an instruction id (a number, `begin` or `end`)"))?;
+                let tid = match args.get(1) {
+                    Some(tid) => tid.parse::<u64>().map_err(|_| format!("`{tid}` is not a thread id"))?,
+                    None => self.timeline.at(self.position).map_or(0, |i| i.tid),
+                };
+                self.timeline.position_of_item(tid, item)?
+            }
+            _ => return Err("usage: goto begin|end|ID [TID]".into()),
+        };
+        self.armed = Some(Armed { position });
+        let here = self.timeline.at(position).expect("a position of the timeline");
+        Ok(format!("The next resume stops at instruction {} of thread {} (pc {:#x}).\n", self.timeline.item_id(position).unwrap_or(0), here.tid, here.ip))
+    }
+
+    /// Answers a `monitor` command.
+    pub fn monitor(&mut self, command: &str) -> Result<String, String> {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        match words.as_slice() {
+            ["record", "status"] => Ok(self.status(false)),
+            ["record", "status", "--json"] => Ok(self.status(true)),
+            ["goto", rest @ ..] | ["record", "goto", rest @ ..] => self.goto(rest),
+            _ => Err(format!("unknown monitor command `{command}`; try `record status [--json]` or `goto begin|end|ID [TID]`")),
+        }
+    }
+}
+
+fn tid(thread: Tid) -> u64 {
+    thread.get() as u64
+}
+
+fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
+    let start = (offset as usize).min(data.len());
+    let n = length.min(buf.len()).min(data.len() - start);
+    buf[..n].copy_from_slice(&data[start..start + n]);
+    n
+}
+
+impl Inferior for SavedTrace {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn start_session(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn has_thread(&self, tid: u64) -> bool {
+        self.timeline.thread_of(tid).is_some()
+    }
+
+    fn any_thread(&self) -> Option<u64> {
+        self.timeline.at(self.position).map(|i| i.tid)
+    }
+
+    fn stop_events(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    fn poll_stop(&mut self) -> Option<StopReason> {
+        self.stop.take()
+    }
+
+    fn interrupt(&mut self) {
+        if self.stop.is_none() {
+            self.stop = Some(StopReason::SignalWithThread { tid: self.tid_at(self.position), signal: GdbSignal::SIGINT });
+        }
+    }
+
+    fn memory_region_info(&self, address: u64) -> Vec<u8> {
+        memory_region_info(&self.unchanging, address).into_bytes()
+    }
+
+    fn kill(&mut self) {
+        self.killed = true;
+    }
+
+    fn detach(&mut self) {}
+
+    fn register_available(&mut self, tid: u64, n: usize) -> bool {
+        self.timeline.thread_of(tid).and_then(|t| self.timeline.next_pc_of_thread(self.position, t)).is_some() && n == 16
+    }
+
+    fn monitor_command(&mut self, command: &str) -> Result<String, String> {
+        self.monitor(command)
+    }
+}
+
+crate::target::offer_capabilities!(SavedTrace);
+
+impl MultiThreadBase for SavedTrace {
+    fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {
+        let index = self.timeline.thread_of(tid(thread)).ok_or(TargetError::NonFatal)?;
+        *regs = match self.timeline.next_pc_of_thread(self.position, index) {
+            Some(pc) => Regs::only_pc(pc),
+            // It runs no more in the history: where it stands is not known.
+            None => Regs { unavailable: u64::MAX, ..Regs::default() },
+        };
+        Ok(())
+    }
+
+    fn write_registers(&mut self, _regs: &Regs, _thread: Tid) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn support_single_register_access(&mut self) -> Option<SingleRegisterAccessOps<'_, Tid, Self>> {
+        Some(self)
+    }
+
+    fn read_addrs(&mut self, start: u64, data: &mut [u8], _thread: Tid) -> TargetResult<usize, Self> {
+        // Only what cannot have changed: a read-only segment, from the file.
+        let range = self.unchanging.iter().find(|m| m.start <= start && start < m.end).ok_or(TargetError::NonFatal)?;
+        let section = self.image.section_at(start).ok_or(TargetError::NonFatal)?;
+        let offset = (start - section.start) as usize;
+        let available = (section.len - offset).min((range.end - start) as usize);
+        let n = data.len().min(available);
+        data[..n].copy_from_slice(&section.bytes[section.offset + offset..section.offset + offset + n]);
+        Ok(n)
+    }
+
+    fn write_addrs(&mut self, _start: u64, _data: &[u8], _thread: Tid) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn list_active_threads(&mut self, register: &mut dyn FnMut(Tid)) -> Result<(), Self::Error> {
+        for thread in self.timeline.threads() {
+            register(Tid::new(thread.tid as usize).ok_or("thread 0")?);
+        }
+        Ok(())
+    }
+
+    fn support_resume(&mut self) -> Option<MultiThreadResumeOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl SingleRegisterAccess<Tid> for SavedTrace {
+    fn read_register(&mut self, thread: Tid, reg: RegNumber, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        let mut regs = Regs::default();
+        self.read_registers(&mut regs, thread)?;
+        if !regs.is_available(reg.0) {
+            return Ok(0); // `xx…`
+        }
+        let bytes = regs.register_bytes(reg.0).ok_or(TargetError::NonFatal)?;
+        Ok(copy_window(&bytes, 0, buf.len(), buf))
+    }
+
+    fn write_register(&mut self, _thread: Tid, _reg: RegNumber, _value: &[u8]) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+}
+
+impl MultiThreadResume for SavedTrace {
+    fn resume(&mut self) -> Result<(), Self::Error> {
+        let stop = match self.take_armed() {
+            Some(stop) => stop,
+            None => {
+                let step = self.actions.step;
+                self.run_forwards(step)
+            }
+        };
+        self.stop = Some(stop);
+        Ok(())
+    }
+
+    fn clear_resume_actions(&mut self) -> Result<(), Self::Error> {
+        self.actions = Actions::default();
+        Ok(())
+    }
+
+    fn set_resume_action_continue(&mut self, _thread: Tid, _signal: Option<GdbSignal>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn support_single_step(&mut self) -> Option<MultiThreadSingleStepOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_scheduler_locking(&mut self) -> Option<MultiThreadSchedulerLockingOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_reverse_cont(&mut self) -> Option<ReverseContOps<'_, Tid, Self>> {
+        Some(self)
+    }
+
+    fn support_reverse_step(&mut self) -> Option<ReverseStepOps<'_, Tid, Self>> {
+        Some(self)
+    }
+}
+
+impl MultiThreadSingleStep for SavedTrace {
+    fn set_resume_action_step(&mut self, thread: Tid, _signal: Option<GdbSignal>) -> Result<(), Self::Error> {
+        self.actions.step = Some(tid(thread));
+        Ok(())
+    }
+}
+
+impl MultiThreadSchedulerLocking for SavedTrace {
+    fn set_resume_action_scheduler_lock(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+impl ReverseCont<Tid> for SavedTrace {
+    fn reverse_cont(&mut self) -> Result<(), Self::Error> {
+        let stop = match self.take_armed() {
+            Some(stop) => stop,
+            None => self.run_backwards(),
+        };
+        self.stop = Some(stop);
+        Ok(())
+    }
+}
+
+impl ReverseStep<Tid> for SavedTrace {
+    fn reverse_step(&mut self, thread: Tid) -> Result<(), Self::Error> {
+        let stop = match self.take_armed() {
+            Some(stop) => stop,
+            None => self.step_backwards(tid(thread)),
+        };
+        self.stop = Some(stop);
+        Ok(())
+    }
+}
+
+impl SwBreakpoint for SavedTrace {
+    fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        self.sw_breakpoints.insert(addr);
+        Ok(true)
+    }
+
+    fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        self.sw_breakpoints.remove(&addr);
+        Ok(true)
+    }
+}
+
+impl HwBreakpoint for SavedTrace {
+    fn add_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        self.hw_breakpoints.insert(addr);
+        Ok(true)
+    }
+
+    fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        self.hw_breakpoints.remove(&addr);
+        Ok(true)
+    }
+}
+
+impl HwWatchpoint for SavedTrace {
+    /// A trace has no data: a watchpoint could never trigger.
+    fn add_hw_watchpoint(&mut self, _addr: u64, _len: u64, _kind: WatchKind) -> TargetResult<bool, Self> {
+        Ok(false)
+    }
+
+    fn remove_hw_watchpoint(&mut self, _addr: u64, _len: u64, _kind: WatchKind) -> TargetResult<bool, Self> {
+        Ok(true)
+    }
+}
+
+impl ExecFile for SavedTrace {
+    fn get_exec_file(&self, _pid: Option<gdbstub::common::Pid>, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        let path = self.modules.first().map_or("", |m| m.path.as_str());
+        Ok(copy_window(path.as_bytes(), offset, length, buf))
+    }
+}
+
+impl Auxv for SavedTrace {
+    fn get_auxv(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        Ok(copy_window(&self.auxv, offset, length, buf))
+    }
+}
+
+impl LibrariesSvr4 for SavedTrace {
+    fn get_libraries_svr4(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        Ok(copy_window(self.libraries.as_bytes(), offset, length, buf))
+    }
+}
+
+impl ExtendedMode for SavedTrace {
+    fn run(&mut self, _filename: Option<&[u8]>, _args: Args<'_, '_>) -> TargetResult<gdbstub::common::Pid, Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn attach(&mut self, _pid: gdbstub::common::Pid) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn query_if_attached(&mut self, _pid: gdbstub::common::Pid) -> TargetResult<AttachKind, Self> {
+        Ok(AttachKind::Attach)
+    }
+
+    fn kill(&mut self, _pid: Option<gdbstub::common::Pid>) -> TargetResult<ShouldTerminate, Self> {
+        self.killed = true;
+        Ok(ShouldTerminate::Yes)
+    }
+
+    fn restart(&mut self) -> Result<(), Self::Error> {
+        Err("a saved trace cannot be restarted".into())
+    }
+
+    fn support_current_active_pid(&mut self) -> Option<CurrentActivePidOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl CurrentActivePid for SavedTrace {
+    fn current_active_pid(&mut self) -> Result<gdbstub::common::Pid, Self::Error> {
+        NonZeroUsize::new(self.pid as usize).ok_or_else(|| "no process".to_string())
+    }
+}

@@ -1,0 +1,281 @@
+//! `retrace-stub --replay`: a saved trace served as a stopped process that
+//! GDB 13 and LLDB 22 run backwards and forwards. Judged against `retrace
+//! dump instructions` on the same bundle: where a reverse-continue stops is
+//! the last execution of the breakpoint's address in that listing, and
+//! `monitor record status` names the same instruction id.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+mod common;
+
+use common::{retrace, wait_exit};
+use retrace_collector::software::StepMode;
+use retrace_tests::recordings::{build, record_bundle};
+use retrace_tests::tools::{require, which};
+
+fn gdb_present() -> bool {
+    require("gcc", which("gcc").is_some()) && require("gdb", which("gdb").is_some())
+}
+
+/// `replay_loop` built with `flags`, recorded in `mode` into a bundle;
+/// returns the program and the bundle's trace.json.
+fn recorded(name: &str, flags: &[&str], mode: StepMode) -> (PathBuf, PathBuf) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let program = build("replay_loop", &dir, flags);
+    let trace_json = record_bundle(&program, &[], mode, &dir.join("bundle"));
+    (program, trace_json)
+}
+
+/// The stub replaying `trace_json`, and its port.
+fn start_replay(trace_json: &Path) -> (Child, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
+        .args(["--listen", "127.0.0.1:0", "--replay"])
+        .arg(trace_json)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the stub ended before listening: {line}");
+    }
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            eprintln!("stub: {line}");
+        }
+    });
+    (child, port)
+}
+
+/// `retrace dump instructions -a -f --raw` of the bundle's one thread:
+/// (item id, address) of every instruction, first to last.
+fn listing(trace_json: &Path) -> Vec<(u64, u64)> {
+    let out = retrace().args(["dump", "instructions", "-a", "-f", "--raw"]).arg(trace_json).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (id, rest) = l.trim().split_once(": 0x")?;
+            Some((id.parse().ok()?, u64::from_str_radix(rest.split_whitespace().next()?, 16).ok()?))
+        })
+        .collect()
+}
+
+fn gdb(program: &Path, commands: &[&str]) -> String {
+    let mut args = vec!["-batch".to_string(), "-nx".into()];
+    for command in commands {
+        args.push("-ex".into());
+        args.push(command.to_string());
+    }
+    args.push(program.display().to_string());
+    let out = Command::new("timeout").arg("120").arg("gdb").args(&args).stdin(Stdio::null()).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// Every `$N = 0x…` GDB printed, in order.
+fn printed_values(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter(|l| l.starts_with('$'))
+        .filter_map(|l| l.split(" = 0x").nth(1).and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok()))
+        .collect()
+}
+
+/// Every `monitor record status --json` answer, in order.
+fn statuses(out: &str) -> Vec<serde_json::Value> {
+    out.lines().filter(|l| l.starts_with("{\"")).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
+fn position_id(status: &serde_json::Value) -> u64 {
+    status["position"]["id"].as_u64().unwrap_or_else(|| panic!("no position id in {status}"))
+}
+
+/// The address GDB gave breakpoint `n`.
+fn gdb_breakpoint_address(out: &str, n: u32) -> u64 {
+    let prefix = format!("Breakpoint {n} at 0x");
+    let line = out.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no breakpoint {n}:\n{out}"));
+    u64::from_str_radix(line.split(':').next().unwrap(), 16).unwrap()
+}
+
+/// The ids of the instructions at `address`, last first.
+fn executions_of(listing: &[(u64, u64)], address: u64) -> Vec<u64> {
+    listing.iter().rev().filter(|(_, a)| *a == address).map(|(id, _)| *id).collect()
+}
+
+#[test]
+fn gdb_runs_a_saved_trace_backwards_and_forwards() {
+    if !gdb_present() {
+        return;
+    }
+    let (program, trace_json) = recorded("gdb-static", &["-O0", "-static"], StepMode::Branch);
+    let listing = listing(&trace_json);
+    let (stub, port) = start_replay(&trace_json);
+    let target = format!("target remote 127.0.0.1:{port}");
+    let fifth = listing[5];
+    let goto_fifth = format!("monitor goto {}", fifth.0);
+    let out = gdb(
+        &program,
+        &[
+            &target,
+            "monitor record status --json",
+            "break work",
+            "reverse-continue",
+            "p/x $pc",
+            "monitor record status --json",
+            "reverse-continue",
+            "p/x $pc",
+            "monitor record status --json",
+            "reverse-stepi",
+            "p/x $pc",
+            "monitor record status --json",
+            // PC only: other registers unavailable, writable memory refused, code read.
+            "info registers rax",
+            "x/x &total",
+            "x/i $pc",
+            // Forwards inside the history: the next call of work.
+            "continue",
+            "p/x $pc",
+            "monitor record status --json",
+            &goto_fifth,
+            "stepi",
+            "p/x $pc",
+            "monitor record status --json",
+            "delete",
+            "continue",
+            "monitor record status --json",
+            "reverse-continue",
+            "monitor record status --json",
+            "monitor goto 12345678901",
+            "monitor bogus",
+            "kill",
+        ],
+    );
+    let _ = wait_exit(stub);
+    let work = gdb_breakpoint_address(&out, 1);
+    let calls = executions_of(&listing, work);
+    assert_eq!(calls.len(), 5, "work runs five times:\n{out}");
+    let statuses = statuses(&out);
+    let pcs = printed_values(&out);
+    assert_eq!(statuses.len(), 8, "{out}");
+    assert_eq!(pcs.len(), 5, "{out}");
+    let (last_id, last_pc) = *listing.last().unwrap();
+    assert_eq!(position_id(&statuses[0]), last_id, "the replay starts at the end of history");
+    assert_eq!(statuses[0]["position"]["pc"].as_u64(), Some(last_pc));
+    assert_eq!(statuses[0]["instructions"].as_u64(), Some(listing.len() as u64));
+    // Backwards: the last call, then the one before.
+    assert_eq!((pcs[0], position_id(&statuses[1])), (work, calls[0]), "{out}");
+    assert_eq!((pcs[1], position_id(&statuses[2])), (work, calls[1]), "{out}");
+    // One instruction back: the instruction listed before it.
+    let before = listing.iter().rev().find(|(id, _)| *id < calls[1]).copied().unwrap();
+    assert_eq!((pcs[2], position_id(&statuses[3])), (before.1, before.0), "{out}");
+    assert!(out.contains("rax            <unavailable>"), "{out}");
+    assert!(out.contains("Cannot access memory at address"), "writable memory is refused:\n{out}");
+    assert!(out.lines().any(|l| l.contains("<work+") && l.contains("=>")), "code is read:\n{out}");
+    // Forwards: the call after (the breakpoint is where the reverse step left).
+    assert_eq!((pcs[3], position_id(&statuses[4])), (work, calls[1]), "{out}");
+    // goto then a step: that instruction of the listing.
+    assert_eq!((pcs[4], position_id(&statuses[5])), (fifth.1, fifth.0), "{out}");
+    // No breakpoints: on to the end, then back to the beginning.
+    assert!(out.contains("No more reverse-execution history."), "{out}");
+    assert_eq!(position_id(&statuses[6]), last_id, "{out}");
+    assert_eq!(position_id(&statuses[7]), listing[0].0, "{out}");
+    assert!(out.contains("error: no instruction 12345678901"), "{out}");
+    assert!(out.contains("error: unknown monitor command `bogus`"), "{out}");
+}
+
+/// LLDB 22's reverse continue (`SBProcess.ContinueInDirection`) through a
+/// saved trace of a dynamic program, and its views of the state there.
+const LLDB_SESSION: &str = r#"
+import json, sys, lldb
+program, port = sys.argv[1], sys.argv[2]
+debugger = lldb.SBDebugger.Create()
+debugger.SetAsync(False)
+target = debugger.CreateTarget(program)
+error = lldb.SBError()
+process = target.ConnectRemote(debugger.GetListener(), "connect://127.0.0.1:" + port, "gdb-remote", error)
+assert error.Success(), error.GetCString()
+interpreter = debugger.GetCommandInterpreter()
+
+def command(text):
+    result = lldb.SBCommandReturnObject()
+    interpreter.HandleCommand(text, result)
+    return (result.GetOutput() or "") + (result.GetError() or "")
+
+def status():
+    out = command("process plugin packet monitor record status --json")
+    return json.loads(next(l for l in out.splitlines() if l.startswith('{"')))
+
+def stop(name):
+    thread = process.GetSelectedThread()
+    frame = thread.GetFrameAtIndex(0)
+    rax = frame.FindRegister("rax")
+    print(json.dumps({
+        "name": name,
+        "state": lldb.SBDebugger.StateAsCString(process.GetState()),
+        "reason": thread.GetStopReason(),
+        "pc": frame.GetPC(),
+        "function": frame.GetFunctionName(),
+        "rax_valid": bool(rax.IsValid() and rax.GetValueAsUnsigned(0xdead) != 0xdead and rax.GetError().Success()),
+        "id": status()["position"]["id"],
+    }))
+
+breakpoint = target.BreakpointCreateByName("work")
+print(json.dumps({"name": "breakpoint", "address": breakpoint.GetLocationAtIndex(0).GetLoadAddress()}))
+stop("start")
+process.ContinueInDirection(lldb.eRunReverse)
+stop("reverse")
+process.Continue()
+stop("reverse again")
+process.ContinueInDirection(lldb.eRunForward)
+stop("forward")
+print(json.dumps({"name": "registers", "text": command("register read rip rax")}))
+breakpoint.SetEnabled(False)
+process.ContinueInDirection(lldb.eRunReverse)
+stop("boundary")
+process.Kill()
+"#;
+
+#[test]
+fn lldb_runs_a_saved_trace_backwards_and_forwards() {
+    if !require("gcc", which("gcc").is_some())
+        || !require("lldb-22", which("lldb-22").is_some())
+        || !require("python3-lldb-22", Path::new("/usr/lib/python3/dist-packages/lldb").exists())
+    {
+        return;
+    }
+    let (program, trace_json) = recorded("lldb-dynamic", &["-O0"], StepMode::Branch);
+    let listing = listing(&trace_json);
+    let (stub, port) = start_replay(&trace_json);
+    let out = Command::new("timeout")
+        .args(["120", "/usr/bin/python3", "-c", LLDB_SESSION])
+        .arg(&program)
+        .arg(port.to_string())
+        .output()
+        .unwrap();
+    let _ = wait_exit(stub);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let events: Vec<serde_json::Value> = statuses(&text);
+    assert_eq!(events.len(), 7, "{text}");
+    let work = events[0]["address"].as_u64().unwrap();
+    let calls = executions_of(&listing, work);
+    assert_eq!(calls.len(), 5, "{text}");
+    let stop = |i: usize| (events[i]["reason"].as_u64().unwrap(), events[i]["pc"].as_u64().unwrap(), events[i]["id"].as_u64().unwrap());
+    const BREAKPOINT: u64 = 3; // lldb.eStopReasonBreakpoint
+    const HISTORY_BOUNDARY: u64 = 16; // lldb.eStopReasonHistoryBoundary
+    let (last_id, last_pc) = *listing.last().unwrap();
+    assert_eq!((stop(1).1, stop(1).2), (last_pc, last_id), "the end of history:\n{text}");
+    assert_eq!(stop(2), (BREAKPOINT, work, calls[0]), "reverse continue: the last call:\n{text}");
+    assert_eq!(stop(3), (BREAKPOINT, work, calls[1]), "plain continue keeps going backwards:\n{text}");
+    assert_eq!(stop(4), (BREAKPOINT, work, calls[0]), "forward again: the next call:\n{text}");
+    assert_eq!(events[4]["function"], "work");
+    assert!(!events[4]["rax_valid"].as_bool().unwrap(), "rax is unavailable:\n{text}");
+    let registers = events[5]["text"].as_str().unwrap();
+    assert!(registers.contains(&format!("rip = {work:#018x}")), "{registers}");
+    assert!(!registers.contains("0xcccccccc"), "no made-up value: {registers}");
+    assert_eq!(stop(6), (HISTORY_BOUNDARY, listing[0].1, listing[0].0), "back to the start:\n{text}");
+}
