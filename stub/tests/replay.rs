@@ -279,3 +279,50 @@ fn lldb_runs_a_saved_trace_backwards_and_forwards() {
     assert!(!registers.contains("0xcccccccc"), "no made-up value: {registers}");
     assert_eq!(stop(6), (HISTORY_BOUNDARY, listing[0].1, listing[0].0), "back to the start:\n{text}");
 }
+
+/// The saved trace is also served as a trace, for the clients' own
+/// decoders: GDB's `record btrace pt` (its libipt) and LLDB's `process trace
+/// start` (its intel-pt plugin) decode what `retrace dump` lists.
+#[test]
+fn the_saved_trace_is_served_to_gdb_and_lldb_decoders() {
+    if !gdb_present() || !require("lldb-22", which("lldb-22").is_some()) {
+        return;
+    }
+    let (program, trace_json) = recorded("decoders", &["-O2", "-static"], StepMode::Branch);
+    let listing = listing(&trace_json);
+    let count = listing.len();
+
+    let (stub, port) = start_replay(&trace_json);
+    let history = format!("record instruction-history {},{count}", count - 9);
+    let out = gdb(&program, &[&format!("target remote 127.0.0.1:{port}"), "record btrace pt", "info record", &history, "kill"]);
+    let _ = wait_exit(stub);
+    assert!(out.contains(&format!("Recorded {count} instructions in ")) && out.contains("(0 gaps)"), "{out}");
+    let addresses: Vec<u64> = out
+        .lines()
+        .filter_map(|l| {
+            let (index, rest) = l.split_once('\t')?;
+            index.trim().parse::<usize>().ok()?;
+            let rest = rest.trim().trim_start_matches("=>").trim();
+            u64::from_str_radix(rest.strip_prefix("0x")?.split_whitespace().next()?, 16).ok()
+        })
+        .collect();
+    let tail: Vec<u64> = listing[count - 10..].iter().map(|(_, a)| *a).collect();
+    assert_eq!(addresses, tail, "GDB's instruction history ends as the listing:\n{out}");
+
+    let (stub, port) = start_replay(&trace_json);
+    let lldb = Command::new("timeout")
+        .args(["60", "lldb-22", "-b", "-o", &format!("gdb-remote {port}"), "-o", "process trace start"])
+        .args(["-o", "thread trace dump instructions -e -c 12", "-o", "kill"])
+        .arg(&program)
+        .output()
+        .unwrap();
+    let _ = wait_exit(stub);
+    let lldb = String::from_utf8_lossy(&lldb.stdout).into_owned();
+    let ours = retrace().args(["dump", "instructions", "-e", "-c", "12"]).arg(&trace_json).output().unwrap();
+    let ours = String::from_utf8_lossy(&ours.stdout).into_owned();
+    let dump = |text: &str| -> Vec<String> {
+        text.lines().skip_while(|l| !l.starts_with("thread #1")).skip(1).take_while(|l| l.starts_with("  ")).map(str::to_string).collect()
+    };
+    assert!(dump(&ours).len() >= 12, "{ours}");
+    assert_eq!(dump(&lldb), dump(&ours), "LLDB's dump of the served trace:\n{lldb}");
+}

@@ -292,7 +292,30 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
     let mut mnemonic = String::new();
     let mut operands = String::new();
     formatter.format_mnemonic(&insn, &mut mnemonic);
-    formatter.format_all_operands(&insn, &mut operands);
+    // Operand by operand: immediates are LLVM's, not iced's (below).
+    let mut immediate_comment = None;
+    for op in 0..formatter.operand_count(&insn) {
+        if op > 0 {
+            operands.push_str(", ");
+        }
+        match formatter.get_instruction_operand(&insn, op).ok().flatten().and_then(|i| llvm_immediate(&insn, i)) {
+            Some(value) => {
+                operands.push_str(&if value < 0 { format!("$-0x{:x}", value.unsigned_abs()) } else { format!("$0x{value:x}") });
+                if !(-256..=255).contains(&value) {
+                    immediate_comment = Some(if value == value as i16 as i64 {
+                        format!("imm = 0x{:X}", value as u16)
+                    } else if value == value as i32 as i64 {
+                        format!("imm = 0x{:X}", value as u32)
+                    } else {
+                        format!("imm = 0x{:X}", value as u64)
+                    });
+                }
+            }
+            None => {
+                let _ = formatter.format_operand(&insn, &mut operands, op);
+            }
+        }
+    }
     llvm_spelling(&insn, &mut mnemonic, &mut operands);
     // LLDB's layout: the mnemonic in 7 columns (at least one space after it).
     let width = if mnemonic.len() >= 7 { mnemonic.len() + 1 } else { 7 };
@@ -307,7 +330,7 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
             }
         })
     } else {
-        None
+        immediate_comment
     };
     let text = match comment {
         Some(comment) => format!("{mnemonic:<width$}{operands:<25} ; {comment}"),
@@ -316,8 +339,34 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
     (Some(mnemonic), text)
 }
 
+/// Instruction operand `i` as LLVM's disassembler holds an immediate (LLDB
+/// prints it signed, in hex): an 8-bit immediate sign-extended — except
+/// where LLVM types it unsigned (shift and rotate counts, `int`, `bt*`,
+/// ports, vector selectors) —, a 16- or 32-bit one as is, one sign-extended
+/// to 64 bits or a 64-bit one signed. `None` when the operand is not an
+/// immediate.
+fn llvm_immediate(insn: &iced_x86::Instruction, i: u32) -> Option<i64> {
+    use iced_x86::{Mnemonic as M, OpKind};
+    let signed_imm8 = matches!(
+        insn.mnemonic(),
+        M::Add | M::Or | M::Adc | M::Sbb | M::And | M::Sub | M::Xor | M::Cmp | M::Mov | M::Test | M::Push | M::Imul | M::Enter
+    );
+    Some(match insn.op_kind(i) {
+        OpKind::Immediate8 if signed_imm8 => insn.immediate8() as i8 as i64,
+        OpKind::Immediate8 => insn.immediate8() as i64,
+        OpKind::Immediate8_2nd => insn.immediate8_2nd() as i8 as i64,
+        OpKind::Immediate8to16 | OpKind::Immediate8to32 | OpKind::Immediate8to64 => insn.immediate8() as i8 as i64,
+        OpKind::Immediate16 => insn.immediate16() as i64,
+        OpKind::Immediate32 => insn.immediate32() as i64,
+        OpKind::Immediate32to64 => insn.immediate32() as i32 as i64,
+        OpKind::Immediate64 => insn.immediate64() as i64,
+        _ => return None,
+    })
+}
+
 /// Where LLVM's AT&T printer (LLDB's) spells an instruction differently from
-/// iced's: SETcc without a size suffix, `leave`, and `66 90` as `nop`.
+/// iced's: SETcc without a size suffix, `leave` and `enter`, three-operand `imul` with
+/// its source repeated, and `66 90` as `nop`.
 fn llvm_spelling(insn: &iced_x86::Instruction, mnemonic: &mut String, operands: &mut String) {
     use iced_x86::Mnemonic;
     let m = insn.mnemonic();
@@ -327,6 +376,19 @@ fn llvm_spelling(insn: &iced_x86::Instruction, mnemonic: &mut String, operands: 
         }
     } else if m == Mnemonic::Leave {
         *mnemonic = "leave".into();
+    } else if m == Mnemonic::Enter {
+        // LLVM: no suffix, and the frame size first.
+        *mnemonic = "enter".into();
+        if let Some((level, size)) = operands.split_once(", ") {
+            *operands = format!("{size}, {level}");
+        }
+    } else if m == Mnemonic::Imul && insn.op_count() == 3 && operands.matches(", ").count() == 1 {
+        // iced drops the source when it is the destination; LLVM keeps all three.
+        if let Some((_, register)) = operands.rsplit_once(", ") {
+            let register = register.to_string();
+            operands.push_str(", ");
+            operands.push_str(&register);
+        }
     } else if mnemonic == "xchgw" && operands == "%ax, %ax" {
         *mnemonic = "nop".into();
         operands.clear();
@@ -394,4 +456,69 @@ pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitC
         writeln!(out, "  Decoding: {:.3} s", t["decodeSeconds"].as_f64().unwrap_or(0.0))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Immediates spelled as LLVM's disassembler (LLDB's) spells them, with
+    /// its `imm = 0x…` comment; checked against `llvm-mc-22 --print-imm-hex`
+    /// where it is installed (`immediates_agree_with_llvm_mc`).
+    const IMMEDIATES: &[(&[u8], &str)] = &[
+        (&[0x49, 0xc7, 0xc0, 0xb8, 0xff, 0xff, 0xff], "movq   $-0x48, %r8"),
+        (&[0xb8, 0xff, 0xff, 0xff, 0xff], "movl   $0xffffffff, %eax         ; imm = 0xFFFFFFFF"),
+        (&[0x83, 0xc0, 0xff], "addl   $-0x1, %eax"),
+        (&[0x81, 0xc1, 0x00, 0xf0, 0xff, 0xff], "addl   $0xfffff000, %ecx         ; imm = 0xFFFFF000"),
+        (&[0x48, 0xb8, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], "movabsq $-0x48, %rax"),
+        (&[0x66, 0xb8, 0xff, 0xff], "movw   $0xffff, %ax              ; imm = 0xFFFF"),
+        (&[0x6a, 0xff], "pushq  $-0x1"),
+        (&[0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff], "cmpq   $-0x1000, %rax            ; imm = 0xF000"),
+        (&[0xb0, 0xff], "movb   $-0x1, %al"),
+        (&[0xcd, 0x80], "int    $0x80"),
+        (&[0xc1, 0xe0, 0x04], "shll   $0x4, %eax"),
+        (&[0xf6, 0xc1, 0x80], "testb  $-0x80, %cl"),
+        (&[0x0f, 0xba, 0xe0, 0xff], "btl    $0xff, %eax"),
+        (&[0x48, 0x69, 0xc0, 0x00, 0xf0, 0xff, 0xff], "imulq  $-0x1000, %rax, %rax      ; imm = 0xF000"),
+        (&[0xc8, 0x10, 0x00, 0x80], "enter  $0x10, $-0x80"),
+        (&[0x48, 0x81, 0xec, 0x18, 0x01, 0x00, 0x00], "subq   $0x118, %rsp              ; imm = 0x118"),
+    ];
+
+    fn ours(bytes: &[u8]) -> String {
+        let mut image = retrace_decoder::image::Image::new();
+        image.add_raw("code", 0x1000, bytes.to_vec());
+        disassemble(&image, &Symbolizer::new(), 0x1000).1
+    }
+
+    #[test]
+    fn immediates_are_spelled_as_llvm_spells_them() {
+        for (bytes, expected) in IMMEDIATES {
+            assert_eq!(&ours(bytes), expected, "{bytes:02x?}");
+        }
+    }
+
+    /// The table above is LLVM's: `llvm-mc-22` disassembles each encoding
+    /// to the same operands (its layout aside).
+    #[test]
+    fn immediates_agree_with_llvm_mc() {
+        let Ok(out) = std::process::Command::new("llvm-mc-22")
+            .args(["--disassemble", "-triple=x86_64", "--print-imm-hex"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                let text: Vec<String> = IMMEDIATES.iter().flat_map(|(b, _)| b.iter().map(|x| format!("{x:#04x}"))).collect();
+                child.stdin.take().unwrap().write_all(text.join(" ").as_bytes())?;
+                child.wait_with_output()
+            })
+        else {
+            eprintln!("skipped: llvm-mc-22 not installed (Debian package llvm-22)");
+            return;
+        };
+        let normal = |s: &str| s.replace('#', ";").split_whitespace().collect::<Vec<_>>().join(" ");
+        let llvm: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(normal).filter(|l| !l.is_empty()).collect();
+        let table: Vec<String> = IMMEDIATES.iter().map(|(_, text)| normal(text)).collect();
+        assert_eq!(llvm, table);
+    }
 }

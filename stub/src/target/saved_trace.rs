@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 use std::num::NonZeroUsize;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use gdbstub::common::{Signal as GdbSignal, Tid};
 use gdbstub::target::ext::auxv::Auxv;
@@ -37,7 +38,6 @@ use object::{Object, ObjectSegment};
 use retrace_collector::process::Mapping;
 use retrace_decoder::bundle::load::LoadedBundle;
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
-use retrace_decoder::image::Image;
 
 use super::live::libraries::{library_list_xml, memory_region_info, LinkMapEntry};
 use super::timeline::{RecordedThread, Timeline};
@@ -94,11 +94,21 @@ pub struct SavedTrace {
     pid: u32,
     bundle: PathBuf,
     timeline: Timeline,
+    /// Each thread's raw trace, served to clients that decode it themselves
+    /// (LLDB's `thread trace dump`, GDB's `record instruction-history`).
+    traces: Vec<(u64, Vec<u8>)>,
+    /// The client asked for the trace (`process trace start`, `record
+    /// btrace pt`): until then none is offered, or GDB would switch to
+    /// replaying it itself (gdb-btrace-remote.md).
+    trace_served: bool,
+    cpu: retrace_decoder::bundle::CpuInfo,
+    tsc_conversion: Option<crate::target::TscConversion>,
     trace_bytes: usize,
-    image: Image,
-    /// Ranges that cannot have changed while the program ran (read-only
-    /// segments), served from `image`.
+    /// Ranges that cannot have changed while the program ran (the pages of
+    /// read-only segments), served from their files (`unchanging_files`,
+    /// one per range).
     unchanging: Vec<Mapping>,
+    unchanging_files: Vec<Arc<[u8]>>,
     modules: Vec<Module>,
     auxv: Vec<u8>,
     libraries: String,
@@ -112,7 +122,7 @@ pub struct SavedTrace {
 }
 
 /// Reads the layout of one module file.
-fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> Result<(Module, Vec<Mapping>), String> {
+fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> Result<(Module, Vec<Mapping>, Arc<[u8]>), String> {
     let path = match &entry.file {
         Some(file) => bundle_dir.join(file),
         None => PathBuf::from(&entry.system_path),
@@ -147,13 +157,17 @@ fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> R
                         program_headers = Some((vaddr + (phoff - ph.p_offset(endian)) + bias, phnum));
                     }
                     if flags & PF_W == 0 {
+                        // Mapped in whole pages, as the kernel maps it: the
+                        // file's bytes around the segment come along.
+                        let start = vaddr.wrapping_add(bias);
+                        let page = start & !0xfff;
                         unchanging.push(Mapping {
-                            start: vaddr.wrapping_add(bias),
-                            end: vaddr.wrapping_add(bias).wrapping_add(memsz),
+                            start: page,
+                            end: (start.wrapping_add(memsz) + 0xfff) & !0xfff,
                             readable: flags & PF_R != 0,
                             writable: false,
                             executable: flags & PF_X != 0,
-                            offset: ph.p_offset(endian),
+                            offset: ph.p_offset(endian).saturating_sub(start - page),
                             path: entry.system_path.clone(),
                         });
                     }
@@ -173,7 +187,8 @@ fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> R
         interpreter,
         system_path: entry.system_path.clone(),
     };
-    Ok((module, unchanging))
+    drop(file);
+    Ok((module, unchanging, bytes.into()))
 }
 
 fn push_auxv(auxv: &mut Vec<u8>, key: u64, value: u64) {
@@ -217,13 +232,15 @@ impl SavedTrace {
         let dir = trace_json.parent().unwrap_or(Path::new("."));
         let mut modules = Vec::new();
         let mut unchanging = Vec::new();
+        let mut unchanging_files = Vec::new();
         for entry in &process.modules {
             if entry.system_path.starts_with('[') && entry.file.is_none() {
                 continue; // [vdso] without a copy
             }
             match module(dir, entry) {
-                Ok((module, ranges)) => {
+                Ok((module, ranges, file)) => {
                     modules.push(module);
+                    unchanging_files.extend(ranges.iter().map(|_| file.clone()));
                     unchanging.extend(ranges);
                 }
                 Err(e) => tracing::warn!("module {} left out: {e}", entry.system_path),
@@ -258,13 +275,20 @@ impl SavedTrace {
             .collect();
         let libraries = library_list_xml(&entries);
         let position = timeline.len() - 1;
+        let tsc_conversion = loaded.description.tsc_perf_zero_conversion.as_ref().and_then(|c| {
+            Some(crate::target::TscConversion { time_mult: c.time_mult, time_shift: c.time_shift, time_zero: c.time_zero.parse().ok()? })
+        });
         Ok(SavedTrace {
             pid,
             bundle: trace_json.to_path_buf(),
             timeline,
+            traces: loaded.threads.iter().map(|t| (t.tid, t.trace.clone())).collect(),
+            trace_served: false,
+            cpu: loaded.description.cpu_info.clone(),
+            tsc_conversion,
             trace_bytes,
-            image: image.clone(),
             unchanging,
+            unchanging_files,
             modules,
             auxv,
             libraries,
@@ -512,6 +536,48 @@ impl Inferior for SavedTrace {
 
     fn detach(&mut self) {}
 
+    /// The trace is recorded already: starting it again (LLDB's `process
+    /// trace start`, GDB's `record btrace pt`) serves it.
+    fn trace_start(&mut self, request: &crate::target::TraceStart) -> Result<(), String> {
+        let () = match &request.threads {
+            Some(threads) => match threads.iter().find(|&&t| !self.traces.iter().any(|(tid, _)| *tid == t)) {
+                Some(missing) => Err(format!("Thread {missing} was not recorded in the saved trace")),
+                None => Ok(()),
+            },
+            None => Ok(()),
+        }?;
+        if self.trace_served {
+            return Err("Process currently traced. Stop process tracing first".into());
+        }
+        self.trace_served = true;
+        Ok(())
+    }
+
+    /// The saved trace is no longer offered (it stays replayable).
+    fn trace_stop(&mut self, _threads: Option<&[u64]>) -> Result<(), String> {
+        self.trace_served = false;
+        Ok(())
+    }
+
+    fn trace_state(&self) -> Result<crate::target::TraceState, String> {
+        let served = self.traces.iter().filter(|_| self.trace_served);
+        Ok(crate::target::TraceState {
+            threads: served.map(|(tid, trace)| (*tid, trace.len())).collect(),
+            tsc_conversion: self.tsc_conversion,
+        })
+    }
+
+    fn trace_data(&mut self, tid: u64) -> Result<Vec<u8>, String> {
+        self.traces.iter().find(|(t, _)| *t == tid).map(|(_, trace)| trace.clone()).ok_or_else(|| format!("Thread {tid} not traced"))
+    }
+
+    fn trace_cpu_info(&self) -> String {
+        format!(
+            "processor\t: 0\nvendor_id\t: {}\ncpu family\t: {}\nmodel\t\t: {}\nstepping\t: {}\nflags\t\t: fpu tsc intel_pt\n\n",
+            self.cpu.vendor, self.cpu.family, self.cpu.model, self.cpu.stepping
+        )
+    }
+
     fn register_available(&mut self, tid: u64, n: usize) -> bool {
         self.timeline.thread_of(tid).and_then(|t| self.timeline.next_pc_of_thread(self.position, t)).is_some() && n == 16
     }
@@ -544,12 +610,14 @@ impl MultiThreadBase for SavedTrace {
 
     fn read_addrs(&mut self, start: u64, data: &mut [u8], _thread: Tid) -> TargetResult<usize, Self> {
         // Only what cannot have changed: a read-only segment, from the file.
-        let range = self.unchanging.iter().find(|m| m.start <= start && start < m.end).ok_or(TargetError::NonFatal)?;
-        let section = self.image.section_at(start).ok_or(TargetError::NonFatal)?;
-        let offset = (start - section.start) as usize;
-        let available = (section.len - offset).min((range.end - start) as usize);
-        let n = data.len().min(available);
-        data[..n].copy_from_slice(&section.bytes[section.offset + offset..section.offset + offset + n]);
+        let index = self.unchanging.iter().position(|m| m.start <= start && start < m.end).ok_or(TargetError::NonFatal)?;
+        let (range, file) = (&self.unchanging[index], &self.unchanging_files[index]);
+        let offset = usize::try_from(range.offset + (start - range.start)).map_err(|_| TargetError::NonFatal)?;
+        // Past the file's end a page reads as zeros.
+        let n = data.len().min((range.end - start) as usize);
+        let from_file = n.min(file.len().saturating_sub(offset));
+        data[..from_file].copy_from_slice(&file[offset..offset + from_file]);
+        data[from_file..n].fill(0);
         Ok(n)
     }
 
