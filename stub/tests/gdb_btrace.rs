@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{retrace, start_stub, wait_exit};
+use common::{gdb, gdb_breakpoint_address as breakpoint_address, printed_values, retrace, start_stub, wait_exit};
 use retrace_collector::process::{launch, LaunchOptions};
 use retrace_collector::software::{record, RecordOptions, StepMode};
 use retrace_tests::recordings::build;
@@ -21,32 +21,6 @@ fn tools() -> bool {
 fn program(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gdb-btrace").join(name);
     build(name, &dir, &["-O0"])
-}
-
-fn gdb(program: &Path, commands: &[&str]) -> String {
-    let mut args = vec!["-batch".to_string(), "-nx".into()];
-    for command in commands {
-        args.push("-ex".into());
-        args.push(command.to_string());
-    }
-    args.push(program.display().to_string());
-    let out = Command::new("timeout").arg("120").arg("gdb").args(&args).stdin(Stdio::null()).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
-
-/// Every `$N = 0x…` GDB printed, in order.
-fn printed_values(out: &str) -> Vec<u64> {
-    out.lines()
-        .filter(|l| l.starts_with('$'))
-        .filter_map(|l| l.split(" = 0x").nth(1).and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok()))
-        .collect()
-}
-
-/// The address GDB gave breakpoint `n` ("Breakpoint n at 0x…: file …").
-fn breakpoint_address(out: &str, n: u32) -> u64 {
-    let prefix = format!("Breakpoint {n} at 0x");
-    let line = out.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no breakpoint {n}:\n{out}"));
-    u64::from_str_radix(line.split(':').next().unwrap(), 16).unwrap()
 }
 
 /// The main thread's single-step log.

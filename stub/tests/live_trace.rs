@@ -370,6 +370,25 @@ fn tracing_stops_starts_again_and_follows_one_thread_of_several() {
     assert!(out.trim_end().ends_with("error: thread not traced"), "the stopped worker is not traced:\n{out}");
 }
 
+/// `retrace record` of `program`'s first `stop` instructions into the
+/// bundle `name`, loaded in a fresh lldb-22 that runs `command` on it; its
+/// output.
+fn recorded_and_loaded(program: &Path, stop: usize, name: &str, command: &str) -> String {
+    let bundle = Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-trace").join(name);
+    let _ = std::fs::remove_dir_all(&bundle);
+    let recorded = retrace()
+        .args(["record", "--backend", "software", "--mode", "step", "--max-insns", &stop.to_string(), "-o"])
+        .arg(&bundle)
+        .arg("--")
+        .arg(program)
+        .output()
+        .unwrap();
+    assert!(bundle.join("trace.json").exists(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let load = format!("trace load {}", bundle.join("trace.json").display());
+    let loaded = Command::new("timeout").args(["60", "lldb-22", "-b", "-o", &load, "-o", command]).output().unwrap();
+    String::from_utf8_lossy(&loaded.stdout).into_owned()
+}
+
 /// The symbolized dump of a live stretch reads as LLDB prints a `retrace
 /// record` bundle of the same run stopped at the same instruction (item
 /// ids aside: the bundle starts at the program's first instruction).
@@ -384,19 +403,7 @@ fn the_symbolized_live_dump_reads_as_a_recorded_bundle_of_the_same_run() {
     let truth = ground_truth(&program, &[]);
     let start = truth[0].iter().position(|&a| a == from).unwrap();
     let stop = start + truth[0][start..].iter().position(|&a| a == to).unwrap();
-    let bundle = Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-trace").join("recorded");
-    let _ = std::fs::remove_dir_all(&bundle);
-    let recorded = retrace()
-        .args(["record", "--backend", "software", "--mode", "step", "--max-insns", &stop.to_string(), "-o"])
-        .arg(&bundle)
-        .arg("--")
-        .arg(&program)
-        .output()
-        .unwrap();
-    assert!(bundle.join("trace.json").exists(), "{}", String::from_utf8_lossy(&recorded.stderr));
-    let load = format!("trace load {}", bundle.join("trace.json").display());
-    let loaded = Command::new("timeout").args(["60", "lldb-22", "-b", "-o", &load, "-o", "thread trace dump instructions -c 20"]).output().unwrap();
-    let loaded = String::from_utf8_lossy(&loaded.stdout).into_owned();
+    let loaded = recorded_and_loaded(&program, stop, "recorded", "thread trace dump instructions -c 20");
     // The dump's lines after its "thread #1: tid = …" line, ids dropped.
     let listing = |text: &str| -> Vec<String> {
         let after = text.split("thread trace dump instructions -c 20").nth(1).unwrap_or("");
@@ -414,6 +421,33 @@ fn the_symbolized_live_dump_reads_as_a_recorded_bundle_of_the_same_run() {
     let live = listing(&out);
     assert!(live.len() >= 21, "20 instructions and their symbol lines:\n{out}");
     assert_eq!(live, listing(&loaded), "live:\n{out}\nrecorded:\n{loaded}");
+}
+
+/// `thread trace dump function-calls` of a live trace taken from the
+/// program's first instruction to a breakpoint reads as LLDB prints it for
+/// a `retrace record` bundle of the same instructions (the same ids: both
+/// start at the first instruction).
+#[test]
+fn live_function_calls_read_as_a_recorded_bundle_of_the_same_stretch() {
+    if !tools() {
+        return;
+    }
+    let program = program("recursion", &["-O2", "-static"]);
+    let out = lldb(&program, &["process trace start -s 4194304 --tsc", "b depth", "c", "thread trace dump function-calls", "c"]);
+    let to = breakpoint_address(&out, 1);
+    let truth = ground_truth(&program, &[]);
+    let stop = truth[0].iter().position(|&a| a == to).unwrap();
+    let loaded = recorded_and_loaded(&program, stop, "recorded-calls", "thread trace dump function-calls");
+    // The call trees after the "thread #1: tid = …" line (tids differ);
+    // both traces have timestamps (`--tsc`), so item ids agree too.
+    let calls = |text: &str| -> Vec<String> {
+        let after = text.split("thread trace dump function-calls").nth(1).unwrap_or("");
+        after.lines().skip_while(|l| !l.starts_with("thread #")).skip(1).take_while(|l| !l.starts_with('(')).map(str::to_string).collect()
+    };
+    let live = calls(&out);
+    // The breakpoint's instruction (depth's first) has not run.
+    assert!(live.iter().any(|l| l.contains("recursion`fib")) && live.iter().any(|l| l.contains("recursion`main")), "a call tree through main and fib:\n{out}");
+    assert_eq!(live, calls(&loaded), "live:\n{out}\nrecorded:\n{loaded}");
 }
 
 /// A new thread that would take the process's traces over their limit is

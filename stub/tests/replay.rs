@@ -4,13 +4,12 @@
 //! the last execution of the breakpoint's address in that listing, and
 //! `monitor record status` names the same instruction id.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 mod common;
 
-use common::{retrace, wait_exit};
+use common::{gdb, gdb_breakpoint_address, printed_values, retrace, start_stub_command, wait_exit};
 use retrace_collector::software::StepMode;
 use retrace_tests::recordings::{build, record_bundle};
 use retrace_tests::tools::{require, which};
@@ -31,25 +30,8 @@ fn recorded(name: &str, flags: &[&str], mode: StepMode) -> (PathBuf, PathBuf) {
 
 /// The stub replaying `trace_json`, and its port.
 fn start_replay(trace_json: &Path) -> (Child, u16) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
-        .args(["--listen", "127.0.0.1:0", "--replay"])
-        .arg(trace_json)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("listening on") {
-        line.clear();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "the stub ended before listening: {line}");
-    }
+    let (child, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
     let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            eprintln!("stub: {line}");
-        }
-    });
     (child, port)
 }
 
@@ -67,25 +49,6 @@ fn listing(trace_json: &Path) -> Vec<(u64, u64)> {
         .collect()
 }
 
-fn gdb(program: &Path, commands: &[&str]) -> String {
-    let mut args = vec!["-batch".to_string(), "-nx".into()];
-    for command in commands {
-        args.push("-ex".into());
-        args.push(command.to_string());
-    }
-    args.push(program.display().to_string());
-    let out = Command::new("timeout").arg("120").arg("gdb").args(&args).stdin(Stdio::null()).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
-
-/// Every `$N = 0x…` GDB printed, in order.
-fn printed_values(out: &str) -> Vec<u64> {
-    out.lines()
-        .filter(|l| l.starts_with('$'))
-        .filter_map(|l| l.split(" = 0x").nth(1).and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok()))
-        .collect()
-}
-
 /// Every `monitor record status --json` answer, in order.
 fn statuses(out: &str) -> Vec<serde_json::Value> {
     out.lines().filter(|l| l.starts_with("{\"")).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
@@ -93,13 +56,6 @@ fn statuses(out: &str) -> Vec<serde_json::Value> {
 
 fn position_id(status: &serde_json::Value) -> u64 {
     status["position"]["id"].as_u64().unwrap_or_else(|| panic!("no position id in {status}"))
-}
-
-/// The address GDB gave breakpoint `n`.
-fn gdb_breakpoint_address(out: &str, n: u32) -> u64 {
-    let prefix = format!("Breakpoint {n} at 0x");
-    let line = out.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no breakpoint {n}:\n{out}"));
-    u64::from_str_radix(line.split(':').next().unwrap(), 16).unwrap()
 }
 
 /// The ids of the instructions at `address`, last first.

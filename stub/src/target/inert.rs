@@ -5,7 +5,6 @@
 //! against it (`stub/fuzz`).
 
 use std::collections::{BTreeSet, HashMap};
-use std::num::NonZeroUsize;
 use std::os::fd::BorrowedFd;
 
 use gdbstub::common::{Signal as GdbSignal, Tid};
@@ -17,15 +16,12 @@ use gdbstub::target::ext::base::multithread::{
 use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, SingleRegisterAccessOps};
 use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind};
 use gdbstub::target::ext::exec_file::ExecFile;
-use gdbstub::target::ext::extended_mode::{
-    Args, AttachKind, CurrentActivePid, CurrentActivePidOps, ExtendedMode, ShouldTerminate,
-};
 use gdbstub::target::ext::libraries::LibrariesSvr4;
 use gdbstub::target::ext::thread_extra_info::{ThreadExtraInfo, ThreadExtraInfoOps};
 use gdbstub::target::{TargetError, TargetResult};
 
 use crate::arch::{RegNumber, Regs};
-use crate::target::{Inferior, StopReason};
+use crate::target::{copy_window, Inferior, StopReason};
 
 /// Where the inert program's memory starts.
 pub const MEMORY_START: u64 = 0x5555_5555_4000;
@@ -77,12 +73,6 @@ fn tid(thread: Tid) -> u64 {
     thread.get() as u64
 }
 
-fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
-    let start = (offset as usize).min(data.len());
-    let n = length.min(buf.len()).min(data.len() - start);
-    buf[..n].copy_from_slice(&data[start..start + n]);
-    n
-}
 
 impl Inferior for InertTarget {
     fn pid(&self) -> u32 {
@@ -292,35 +282,4 @@ impl LibrariesSvr4 for InertTarget {
     }
 }
 
-impl ExtendedMode for InertTarget {
-    fn run(&mut self, _filename: Option<&[u8]>, _args: Args<'_, '_>) -> TargetResult<gdbstub::common::Pid, Self> {
-        Err(TargetError::NonFatal)
-    }
-
-    fn attach(&mut self, _pid: gdbstub::common::Pid) -> TargetResult<(), Self> {
-        Err(TargetError::NonFatal)
-    }
-
-    fn query_if_attached(&mut self, _pid: gdbstub::common::Pid) -> TargetResult<AttachKind, Self> {
-        Ok(AttachKind::Run)
-    }
-
-    fn kill(&mut self, _pid: Option<gdbstub::common::Pid>) -> TargetResult<ShouldTerminate, Self> {
-        self.killed = true;
-        Ok(ShouldTerminate::Yes)
-    }
-
-    fn restart(&mut self) -> Result<(), Self::Error> {
-        Err("restart is not supported".into())
-    }
-
-    fn support_current_active_pid(&mut self) -> Option<CurrentActivePidOps<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl CurrentActivePid for InertTarget {
-    fn current_active_pid(&mut self) -> Result<gdbstub::common::Pid, Self::Error> {
-        NonZeroUsize::new(self.pid as usize).ok_or_else(|| "no process".to_string())
-    }
-}
+crate::target::offer_fixed_extended_mode!(InertTarget);

@@ -56,6 +56,15 @@ pub struct TraceState {
     pub tsc_conversion: Option<TscConversion>,
 }
 
+/// Copies what `buf` can take of `data[offset..offset + length]` (a
+/// `qXfer` read's window); returns how many bytes.
+pub(crate) fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
+    let start = usize::try_from(offset).unwrap_or(usize::MAX).min(data.len());
+    let n = length.min(buf.len()).min(data.len() - start);
+    buf[..n].copy_from_slice(&data[start..start + n]);
+    n
+}
+
 /// The error of a target that records nothing.
 pub const TRACING_UNSUPPORTED: &str = "Tracing is not supported by this target.";
 
@@ -236,3 +245,58 @@ macro_rules! offer_capabilities {
     };
 }
 pub(crate) use offer_capabilities;
+
+/// The extended mode of a program the stub did not start and cannot start
+/// again (an inert program, a saved trace): `vRun`/`vAttach` refused, the
+/// client attached to it, `vKill` ends the session (the type's `killed`
+/// field records it), the pid its `pid` field. Extended mode is offered only
+/// so that thread ids carry the pid.
+macro_rules! offer_fixed_extended_mode {
+    ($target:ty) => {
+        impl gdbstub::target::ext::extended_mode::ExtendedMode for $target {
+            fn run(
+                &mut self,
+                _filename: Option<&[u8]>,
+                _args: gdbstub::target::ext::extended_mode::Args<'_, '_>,
+            ) -> gdbstub::target::TargetResult<gdbstub::common::Pid, Self> {
+                Err(gdbstub::target::TargetError::NonFatal)
+            }
+
+            fn attach(&mut self, _pid: gdbstub::common::Pid) -> gdbstub::target::TargetResult<(), Self> {
+                Err(gdbstub::target::TargetError::NonFatal)
+            }
+
+            fn query_if_attached(
+                &mut self,
+                _pid: gdbstub::common::Pid,
+            ) -> gdbstub::target::TargetResult<gdbstub::target::ext::extended_mode::AttachKind, Self> {
+                Ok(gdbstub::target::ext::extended_mode::AttachKind::Attach)
+            }
+
+            fn kill(
+                &mut self,
+                _pid: Option<gdbstub::common::Pid>,
+            ) -> gdbstub::target::TargetResult<gdbstub::target::ext::extended_mode::ShouldTerminate, Self> {
+                self.killed = true;
+                Ok(gdbstub::target::ext::extended_mode::ShouldTerminate::Yes)
+            }
+
+            fn restart(&mut self) -> Result<(), Self::Error> {
+                Err("this program cannot be restarted".into())
+            }
+
+            fn support_current_active_pid(
+                &mut self,
+            ) -> Option<gdbstub::target::ext::extended_mode::CurrentActivePidOps<'_, Self>> {
+                Some(self)
+            }
+        }
+
+        impl gdbstub::target::ext::extended_mode::CurrentActivePid for $target {
+            fn current_active_pid(&mut self) -> Result<gdbstub::common::Pid, Self::Error> {
+                std::num::NonZeroUsize::new(self.pid as usize).ok_or_else(|| "no process".to_string())
+            }
+        }
+    };
+}
+pub(crate) use offer_fixed_extended_mode;

@@ -13,7 +13,6 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::num::NonZeroUsize;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,9 +28,6 @@ use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, S
 use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind};
 use gdbstub::target::ext::exec_file::ExecFile;
-use gdbstub::target::ext::extended_mode::{
-    Args, AttachKind, CurrentActivePid, CurrentActivePidOps, ExtendedMode, ShouldTerminate,
-};
 use gdbstub::target::ext::libraries::LibrariesSvr4;
 use gdbstub::target::{TargetError, TargetResult};
 use object::{Object, ObjectSegment};
@@ -42,7 +38,7 @@ use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 use super::live::libraries::{library_list_xml, memory_region_info, LinkMapEntry};
 use super::timeline::{RecordedThread, Timeline};
 use crate::arch::{RegNumber, Regs};
-use crate::target::{Inferior, StopReason};
+use crate::target::{copy_window, Inferior, StopReason};
 
 const AT_NULL: u64 = 0;
 const AT_PHDR: u64 = 3;
@@ -488,12 +484,6 @@ fn tid(thread: Tid) -> u64 {
     thread.get() as u64
 }
 
-fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
-    let start = (offset as usize).min(data.len());
-    let n = length.min(buf.len()).min(data.len() - start);
-    buf[..n].copy_from_slice(&data[start..start + n]);
-    n
-}
 
 impl Inferior for SavedTrace {
     fn pid(&self) -> u32 {
@@ -781,35 +771,4 @@ impl LibrariesSvr4 for SavedTrace {
     }
 }
 
-impl ExtendedMode for SavedTrace {
-    fn run(&mut self, _filename: Option<&[u8]>, _args: Args<'_, '_>) -> TargetResult<gdbstub::common::Pid, Self> {
-        Err(TargetError::NonFatal)
-    }
-
-    fn attach(&mut self, _pid: gdbstub::common::Pid) -> TargetResult<(), Self> {
-        Err(TargetError::NonFatal)
-    }
-
-    fn query_if_attached(&mut self, _pid: gdbstub::common::Pid) -> TargetResult<AttachKind, Self> {
-        Ok(AttachKind::Attach)
-    }
-
-    fn kill(&mut self, _pid: Option<gdbstub::common::Pid>) -> TargetResult<ShouldTerminate, Self> {
-        self.killed = true;
-        Ok(ShouldTerminate::Yes)
-    }
-
-    fn restart(&mut self) -> Result<(), Self::Error> {
-        Err("a saved trace cannot be restarted".into())
-    }
-
-    fn support_current_active_pid(&mut self) -> Option<CurrentActivePidOps<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl CurrentActivePid for SavedTrace {
-    fn current_active_pid(&mut self) -> Result<gdbstub::common::Pid, Self::Error> {
-        NonZeroUsize::new(self.pid as usize).ok_or_else(|| "no process".to_string())
-    }
-}
+crate::target::offer_fixed_extended_mode!(SavedTrace);

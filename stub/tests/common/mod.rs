@@ -24,28 +24,58 @@ pub fn start_stub_with_args(program: &Path, args: &[&Path]) -> (Child, u16) {
 /// at once never race for one) and waits until it listens; returns it, the
 /// port and the program's pid.
 pub fn start_stub_listening(program: &Path, args: &[&Path], host: &str) -> (Child, u16, i32) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
-        .args(["--listen", &format!("{host}:0"), "--"])
-        .arg(program)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let listen = format!("{host}:0");
+    let mut command = vec![std::ffi::OsStr::new("--listen"), listen.as_ref(), "--".as_ref(), program.as_os_str()];
+    command.extend(args.iter().map(|a| a.as_os_str()));
+    let (child, line) = start_stub_command(&command);
+    let (pid, port) = pid_and_port(&line);
+    (child, port, pid)
+}
+
+/// Starts the stub with these arguments and waits until it listens;
+/// returns it and the line saying where. What the stub says later is the
+/// test's output (shown when it fails).
+pub fn start_stub_command(args: &[&std::ffi::OsStr]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub")).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     while !line.contains("listening on") {
         line.clear();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "the stub ended before listening");
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the stub ended before listening: {line}");
     }
-    let (pid, port) = pid_and_port(&line);
-    // What the stub says later is the test's output (shown when it fails).
     std::thread::spawn(move || {
         for line in stderr.lines().map_while(Result::ok) {
             eprintln!("stub: {line}");
         }
     });
-    (child, port, pid)
+    (child, line)
+}
+
+/// Runs `gdb -batch` on `program` with these commands; its output.
+pub fn gdb(program: &Path, commands: &[&str]) -> String {
+    let mut args = vec!["-batch".to_string(), "-nx".into()];
+    for command in commands {
+        args.push("-ex".into());
+        args.push(command.to_string());
+    }
+    args.push(program.display().to_string());
+    let out = Command::new("timeout").arg("120").arg("gdb").args(&args).stdin(Stdio::null()).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// Every `$N = 0x…` GDB printed, in order.
+pub fn printed_values(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter(|l| l.starts_with('$'))
+        .filter_map(|l| l.split(" = 0x").nth(1).and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok()))
+        .collect()
+}
+
+/// The address GDB gave breakpoint `n` ("Breakpoint n at 0x…: file …").
+pub fn gdb_breakpoint_address(out: &str, n: u32) -> u64 {
+    let prefix = format!("Breakpoint {n} at 0x");
+    let line = out.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no breakpoint {n}:\n{out}"));
+    u64::from_str_radix(line.split(':').next().unwrap(), 16).unwrap()
 }
 
 pub fn wait_exit(mut child: Child) -> Option<i32> {

@@ -30,7 +30,7 @@ use nix::unistd::Pid;
 use retrace_collector::process;
 
 use crate::arch::{RegNumber, Regs};
-use crate::target::{Inferior, StopReason};
+use crate::target::{copy_window, Inferior, StopReason};
 
 pub mod libraries;
 pub mod recording;
@@ -663,13 +663,6 @@ impl SwBreakpoint for ProcessTarget {
             None => Ok(true),
         }
     }
-}
-
-fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
-    let start = (offset as usize).min(data.len());
-    let n = length.min(buf.len()).min(data.len() - start);
-    buf[..n].copy_from_slice(&data[start..start + n]);
-    n
 }
 
 impl ExecFile for ProcessTarget {
