@@ -18,15 +18,22 @@ pub fn programs_dir() -> PathBuf {
 pub fn build(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let exe = dir.join(name);
+    // Tests running at once may build the same program into the same place:
+    // each writes its own file and renames it over the program, so none ever
+    // runs a half-written one.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let partial = dir.join(format!(".{name}.{}.{n}", std::process::id()));
     let out = Command::new("gcc")
         .arg("-g")
         .args(flags)
         .arg("-o")
-        .arg(&exe)
+        .arg(&partial)
         .arg(programs_dir().join(format!("{name}.c")))
         .output()
         .expect("run gcc");
     assert!(out.status.success(), "gcc: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::rename(&partial, &exe).unwrap();
     exe
 }
 
