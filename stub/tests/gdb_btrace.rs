@@ -193,7 +193,7 @@ fn gdb_function_call_history_agrees_with_retrace_dump_function_calls() {
             let (head, range) = l.trim().rsplit_once("  [")?;
             let (first, last) = range.strip_suffix(']')?.split_once(", ")?;
             let (first, last): (u64, u64) = (first.parse().ok()?, last.parse().ok()?);
-            let function = head.split('`').nth(1)?.split(|c: char| c == ' ').next()?.to_string();
+            let function = head.split('`').nth(1)?.split(' ').next()?.to_string();
             Some((function, instruction_ids.range(first..=last).count()))
         })
         .collect();

@@ -121,7 +121,7 @@ fn single_thread_stretch(name: &str, flags: &[&str], first: &str, second: &str, 
     assert!(errors.is_empty(), "error items: {errors:?}\n{out}");
     assert_eq!(addresses.len(), expected.len(), "instruction count (first {:#x?})\n{out}", &addresses[..addresses.len().min(8)]);
     assert_eq!(addresses, expected);
-    assert!(out.contains(&format!("Total number of trace items: ")), "{out}");
+    assert!(out.contains("Total number of trace items: "), "{out}");
     assert!(out.contains("Number of individual errors: 0"), "{out}");
     assert_eq!(out.contains("HW clock tick"), clock, "timestamps as asked (enableTsc):\n{out}");
     assert!(out.contains("exited with status = "), "{out}");

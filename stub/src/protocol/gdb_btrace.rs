@@ -11,7 +11,7 @@
 //! configuration.
 
 use super::threads::Selection;
-use crate::target::{Inferior, TraceStart};
+use crate::target::{CpuInfo, Inferior, TraceStart};
 
 /// The features added to gdbstub's `qSupported` reply.
 pub(crate) const FEATURES: &str = ";Qbtrace:off+;Qbtrace:pt+;Qbtrace-conf:pt:size+;qXfer:btrace:read+;qXfer:btrace-conf:read+";
@@ -116,27 +116,15 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
             Ok(data) => data,
             Err(message) => return Some(error(&message)),
         };
-        return Some(window(document(&data, &target.trace_cpu_info()).as_bytes(), offset, length));
+        return Some(window(document(&data, &target.trace_cpu()).as_bytes(), offset, length));
     }
     None
 }
 
 /// The `pt` trace document: the CPU whose errata apply, and the stream as
 /// hex, from its first sync point (a ring's leading padding is left out).
-fn document(data: &[u8], cpu_info: &str) -> String {
-    let field = |name: &str| {
-        cpu_info.lines().find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            (key.trim() == name).then(|| value.trim().to_string())
-        })
-    };
-    let cpu = format!(
-        r#"<cpu vendor="{}" family="{}" model="{}" stepping="{}"/>"#,
-        field("vendor_id").unwrap_or_default(),
-        field("cpu family").unwrap_or_default(),
-        field("model").unwrap_or_default(),
-        field("stepping").unwrap_or_default()
-    );
+fn document(data: &[u8], cpu: &CpuInfo) -> String {
+    let cpu = format!(r#"<cpu vendor="{}" family="{}" model="{}" stepping="{}"/>"#, cpu.vendor, cpu.family, cpu.model, cpu.stepping);
     let start = data.iter().position(|&b| b != 0).unwrap_or(data.len());
     let mut raw = String::with_capacity(2 * (data.len() - start));
     for byte in &data[start..] {
@@ -161,8 +149,8 @@ mod tests {
 
     #[test]
     fn the_document_names_the_cpu_and_skips_padding() {
-        let cpu = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 134\nmodel name\t: x\nstepping\t: 7\n";
-        let doc = document(&[0, 0, 0x02, 0x82, 0x01], cpu);
+        let cpu = CpuInfo { vendor: "GenuineIntel".into(), family: 6, model: 134, stepping: 7 };
+        let doc = document(&[0, 0, 0x02, 0x82, 0x01], &cpu);
         assert_eq!(
             doc,
             r#"<btrace version="1.0"><pt><pt-config><cpu vendor="GenuineIntel" family="6" model="134" stepping="7"/></pt-config><raw>028201</raw></pt></btrace>"#

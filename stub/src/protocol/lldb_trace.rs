@@ -136,7 +136,7 @@ fn state(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     });
     Ok(json!({
         "tracedThreads": threads,
-        "processBinaryData": [{"kind": "procfsCpuInfo", "size": target.trace_cpu_info().len()}],
+        "processBinaryData": [{"kind": "procfsCpuInfo", "size": crate::target::procfs_cpu_info(&target.trace_cpu()).len()}],
         "cpus": null,
         "warnings": null,
         "tscPerfZeroConversion": conversion,
@@ -157,7 +157,7 @@ fn binary_data(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, Strin
             Some(tid) => target.trace_data(tid),
             None => Err("Trace data of kind iptTrace belongs to a thread: the request names none.".into()),
         },
-        "procfsCpuInfo" => Ok(target.trace_cpu_info().into_bytes()),
+        "procfsCpuInfo" => Ok(crate::target::procfs_cpu_info(&target.trace_cpu()).into_bytes()),
         other => Err(format!("Unsupported trace binary data kind: {other}")),
     }
 }

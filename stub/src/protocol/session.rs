@@ -164,7 +164,6 @@ enum Screened {
     Kill,
 }
 
-/// Decides what becomes of a packet `body` (escaped, as sent).
 /// What the session learnt about its client's dialect.
 #[derive(Debug, Default)]
 struct Dialect {
@@ -184,6 +183,12 @@ impl Dialect {
             self.lldb = true;
         }
     }
+
+    /// Whether `body` is an LLDB register read after its probe (the probe
+    /// itself is counted here and answered by gdbstub).
+    fn is_lldb_register_read(&mut self, body: &[u8]) -> bool {
+        self.lldb && body.starts_with(b"p") && std::mem::replace(&mut self.lldb_probed_p, true)
+    }
 }
 
 /// LLDB's `p` of a register the target does not know: an error, which LLDB
@@ -195,6 +200,7 @@ fn unavailable_register(body: &[u8], target: &mut impl Inferior, selection: &Sel
     (!target.register_available(thread, number)).then(|| b"E0e".to_vec())
 }
 
+/// Decides what becomes of a packet `body` (escaped, as sent).
 fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, btrace: &mut BtraceConfig, dialect: &mut Dialect) -> Screened {
     dialect.learn(body);
     if body == b"k" {
@@ -212,9 +218,7 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
     if let Some(reply) = super::gdb_btrace::answer(body, target, selection, btrace) {
         return Screened::Answer(reply);
     }
-    if dialect.lldb && body.starts_with(b"p") && !std::mem::replace(&mut dialect.lldb_probed_p, true) {
-        // The probe: answered by gdbstub.
-    } else if dialect.lldb {
+    if dialect.is_lldb_register_read(body) {
         if let Some(reply) = unavailable_register(body, target, selection) {
             return Screened::Answer(reply);
         }
@@ -265,19 +269,15 @@ fn feed<'a, T: Inferior>(mut gdb: Machine<'a, T>, target: &mut T, bytes: &[u8]) 
     Ok(gdb)
 }
 
-/// The connection gdbstub writes to, in any state.
-fn connection<'a, 'b, T: Inferior>(gdb: &'b mut Machine<'a, T>) -> &'b mut BufferedConnection {
-    match gdb {
+/// Sends what gdbstub wrote and did not flush.
+fn flush<T: Inferior>(gdb: &mut Machine<'_, T>) -> std::io::Result<()> {
+    let conn = match gdb {
         GdbStubStateMachine::Idle(inner) => inner.borrow_conn(),
         GdbStubStateMachine::Running(inner) => inner.borrow_conn(),
         GdbStubStateMachine::CtrlCInterrupt(inner) => inner.borrow_conn(),
         GdbStubStateMachine::Disconnected(inner) => inner.borrow_conn(),
-    }
-}
-
-/// Sends what gdbstub wrote and did not flush.
-fn flush<T: Inferior>(gdb: &mut Machine<'_, T>) -> std::io::Result<()> {
-    Connection::flush(connection(gdb))
+    };
+    Connection::flush(conn)
 }
 
 /// Serves one client on `listener` for `target` until the session ends:

@@ -19,6 +19,7 @@ use gdbstub::stub::MultiThreadStopReason;
 use gdbstub::target::Target;
 
 use crate::arch::X86_64Linux;
+pub use retrace_decoder::bundle::CpuInfo;
 
 pub mod inert;
 pub mod live;
@@ -63,6 +64,16 @@ pub(crate) fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8
     let n = length.min(buf.len()).min(data.len() - start);
     buf[..n].copy_from_slice(&data[start..start + n]);
     n
+}
+
+/// The `/proc/cpuinfo` text a decoder of a trace recorded on `cpu` must
+/// see (LLDB reads the vendor, family, model and stepping; its parser needs
+/// a line after the last of them).
+pub fn procfs_cpu_info(cpu: &CpuInfo) -> String {
+    format!(
+        "processor\t: 0\nvendor_id\t: {}\ncpu family\t: {}\nmodel\t\t: {}\nmodel name\t: retrace trace (Intel PT format)\nstepping\t: {}\nmicrocode\t: 0x0\nflags\t\t: fpu tsc intel_pt\n\n",
+        cpu.vendor, cpu.family, cpu.model, cpu.stepping
+    )
 }
 
 /// The error of a target that records nothing.
@@ -149,10 +160,10 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
         Err(format!("unknown monitor command `{command}`: this target has none"))
     }
 
-    /// The text of `/proc/cpuinfo` a decoder of this target's traces should
-    /// see (it names the CPU whose errata apply).
-    fn trace_cpu_info(&self) -> String {
-        String::new()
+    /// The CPU a decoder of this target's traces should assume (its errata
+    /// apply): by default the one software recordings declare.
+    fn trace_cpu(&self) -> CpuInfo {
+        CpuInfo::software_recording()
     }
 }
 

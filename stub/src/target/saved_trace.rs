@@ -30,6 +30,8 @@ use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint
 use gdbstub::target::ext::exec_file::ExecFile;
 use gdbstub::target::ext::libraries::LibrariesSvr4;
 use gdbstub::target::{TargetError, TargetResult};
+use libc::{AT_BASE, AT_ENTRY, AT_NULL, AT_PAGESZ, AT_PHDR, AT_PHENT, AT_PHNUM};
+use object::elf::{PF_R, PF_W, PF_X};
 use object::{Object, ObjectSegment};
 use retrace_collector::process::Mapping;
 use retrace_decoder::bundle::load::LoadedBundle;
@@ -39,17 +41,6 @@ use super::live::libraries::{library_list_xml, memory_region_info, LinkMapEntry}
 use super::timeline::{RecordedThread, Timeline};
 use crate::arch::{RegNumber, Regs};
 use crate::target::{copy_window, Inferior, StopReason};
-
-const AT_NULL: u64 = 0;
-const AT_PHDR: u64 = 3;
-const AT_PHENT: u64 = 4;
-const AT_PHNUM: u64 = 5;
-const AT_PAGESZ: u64 = 6;
-const AT_BASE: u64 = 7;
-const AT_ENTRY: u64 = 9;
-const PF_W: u32 = 2;
-const PF_X: u32 = 1;
-const PF_R: u32 = 4;
 
 /// A module of the saved process, as its ELF file says it was laid out.
 #[derive(Debug, Clone)]
@@ -71,19 +62,6 @@ struct Module {
     system_path: String,
 }
 
-/// Where the next resume stops, armed by `monitor goto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Armed {
-    position: u64,
-}
-
-/// How the last resume actions asked the threads to run.
-#[derive(Debug, Clone, Default)]
-struct Actions {
-    /// The thread to single-step, if one steps.
-    step: Option<u64>,
-}
-
 /// A saved trace, served as a process stopped somewhere in its history.
 #[derive(Debug)]
 pub struct SavedTrace {
@@ -99,26 +77,31 @@ pub struct SavedTrace {
     trace_served: bool,
     cpu: retrace_decoder::bundle::CpuInfo,
     tsc_conversion: Option<crate::target::TscConversion>,
-    trace_bytes: usize,
-    /// Ranges that cannot have changed while the program ran (the pages of
-    /// read-only segments), served from their files (`unchanging_files`,
-    /// one per range).
-    unchanging: Vec<Mapping>,
-    unchanging_files: Vec<Arc<[u8]>>,
+    /// What cannot have changed while the program ran.
+    unchanging: Vec<ReadOnlyPages>,
     modules: Vec<Module>,
     auxv: Vec<u8>,
     libraries: String,
     position: u64,
     sw_breakpoints: BTreeSet<u64>,
     hw_breakpoints: BTreeSet<u64>,
-    actions: Actions,
-    armed: Option<Armed>,
+    /// The thread the last resume actions single-step, if one steps.
+    step: Option<u64>,
+    /// Where the next resume stops, armed by `monitor goto`.
+    armed: Option<u64>,
     stop: Option<StopReason>,
     killed: bool,
 }
 
-/// Reads the layout of one module file.
-fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> Result<(Module, Vec<Mapping>, Arc<[u8]>), String> {
+/// The pages of a read-only segment, mapped from a module file.
+#[derive(Debug)]
+struct ReadOnlyPages {
+    mapping: Mapping,
+    file: Arc<[u8]>,
+}
+
+/// Reads the layout of one module file: the module and its read-only pages.
+fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> Result<(Module, Vec<ReadOnlyPages>), String> {
     let path = match &entry.file {
         Some(file) => bundle_dir.join(file),
         None => PathBuf::from(&entry.system_path),
@@ -184,7 +167,9 @@ fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> R
         system_path: entry.system_path.clone(),
     };
     drop(file);
-    Ok((module, unchanging, bytes.into()))
+    let bytes: Arc<[u8]> = bytes.into();
+    let pages = unchanging.into_iter().map(|mapping| ReadOnlyPages { mapping, file: bytes.clone() }).collect();
+    Ok((module, pages))
 }
 
 fn push_auxv(auxv: &mut Vec<u8>, key: u64, value: u64) {
@@ -213,7 +198,6 @@ impl SavedTrace {
         // Item ids as `retrace dump instructions` and LLDB give them.
         let options = FlowOptions { lldb_psb_slices: true };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let trace_bytes = loaded.threads.iter().map(|t| t.trace.len()).sum();
         let threads: Vec<RecordedThread> = loaded
             .threads
             .iter()
@@ -228,16 +212,14 @@ impl SavedTrace {
         let dir = trace_json.parent().unwrap_or(Path::new("."));
         let mut modules = Vec::new();
         let mut unchanging = Vec::new();
-        let mut unchanging_files = Vec::new();
         for entry in &process.modules {
             if entry.system_path.starts_with('[') && entry.file.is_none() {
                 continue; // [vdso] without a copy
             }
             match module(dir, entry) {
-                Ok((module, ranges, file)) => {
+                Ok((module, pages)) => {
                     modules.push(module);
-                    unchanging_files.extend(ranges.iter().map(|_| file.clone()));
-                    unchanging.extend(ranges);
+                    unchanging.extend(pages);
                 }
                 Err(e) => tracing::warn!("module {} left out: {e}", entry.system_path),
             }
@@ -282,16 +264,14 @@ impl SavedTrace {
             trace_served: false,
             cpu: loaded.description.cpu_info.clone(),
             tsc_conversion,
-            trace_bytes,
             unchanging,
-            unchanging_files,
             modules,
             auxv,
             libraries,
             position,
             sw_breakpoints: BTreeSet::new(),
             hw_breakpoints: BTreeSet::new(),
-            actions: Actions::default(),
+            step: None,
             armed: None,
             stop: None,
             killed: false,
@@ -383,20 +363,17 @@ impl SavedTrace {
         let mut at = self.position;
         let found = self.timeline.search_forward(self.position, |ip| {
             at += 1;
-            Some(at) == target || self.sw_breakpoints.contains(&ip) || self.hw_breakpoints.contains(&ip)
+            Some(at) == target || self.is_breakpoint(ip)
         });
         match found {
-            Some(found) if Some(found) == target && !self.timeline.at(found).is_some_and(|i| self.is_breakpoint(i.ip)) => {
+            // The step is done (onto a breakpoint too: a step stop, as a
+            // processor reports it).
+            Some(found) if Some(found) == target => {
                 self.position = found;
                 StopReason::SignalWithThread { tid: self.tid_at(found), signal: GdbSignal::SIGTRAP }
             }
             Some(found) => {
                 self.position = found;
-                if Some(found) == target {
-                    // Stepped onto a breakpoint: a step stop, as a
-                    // processor reports it.
-                    return StopReason::SignalWithThread { tid: self.tid_at(found), signal: GdbSignal::SIGTRAP };
-                }
                 self.breakpoint_stop(found)
             }
             None => {
@@ -408,15 +385,16 @@ impl SavedTrace {
 
     /// A resume armed by `monitor goto` goes there, whatever it asked.
     fn take_armed(&mut self) -> Option<StopReason> {
-        let armed = self.armed.take()?;
-        self.position = armed.position;
-        Some(StopReason::SignalWithThread { tid: self.tid_at(armed.position), signal: GdbSignal::SIGTRAP })
+        let position = self.armed.take()?;
+        self.position = position;
+        Some(StopReason::SignalWithThread { tid: self.tid_at(position), signal: GdbSignal::SIGTRAP })
     }
 
     /// `monitor record status`.
     fn status(&self, json: bool) -> String {
         let here = self.timeline.at(self.position).expect("the position is in the timeline");
         let id = self.timeline.item_id(self.position).unwrap_or(0);
+        let trace_bytes: usize = self.traces.iter().map(|(_, trace)| trace.len()).sum();
         let threads: Vec<serde_json::Value> = self
             .timeline
             .threads()
@@ -428,7 +406,7 @@ impl SavedTrace {
                 "mode": "replay",
                 "trace": self.bundle.display().to_string(),
                 "instructions": self.timeline.len(),
-                "traceBytes": self.trace_bytes,
+                "traceBytes": trace_bytes,
                 "threads": threads,
                 "position": {"tid": here.tid, "id": id, "pc": here.ip, "index": self.position},
             });
@@ -436,7 +414,7 @@ impl SavedTrace {
         }
         let mut text = String::new();
         let _ = writeln!(text, "Replaying {} (control flow only: registers other than the PC and writable memory are unavailable).", self.bundle.display());
-        let _ = writeln!(text, "Recorded: {} instructions in {} thread(s), {} bytes of trace.", self.timeline.len(), threads.len(), self.trace_bytes);
+        let _ = writeln!(text, "Recorded: {} instructions in {} thread(s), {} bytes of trace.", self.timeline.len(), threads.len(), trace_bytes);
         let _ = writeln!(
             text,
             "Position: instruction {id} of thread {} (pc {:#x}); {} of {} in the history.",
@@ -463,7 +441,7 @@ impl SavedTrace {
             }
             _ => return Err("usage: goto begin|end|ID [TID]".into()),
         };
-        self.armed = Some(Armed { position });
+        self.armed = Some(position);
         let here = self.timeline.at(position).expect("a position of the timeline");
         Ok(format!("The next resume stops at instruction {} of thread {} (pc {:#x}).\n", self.timeline.item_id(position).unwrap_or(0), here.tid, here.ip))
     }
@@ -517,7 +495,8 @@ impl Inferior for SavedTrace {
     }
 
     fn memory_region_info(&self, address: u64) -> Vec<u8> {
-        memory_region_info(&self.unchanging, address).into_bytes()
+        let mappings: Vec<Mapping> = self.unchanging.iter().map(|pages| pages.mapping.clone()).collect();
+        memory_region_info(&mappings, address).into_bytes()
     }
 
     fn kill(&mut self) {
@@ -561,11 +540,8 @@ impl Inferior for SavedTrace {
         self.traces.iter().find(|(t, _)| *t == tid).map(|(_, trace)| trace.clone()).ok_or_else(|| format!("Thread {tid} not traced"))
     }
 
-    fn trace_cpu_info(&self) -> String {
-        format!(
-            "processor\t: 0\nvendor_id\t: {}\ncpu family\t: {}\nmodel\t\t: {}\nstepping\t: {}\nflags\t\t: fpu tsc intel_pt\n\n",
-            self.cpu.vendor, self.cpu.family, self.cpu.model, self.cpu.stepping
-        )
+    fn trace_cpu(&self) -> crate::target::CpuInfo {
+        self.cpu.clone()
     }
 
     fn register_available(&mut self, tid: u64, n: usize) -> bool {
@@ -600,8 +576,8 @@ impl MultiThreadBase for SavedTrace {
 
     fn read_addrs(&mut self, start: u64, data: &mut [u8], _thread: Tid) -> TargetResult<usize, Self> {
         // Only what cannot have changed: a read-only segment, from the file.
-        let index = self.unchanging.iter().position(|m| m.start <= start && start < m.end).ok_or(TargetError::NonFatal)?;
-        let (range, file) = (&self.unchanging[index], &self.unchanging_files[index]);
+        let pages = self.unchanging.iter().find(|p| p.mapping.start <= start && start < p.mapping.end).ok_or(TargetError::NonFatal)?;
+        let (range, file) = (&pages.mapping, &pages.file);
         let offset = usize::try_from(range.offset + (start - range.start)).map_err(|_| TargetError::NonFatal)?;
         // Past the file's end a page reads as zeros.
         let n = data.len().min((range.end - start) as usize);
@@ -648,7 +624,7 @@ impl MultiThreadResume for SavedTrace {
         let stop = match self.take_armed() {
             Some(stop) => stop,
             None => {
-                let step = self.actions.step;
+                let step = self.step;
                 self.run_forwards(step)
             }
         };
@@ -657,7 +633,7 @@ impl MultiThreadResume for SavedTrace {
     }
 
     fn clear_resume_actions(&mut self) -> Result<(), Self::Error> {
-        self.actions = Actions::default();
+        self.step = None;
         Ok(())
     }
 
@@ -684,7 +660,7 @@ impl MultiThreadResume for SavedTrace {
 
 impl MultiThreadSingleStep for SavedTrace {
     fn set_resume_action_step(&mut self, thread: Tid, _signal: Option<GdbSignal>) -> Result<(), Self::Error> {
-        self.actions.step = Some(tid(thread));
+        self.step = Some(tid(thread));
         Ok(())
     }
 }

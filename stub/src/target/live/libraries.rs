@@ -15,12 +15,11 @@ use std::fmt::Write as _;
 
 use retrace_collector::process::Mapping;
 
-const AT_PHDR: u64 = 3;
-const AT_PHNUM: u64 = 5;
-const PT_DYNAMIC: u32 = 2;
-const PT_PHDR: u32 = 6;
-const DT_NULL: u64 = 0;
-const DT_DEBUG: u64 = 21;
+use libc::{AT_PHDR, AT_PHNUM};
+use object::elf::{PT_DYNAMIC, PT_PHDR};
+
+const DT_NULL: u64 = object::elf::DT_NULL as u64;
+const DT_DEBUG: u64 = object::elf::DT_DEBUG as u64;
 /// Link-map entries walked before giving up (a corrupt or cyclic list).
 const MAX_LINK_MAP_ENTRIES: usize = 4096;
 const MAX_NAME: usize = 4096;

@@ -487,10 +487,6 @@ impl Inferior for ProcessTarget {
         self.thread_trace(tid)
     }
 
-    fn trace_cpu_info(&self) -> String {
-        recording::software_cpu_info()
-    }
-
     fn take_stop_note(&mut self) -> Option<String> {
         self.stop_note.take()
     }

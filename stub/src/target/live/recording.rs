@@ -21,7 +21,6 @@ use nix::unistd::Pid;
 use retrace_collector::perf_clock::TraceClock;
 use retrace_collector::process;
 use retrace_collector::trace_ring::{TraceRing, MIN_RING_SIZE};
-use retrace_decoder::bundle::CpuInfo;
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
 use super::{tid_of, ProcessTarget, INT3};
@@ -162,17 +161,6 @@ fn ring_settings(request: &TraceStart) -> Result<RingSettings, String> {
         }
     };
     Ok(RingSettings { size: size as usize, psb_period, tsc: request.tsc })
-}
-
-/// The `/proc/cpuinfo` text a decoder of software recordings must see: the
-/// Intel CPU the recordings declare (one LLDB's libipt knows), with a line
-/// after the four LLDB reads, as its parser needs.
-pub fn software_cpu_info() -> String {
-    let cpu = CpuInfo::software_recording();
-    format!(
-        "processor\t: 0\nvendor_id\t: {}\ncpu family\t: {}\nmodel\t\t: {}\nmodel name\t: retrace software trace (Intel PT format)\nstepping\t: {}\nmicrocode\t: 0x0\nflags\t\t: fpu tsc intel_pt\n\n",
-        cpu.vendor, cpu.family, cpu.model, cpu.stepping
-    )
 }
 
 impl ProcessTarget {
