@@ -173,6 +173,32 @@ impl TracedProcess {
         }
     }
 
+    /// Forked children whose parent's fork event was seen but whose first
+    /// stop was not (the parent exited first, as a daemonizing parent does):
+    /// they are ours until detached, so wait for that stop and let them go.
+    fn release_children_not_yet_stopped(&mut self) {
+        // Children that stopped before their fork event are already stopped.
+        self.to_release.extend(self.early_children.drain());
+        self.release_forked_children();
+        let children: Vec<Pid> = self.fork_seen.drain().collect();
+        for child in children {
+            loop {
+                match waitpid(child, Some(WaitPidFlag::__WALL)) {
+                    Ok(WaitStatus::Stopped(..) | WaitStatus::PtraceEvent(..)) => {
+                        if let Err(error) = ptrace::detach(child, None) {
+                            tracing::warn!(child = child.as_raw(), %error, "cannot detach a forked child");
+                        }
+                        break;
+                    }
+                    Err(Errno::EINTR) => continue,
+                    Ok(WaitStatus::Continued(_) | WaitStatus::StillAlive | WaitStatus::PtraceSyscall(_)) => continue,
+                    // Gone already (killed with its group), or not ours.
+                    Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => break,
+                }
+            }
+        }
+    }
+
     /// The next event. With [`Wait::Block`], `Ok(None)` means the wait was
     /// interrupted by a signal (check your stop flag); with [`Wait::Poll`],
     /// that nothing is pending. After the process is over, `Ok(None)`.
@@ -238,6 +264,7 @@ impl TracedProcess {
             // The leader is reaped last: the process is over.
             self.threads.clear();
             self.over = true;
+            self.release_children_not_yet_stopped();
             return Some(end);
         }
         self.threads.remove(&tid).then_some(ProcessEvent::ThreadGone(tid))
