@@ -24,6 +24,7 @@ pub use retrace_decoder::bundle::CpuInfo;
 pub mod inert;
 pub mod live;
 pub mod saved_trace;
+pub mod state_log;
 pub mod timeline;
 
 /// A stop reason to report to the client (thread ids are Linux tids).

@@ -1,0 +1,413 @@
+//! The full state history of a recorded process (`--record=full`): for
+//! every instruction executed, in the one order all threads executed them,
+//! the registers it changed and the old contents of the memory it (or the
+//! kernel, in a system call) overwrote. No OS code: the live target feeds
+//! it and asks it about the past.
+//!
+//! * **Registers** are kept forwards: a full copy of a thread's registers
+//!   before every [`CHECKPOINT_EVERY`]-th of its steps (and whenever they
+//!   were changed other than by an instruction: the debugger wrote them, a
+//!   signal handler was entered), and after every step the registers it
+//!   changed. A thread's registers at a position are its checkpoint
+//!   replayed through at most that many steps.
+//! * **Memory** is kept backwards, as an undo log: the bytes a step
+//!   overwrote, before it did. The byte at `address` at position `p` is the
+//!   old value saved by the first step at or after `p` that wrote it, or,
+//!   if no later step did, what the process holds now.
+//! * **Mappings** are kept as they were at the start and after every step
+//!   that changed them: an address not mapped at a position cannot be read
+//!   there, even if it is mapped now.
+//!
+//! Positions: `p` in `0..len()` is the state just before step `p` runs;
+//! `len()` is the present (the live process).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+use crate::arch::{register_size, Regs, REGISTER_COUNT};
+
+/// How often (in a thread's own steps) its registers are copied whole.
+pub const CHECKPOINT_EVERY: usize = 64;
+
+const PAGE: u64 = 4096;
+
+/// One executed instruction.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    tid: u64,
+    pc: u64,
+    /// Where its changed registers start in `register_bytes`.
+    registers: usize,
+    /// Where its overwritten memory starts in `memory_bytes`.
+    memory: usize,
+}
+
+/// A thread's steps and register checkpoints.
+#[derive(Debug, Default)]
+struct ThreadSteps {
+    /// Positions of the thread's steps, ascending.
+    positions: Vec<u64>,
+    /// (index into `positions`, registers before that step).
+    checkpoints: Vec<(usize, Regs)>,
+    /// Registers after its last step.
+    last: Option<Regs>,
+}
+
+/// Bytes a step overwrote, before it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overwritten {
+    /// First address.
+    pub address: u64,
+    /// The old bytes.
+    pub old: Vec<u8>,
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct StateLog {
+    steps: Vec<Step>,
+    /// Per step: `[register number][value…]` for each register it changed.
+    register_bytes: Vec<u8>,
+    /// Per step: `[address: u64][length: u32][old bytes…]`.
+    memory_bytes: Vec<u8>,
+    /// Page → the steps that wrote in it, ascending.
+    pages: HashMap<u64, Vec<u64>>,
+    threads: BTreeMap<u64, ThreadSteps>,
+    initial_mappings: Vec<Range<u64>>,
+    /// (step, mappings in force after it), ascending.
+    mappings: Vec<(u64, Vec<Range<u64>>)>,
+    /// Overwrites not made by an instruction (the debugger's writes, a
+    /// signal frame), charged to the next step.
+    pending: Vec<Overwritten>,
+}
+
+impl StateLog {
+    /// An empty history of a process whose memory is mapped as `mappings`.
+    pub fn new(mappings: Vec<Range<u64>>) -> Self {
+        StateLog { initial_mappings: mappings, ..StateLog::default() }
+    }
+
+    /// Number of steps recorded: the present's position.
+    pub fn len(&self) -> u64 {
+        self.steps.len() as u64
+    }
+
+    /// True before the first step.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Bytes the history takes, roughly.
+    pub fn bytes(&self) -> usize {
+        let checkpoints: usize = self.threads.values().map(|t| t.checkpoints.len() * std::mem::size_of::<(usize, Regs)>() + t.positions.len() * 8).sum();
+        let pages: usize = self.pages.values().map(|v| v.len() * 8 + 32).sum();
+        self.steps.len() * std::mem::size_of::<Step>() + self.register_bytes.len() + self.memory_bytes.len() + checkpoints + pages
+    }
+
+    /// The thread and instruction address of step `position`.
+    pub fn at(&self, position: u64) -> Option<(u64, u64)> {
+        self.steps.get(position as usize).map(|s| (s.tid, s.pc))
+    }
+
+    /// The threads that ran in the history.
+    pub fn threads(&self) -> impl Iterator<Item = u64> + '_ {
+        self.threads.keys().copied()
+    }
+
+    /// How many steps thread `tid` ran before `position`: the id of the
+    /// instruction it stands at (`retrace dump instructions` numbering).
+    pub fn steps_of_thread_before(&self, tid: u64, position: u64) -> u64 {
+        self.threads.get(&tid).map_or(0, |t| t.positions.partition_point(|&p| p < position) as u64)
+    }
+
+    /// The position of thread `tid`'s step number `index` (0-based).
+    pub fn position_of_thread_step(&self, tid: u64, index: u64) -> Option<u64> {
+        self.threads.get(&tid)?.positions.get(usize::try_from(index).ok()?).copied()
+    }
+
+    /// Bytes overwritten other than by an instruction, now (before the
+    /// next step): kept so that the past still reads the old bytes.
+    pub fn overwritten_outside(&mut self, overwritten: Overwritten) {
+        if !overwritten.old.is_empty() {
+            self.pending.push(overwritten);
+        }
+    }
+
+    /// Records a step of `tid`: its registers `before` and `after` it ran,
+    /// what it overwrote (in order), and the mappings after it if it
+    /// changed them.
+    pub fn push(&mut self, tid: u64, before: &Regs, after: &Regs, overwritten: Vec<Overwritten>, mappings: Option<Vec<Range<u64>>>) {
+        let position = self.steps.len() as u64;
+        let step = Step { tid, pc: before.rip, registers: self.register_bytes.len(), memory: self.memory_bytes.len() };
+        let thread = self.threads.entry(tid).or_default();
+        let index = thread.positions.len();
+        let continues = thread.last.as_ref() == Some(before);
+        if index % CHECKPOINT_EVERY == 0 || !continues {
+            thread.checkpoints.push((index, before.clone()));
+        }
+        thread.positions.push(position);
+        for n in 0..REGISTER_COUNT {
+            let new = after.register_bytes(n).expect("every register");
+            if before.register_bytes(n).expect("every register") != new {
+                self.register_bytes.push(n as u8);
+                self.register_bytes.extend_from_slice(&new);
+            }
+        }
+        thread.last = Some(after.clone());
+        for write in std::mem::take(&mut self.pending).into_iter().chain(overwritten) {
+            if write.old.is_empty() {
+                continue;
+            }
+            let first = write.address / PAGE;
+            let last = (write.address + write.old.len() as u64 - 1) / PAGE;
+            for page in first..=last {
+                let steps = self.pages.entry(page).or_default();
+                if steps.last() != Some(&position) {
+                    steps.push(position);
+                }
+            }
+            self.memory_bytes.extend_from_slice(&write.address.to_le_bytes());
+            self.memory_bytes.extend_from_slice(&(write.old.len() as u32).to_le_bytes());
+            self.memory_bytes.extend_from_slice(&write.old);
+        }
+        if let Some(mappings) = mappings {
+            self.mappings.push((position, mappings));
+        }
+        self.steps.push(step);
+    }
+
+    fn register_range(&self, position: usize) -> Range<usize> {
+        let end = self.steps.get(position + 1).map_or(self.register_bytes.len(), |s| s.registers);
+        self.steps[position].registers..end
+    }
+
+    fn memory_range(&self, position: usize) -> Range<usize> {
+        let end = self.steps.get(position + 1).map_or(self.memory_bytes.len(), |s| s.memory);
+        self.steps[position].memory..end
+    }
+
+    /// What step `position` overwrote, in order.
+    pub fn overwritten_by(&self, position: u64) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        let range = if (position as usize) < self.steps.len() { self.memory_range(position as usize) } else { 0..0 };
+        let bytes = &self.memory_bytes[range];
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let header = bytes.get(at..at + 12)?;
+            let address = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
+            let len = u32::from_le_bytes(header[8..].try_into().expect("4 bytes")) as usize;
+            let old = &bytes[at + 12..at + 12 + len];
+            at += 12 + len;
+            Some((address, old))
+        })
+    }
+
+    /// Registers of thread `tid` at `position` (before step `position`),
+    /// from the history; `None` for a thread that never ran in it, or at
+    /// the present (the live thread's).
+    pub fn registers_at(&self, tid: u64, position: u64) -> Option<Regs> {
+        let thread = self.threads.get(&tid)?;
+        // Its steps before `position`, and the checkpoint to start from.
+        let done = thread.positions.partition_point(|&p| p < position);
+        if done == thread.positions.len() && position >= self.len() {
+            return None;
+        }
+        // The last checkpoint at or before its step `done` (before its
+        // first step, a thread stands where its first step starts).
+        let checkpoint = thread.checkpoints.partition_point(|(index, _)| *index <= done);
+        let (from, regs) = &thread.checkpoints[checkpoint.max(1) - 1];
+        let mut regs = regs.clone();
+        for &step in &thread.positions[*from..done] {
+            let bytes = &self.register_bytes[self.register_range(step as usize)];
+            let mut at = 0;
+            while at < bytes.len() {
+                let n = bytes[at] as usize;
+                let size = register_size(n).expect("a register this log wrote");
+                let _ = regs.set_register(n, &bytes[at + 1..at + 1 + size]);
+                at += 1 + size;
+            }
+        }
+        Some(regs)
+    }
+
+    /// The mappings in force at `position`.
+    fn mappings_at(&self, position: u64) -> &[Range<u64>] {
+        let after = self.mappings.partition_point(|(step, _)| *step < position);
+        match after {
+            0 => &self.initial_mappings,
+            n => &self.mappings[n - 1].1,
+        }
+    }
+
+    /// Reads memory as it was at `position` into `buf`: what `present`
+    /// reads now, with every byte overwritten since put back. Returns how
+    /// many bytes from the start are known (0: not mapped then, or not
+    /// readable now and never overwritten).
+    pub fn read_at(&self, position: u64, address: u64, buf: &mut [u8], present: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> usize {
+        // Only within one mapping in force then.
+        let Some(mapping) = self.mappings_at(position).iter().find(|m| m.start <= address && address < m.end) else {
+            return 0;
+        };
+        let len = buf.len().min((mapping.end - address) as usize);
+        let buf = &mut buf[..len];
+        let from_present = present(address, buf);
+        let mut known: Vec<bool> = (0..len).map(|i| i < from_present).collect();
+        let mut restored = vec![false; len];
+        if len > 0 {
+            let end = address + len as u64;
+            let mut steps: Vec<u64> = Vec::new();
+            for page in address / PAGE..=(end - 1) / PAGE {
+                if let Some(list) = self.pages.get(&page) {
+                    let from = list.partition_point(|&s| s < position);
+                    steps.extend_from_slice(&list[from..]);
+                }
+            }
+            steps.sort_unstable();
+            steps.dedup();
+            let mut left = len;
+            'steps: for step in steps {
+                for (at, old) in self.overwritten_by(step) {
+                    let lo = at.max(address);
+                    let hi = (at + old.len() as u64).min(end);
+                    for a in lo..hi {
+                        let i = (a - address) as usize;
+                        if !restored[i] {
+                            restored[i] = true;
+                            known[i] = true;
+                            buf[i] = old[(a - at) as usize];
+                            left -= 1;
+                        }
+                    }
+                    if left == 0 {
+                        break 'steps;
+                    }
+                }
+            }
+        }
+        known.iter().position(|k| !k).unwrap_or(len)
+    }
+
+    /// The step of thread `tid` before `position`, if any.
+    pub fn previous_of_thread(&self, tid: u64, position: u64) -> Option<u64> {
+        let thread = self.threads.get(&tid)?;
+        let done = thread.positions.partition_point(|&p| p < position);
+        done.checked_sub(1).map(|i| thread.positions[i])
+    }
+
+    /// The step of thread `tid` at or after `position`, if any.
+    pub fn next_of_thread(&self, tid: u64, position: u64) -> Option<u64> {
+        let thread = self.threads.get(&tid)?;
+        thread.positions.get(thread.positions.partition_point(|&p| p < position)).copied()
+    }
+
+    /// Drops everything (the program exec'd: a new history begins).
+    pub fn restart(&mut self, mappings: Vec<Range<u64>>) {
+        *self = StateLog::new(mappings);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn regs(rip: u64, rax: u64) -> Regs {
+        let mut regs = Regs { rip, ..Regs::default() };
+        regs.gpr[0] = rax;
+        regs
+    }
+
+    /// Memory of 2 pages at 0x1000, as a vector the test mutates as the
+    /// "process" runs.
+    fn reader(memory: &[u8]) -> impl FnMut(u64, &mut [u8]) -> usize + '_ {
+        move |address, buf| {
+            let Some(offset) = address.checked_sub(0x1000).map(|o| o as usize).filter(|&o| o < memory.len()) else { return 0 };
+            let n = buf.len().min(memory.len() - offset);
+            buf[..n].copy_from_slice(&memory[offset..offset + n]);
+            n
+        }
+    }
+
+    #[test]
+    fn registers_replay_from_checkpoints_and_forced_ones() {
+        let mut log = StateLog::new(vec![0x1000..0x3000]);
+        // Thread 7 counts rax up, 200 steps; the debugger sets rax = 1000 before step 150.
+        let mut rax = 0;
+        for i in 0..200u64 {
+            if i == 150 {
+                rax = 1000;
+            }
+            log.push(7, &regs(0x100 + i, rax), &regs(0x101 + i, rax + 1), vec![], None);
+            rax += 1;
+        }
+        assert_eq!(log.registers_at(7, 0), Some(regs(0x100, 0)));
+        assert_eq!(log.registers_at(7, 100), Some(regs(0x164, 100)));
+        assert_eq!(log.registers_at(7, 149), Some(regs(0x100 + 149, 149)));
+        assert_eq!(log.registers_at(7, 150), Some(regs(0x100 + 150, 1000)));
+        assert_eq!(log.registers_at(7, 199), Some(regs(0x100 + 199, 1049)));
+        assert_eq!(log.registers_at(7, 200), None, "the present is the live thread's");
+        assert_eq!(log.registers_at(8, 10), None, "no such thread");
+    }
+
+    #[test]
+    fn a_threads_registers_between_and_before_its_steps() {
+        let mut log = StateLog::new(vec![]);
+        log.push(1, &regs(0x10, 0), &regs(0x11, 0), vec![], None);
+        log.push(2, &regs(0x20, 5), &regs(0x21, 6), vec![], None);
+        log.push(1, &regs(0x11, 0), &regs(0x12, 0), vec![], None);
+        assert_eq!(log.registers_at(2, 0), Some(regs(0x20, 5)), "before its first step: where that step starts");
+        assert_eq!(log.registers_at(2, 1), Some(regs(0x20, 5)));
+        assert_eq!(log.registers_at(2, 2), Some(regs(0x21, 6)), "between its steps: after its last");
+        assert_eq!(log.previous_of_thread(1, 2), Some(0));
+        assert_eq!(log.next_of_thread(1, 1), Some(2));
+        assert_eq!(log.steps_of_thread_before(1, 3), 2);
+        assert_eq!(log.position_of_thread_step(1, 1), Some(2));
+    }
+
+    #[test]
+    fn memory_reads_put_back_what_later_steps_overwrote() {
+        let mut memory = vec![0u8; 0x2000];
+        let mut log = StateLog::new(vec![0x1000..0x3000]);
+        let r = regs(0, 0);
+        // Step 0 writes 1..=4 at 0x1ffe (across the page boundary).
+        log.push(1, &r, &r, vec![Overwritten { address: 0x1ffe, old: memory[0xffe..0x1002].to_vec() }], None);
+        memory[0xffe..0x1002].copy_from_slice(&[1, 2, 3, 4]);
+        // The debugger writes 9 at 0x1fff, then step 1 writes 7 at 0x1fff.
+        log.overwritten_outside(Overwritten { address: 0x1fff, old: vec![memory[0xfff]] });
+        memory[0xfff] = 9;
+        log.push(1, &r, &r, vec![Overwritten { address: 0x1fff, old: vec![memory[0xfff]] }], None);
+        memory[0xfff] = 7;
+        let read = |position: u64| {
+            let mut buf = [0xee; 4];
+            let n = log.read_at(position, 0x1ffe, &mut buf, &mut reader(&memory));
+            (n, buf)
+        };
+        assert_eq!(read(0), (4, [0, 0, 0, 0]));
+        assert_eq!(read(1), (4, [1, 2, 3, 4]), "before step 1 and before the debugger's write");
+        assert_eq!(read(2), (4, [1, 7, 3, 4]), "the present");
+    }
+
+    #[test]
+    fn a_page_mapped_later_cannot_be_read_before_and_an_unmapped_one_reads_its_old_bytes() {
+        let mut memory = vec![5u8; 0x1000];
+        let mut log = StateLog::new(vec![0x1000..0x2000]);
+        let r = regs(0, 0);
+        // Step 0 maps 0x2000..0x3000 (the "process" grows).
+        log.push(1, &r, &r, vec![], Some(vec![0x1000..0x3000]));
+        memory.extend(vec![6u8; 0x1000]);
+        let mut buf = [0u8; 2];
+        assert_eq!(log.read_at(0, 0x2000, &mut buf, &mut reader(&memory)), 0, "not mapped before step 0");
+        assert_eq!(log.read_at(1, 0x2000, &mut buf, &mut reader(&memory)), 2);
+        assert_eq!(buf, [6, 6]);
+        // Step 1 unmaps the first page: its bytes are saved.
+        log.push(1, &r, &r, vec![Overwritten { address: 0x1000, old: memory[..0x1000].to_vec() }], Some(vec![0x2000..0x3000]));
+        let present = &memory[0x1000..];
+        let mut now = |address: u64, buf: &mut [u8]| {
+            let Some(offset) = address.checked_sub(0x2000).map(|o| o as usize).filter(|&o| o < present.len()) else { return 0 };
+            let n = buf.len().min(present.len() - offset);
+            buf[..n].copy_from_slice(&present[offset..offset + n]);
+            n
+        };
+        assert_eq!(log.read_at(1, 0x1ffe, &mut buf, &mut now), 2, "mapped at 1, unmapped now: the saved bytes");
+        assert_eq!(buf, [5, 5]);
+        assert_eq!(log.read_at(2, 0x1ffe, &mut buf, &mut now), 0, "unmapped at 2");
+    }
+}
