@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use retrace_collector::process::{attach, launch, LaunchOptions};
 use retrace_stub::protocol::session::{serve, SessionEnd};
-use retrace_stub::target::live::ProcessTarget;
+use retrace_stub::target::live::{ProcessTarget, RecordMode};
 use retrace_stub::target::saved_trace::SavedTrace;
 
 /// A gdb-remote server for LLDB and GDB.
@@ -41,6 +41,19 @@ use retrace_stub::target::saved_trace::SavedTrace;
 ///   (gdb) reverse-step                  # reverse-next, reverse-finish, reverse-continue
 ///   (gdb) record stop
 ///
+/// Reverse execution: record from the first instruction (one instruction
+/// at a time: keep the program short or the stretch you run recorded), then
+/// go back:
+///
+///   retrace-stub --record -- ./prog
+///   (gdb) break work
+///   (gdb) continue
+///   (gdb) reverse-stepi                 # reverse-next, reverse-finish, reverse-continue
+///   (gdb) watch counter
+///   (gdb) reverse-continue              # the last change of counter
+///   (gdb) monitor record status
+///   (lldb) process continue -R
+///
 /// Replaying a saved trace (from `retrace record`, from this stub, or
 /// LLDB's `trace save`): the program stands at the end of its history and
 /// runs backwards and forwards through it. Only the PC is known; code is
@@ -73,6 +86,12 @@ struct Args {
     /// Debug a running process instead of starting one.
     #[arg(long, value_name = "PID", conflicts_with = "command")]
     attach: Option<i32>,
+    /// Record the program from its first instruction so that the debugger
+    /// can run it backwards (`reverse-stepi`, `reverse-continue`,
+    /// `process continue -R`): `full` keeps every register and byte of
+    /// memory at every instruction, `branch` the order of instructions only.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "full", conflicts_with = "replay")]
+    record: Option<RecordMode>,
     /// Serve a saved trace (its trace.json) instead of a live process.
     #[arg(long, value_name = "TRACE_JSON", conflicts_with_all = ["command", "attach"])]
     replay: Option<std::path::PathBuf>,
@@ -130,7 +149,12 @@ fn main() -> ExitCode {
     // The address bound (with port 0 the system chose the port).
     let bound = listener.local_addr().map_or_else(|_| args.listen.to_string(), |a| a.to_string());
     eprintln!("retrace-stub: process {} {how}; listening on {bound}", tracee.pid);
-    match serve(&listener, ProcessTarget::with_threads(tracee.pid, &threads)) {
+    let mut target = ProcessTarget::with_threads(tracee.pid, &threads);
+    if let Some(mode) = args.record {
+        target = target.record(mode);
+        eprintln!("retrace-stub: recording ({mode:?}) for reverse execution");
+    }
+    match serve(&listener, target) {
         Ok(end) => {
             let text = match end {
                 SessionEnd::ProgramEnded => "the program ended",

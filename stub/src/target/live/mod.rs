@@ -13,6 +13,7 @@ use gdbstub::target::ext::base::multithread::{
     MultiThreadBase, MultiThreadResume, MultiThreadResumeOps, MultiThreadSchedulerLocking,
     MultiThreadSchedulerLockingOps, MultiThreadSingleStep, MultiThreadSingleStepOps,
 };
+use gdbstub::target::ext::base::reverse_exec::{ReverseCont, ReverseContOps, ReverseStep, ReverseStepOps};
 use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, SingleRegisterAccessOps};
 use gdbstub::target::ext::thread_extra_info::{ThreadExtraInfo, ThreadExtraInfoOps};
 use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind};
@@ -32,8 +33,10 @@ use retrace_collector::process;
 use crate::arch::{RegNumber, Regs};
 use crate::target::{copy_window, Inferior, StopReason};
 
+mod full;
 pub mod libraries;
 pub mod recording;
+pub use full::RecordMode;
 mod stops;
 
 const INT3: u8 = 0xcc;
@@ -81,6 +84,8 @@ pub struct ProcessTarget {
     /// A stop found while resuming (a recorded thread continued onto a
     /// breakpoint): the threads already started are stopped and it is reported.
     pending_stop: Option<StopReason>,
+    /// The history kept for reverse execution (`--record`).
+    full: Option<full::FullRecording>,
 }
 
 /// One of the four x86 debug-address registers in use.
@@ -269,6 +274,7 @@ impl ProcessTarget {
             recording: BTreeSet::new(),
             pending_stop: None,
             stop_note: None,
+            full: None,
         }
     }
 
@@ -342,6 +348,17 @@ impl ProcessTarget {
         let _ = ptrace::detach(child, None);
     }
 
+    /// A thread's registers where the debugger stands: from the history
+    /// in the past (or now, for a thread the history does not cover).
+    fn registers(&self, tid: Pid) -> Option<Regs> {
+        if let Some(position) = self.past() {
+            if let Some(regs) = self.past_registers(tid, position) {
+                return Some(regs);
+            }
+        }
+        read_all_registers(tid).ok()
+    }
+
     /// Puts every original byte back (before detaching).
     pub fn remove_all_breakpoints(&mut self) {
         for (address, original) in std::mem::take(&mut self.breakpoints) {
@@ -366,7 +383,7 @@ impl ProcessTarget {
                 None if self.scheduler_locked => continue,
                 None => Action::Continue(None),
             };
-            let traced = self.tracing.traces(tid);
+            let traced = self.records(tid);
             let result = match action {
                 Action::Continue(signal) if traced => {
                     self.start_recorded(tid, signal)?;
@@ -376,6 +393,7 @@ impl ProcessTarget {
                 Action::Step(signal) => {
                     if traced {
                         self.before_traced_resume(tid, signal);
+                        self.prepare_step(tid, signal);
                     }
                     self.stepping.insert(tid);
                     ptrace::step(tid, signal)
@@ -490,17 +508,30 @@ impl Inferior for ProcessTarget {
     fn take_stop_note(&mut self) -> Option<String> {
         self.stop_note.take()
     }
+
+    fn register_available(&mut self, tid: u64, n: usize) -> bool {
+        let tid = Pid::from_raw(tid as i32);
+        self.registers(tid).is_none_or(|regs| regs.is_available(n))
+    }
+
+    fn monitor_command(&mut self, command: &str) -> Result<String, String> {
+        self.record_monitor(command)
+    }
 }
 
 crate::target::offer_capabilities!(ProcessTarget);
 
 impl MultiThreadBase for ProcessTarget {
     fn read_registers(&mut self, regs: &mut Regs, tid: Tid) -> TargetResult<(), Self> {
-        *regs = read_all_registers(pid_of(tid)).map_err(|_| TargetError::NonFatal)?;
+        *regs = self.registers(pid_of(tid)).ok_or(TargetError::NonFatal)?;
         Ok(())
     }
 
     fn write_registers(&mut self, regs: &Regs, tid: Tid) -> TargetResult<(), Self> {
+        if self.past().is_some() {
+            // The past cannot change (expressions there are not supported yet).
+            return Err(TargetError::NonFatal);
+        }
         write_all_registers(pid_of(tid), regs).map_err(|_| TargetError::NonFatal)
     }
 
@@ -509,6 +540,13 @@ impl MultiThreadBase for ProcessTarget {
     }
 
     fn read_addrs(&mut self, start: u64, data: &mut [u8], _tid: Tid) -> TargetResult<usize, Self> {
+        if let Some(position) = self.past() {
+            let n = self.past_memory(position, start, data);
+            if n == 0 && !data.is_empty() {
+                return Err(TargetError::NonFatal);
+            }
+            return Ok(n);
+        }
         let n = process::read_memory(self.pid, start, data);
         if n == 0 && !data.is_empty() {
             return Err(TargetError::NonFatal);
@@ -523,6 +561,10 @@ impl MultiThreadBase for ProcessTarget {
     }
 
     fn write_addrs(&mut self, start: u64, data: &[u8], _tid: Tid) -> TargetResult<(), Self> {
+        if self.past().is_some() {
+            return Err(TargetError::NonFatal);
+        }
+        self.before_debugger_write(start, data.len());
         // Keep breakpoints in place over written bytes, remembering the new originals.
         let mut bytes = data.to_vec();
         for (i, byte) in bytes.iter_mut().enumerate() {
@@ -560,12 +602,18 @@ impl ThreadExtraInfo for ProcessTarget {
 
 impl SingleRegisterAccess<Tid> for ProcessTarget {
     fn read_register(&mut self, tid: Tid, reg: RegNumber, buf: &mut [u8]) -> TargetResult<usize, Self> {
-        let regs = read_all_registers(pid_of(tid)).map_err(|_| TargetError::NonFatal)?;
+        let regs = self.registers(pid_of(tid)).ok_or(TargetError::NonFatal)?;
+        if !regs.is_available(reg.0) {
+            return Ok(0); // `xx…`
+        }
         let bytes = regs.register_bytes(reg.0).ok_or(TargetError::NonFatal)?;
         Ok(copy_window(&bytes, 0, buf.len(), buf))
     }
 
     fn write_register(&mut self, tid: Tid, reg: RegNumber, value: &[u8]) -> TargetResult<(), Self> {
+        if self.past().is_some() {
+            return Err(TargetError::NonFatal);
+        }
         let tid = pid_of(tid);
         let mut regs = read_all_registers(tid).map_err(|_| TargetError::NonFatal)?;
         regs.set_register(reg.0, value).map_err(|_| TargetError::NonFatal)?;
@@ -575,6 +623,15 @@ impl SingleRegisterAccess<Tid> for ProcessTarget {
 
 impl MultiThreadResume for ProcessTarget {
     fn resume(&mut self) -> Result<(), Self::Error> {
+        if let Some(stop) = self.take_armed() {
+            self.stop_now = Some(stop);
+            return Ok(());
+        }
+        if self.past().is_some() {
+            let step = self.actions.iter().find(|(_, action)| matches!(action, Action::Step(_))).map(|(tid, _)| *tid);
+            self.stop_now = Some(self.replay_forwards(step));
+            return Ok(());
+        }
         self.start_threads().map(|_| ())
     }
 
@@ -595,6 +652,44 @@ impl MultiThreadResume for ProcessTarget {
 
     fn support_scheduler_locking(&mut self) -> Option<MultiThreadSchedulerLockingOps<'_, Self>> {
         Some(self)
+    }
+
+    fn support_reverse_cont(&mut self) -> Option<ReverseContOps<'_, Tid, Self>> {
+        if self.full_recording() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+
+    fn support_reverse_step(&mut self) -> Option<ReverseStepOps<'_, Tid, Self>> {
+        if self.full_recording() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl ReverseCont<Tid> for ProcessTarget {
+    fn reverse_cont(&mut self) -> Result<(), Self::Error> {
+        let stop = match self.take_armed() {
+            Some(stop) => stop,
+            None => self.run_backwards(),
+        };
+        self.stop_now = Some(stop);
+        Ok(())
+    }
+}
+
+impl ReverseStep<Tid> for ProcessTarget {
+    fn reverse_step(&mut self, tid: Tid) -> Result<(), Self::Error> {
+        let stop = match self.take_armed() {
+            Some(stop) => stop,
+            None => self.step_backwards(pid_of(tid)),
+        };
+        self.stop_now = Some(stop);
+        Ok(())
     }
 }
 

@@ -199,6 +199,7 @@ impl ProcessTarget {
     /// trace. Returns that instruction. (A signal-delivery stop comes before
     /// the instruction runs: nothing is recorded for it.)
     pub(super) fn record_progress(&mut self, tid: Pid, now: u64) -> Option<InsnInfo> {
+        self.step_done(tid);
         let pending = self.tracing.threads.get(&tid)?.next_ip;
         let Some(ip) = pending else {
             self.tracing.threads.get_mut(&tid)?.next_ip = Some(now);
@@ -253,6 +254,7 @@ impl ProcessTarget {
                 return Ok(());
             }
         }
+        self.prepare_step(tid, signal);
         match ptrace::step(tid, signal) {
             Ok(()) => {
                 self.recording.insert(tid);

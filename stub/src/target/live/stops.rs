@@ -94,6 +94,7 @@ impl ProcessTarget {
                     self.threads.retain(|t| *t == self.pid);
                     self.running.clear();
                     self.trace_exec(tid, former);
+                    self.history_restarts();
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP });
                 }
                 WaitStatus::PtraceEvent(tid, _, _) => self.resume_after_event(tid),
@@ -113,7 +114,7 @@ impl ProcessTarget {
                     // the next resume.
                     self.threads.insert(tid);
                     self.init_thread_debug_registers();
-                    let traced = self.trace_new_thread(tid);
+                    let traced = self.trace_new_thread(tid) || self.full_recording();
                     if self.stop_note.is_some() {
                         // Over the process's trace limit: stop, as lldb-server does.
                         self.stop_others(None);
@@ -134,7 +135,7 @@ impl ProcessTarget {
                     self.stop_others(Some(tid));
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGINT });
                 }
-                WaitStatus::Stopped(tid, Signal::SIGTRAP) if self.tracing.traces(tid) => {
+                WaitStatus::Stopped(tid, Signal::SIGTRAP) if self.records(tid) => {
                     let now = rip(tid).unwrap_or(0);
                     let slot = if self.debug_slots.iter().any(Option::is_some) { triggered_slot(tid).and_then(|i| self.debug_slots[i]) } else { None };
                     let reason = if self.recording.contains(&tid) {

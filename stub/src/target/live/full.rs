@@ -1,0 +1,584 @@
+//! `--record=full` and `--record=branch`: the live process recorded from
+//! its first instruction, one instruction at a time, into a [`StateLog`],
+//! and the debugger moved back and forth in it (`bs`, `bc`, and forward
+//! `s`, `c` and `vCont` replayed while in the past).
+//!
+//! Before each step the instruction is decoded (iced-x86) and the bytes it
+//! will write are read, at addresses computed from the registers; after it,
+//! the registers are read. A system call, and an instruction whose writes
+//! cannot be computed before it runs (`xsave`, scatter stores), is
+//! bracketed instead by copies of all writable memory, and the changed
+//! bytes — whatever the kernel wrote, `read()`'s buffer, `stat`'s, a
+//! vanished mapping's — are kept. A signal handler's entry keeps the stack
+//! bytes below the red zone that the kernel's signal frame overwrites.
+//!
+//! In `branch` mode only the order of instructions is kept: in the past
+//! the PC is known, other registers are unavailable and only memory that
+//! no one can write (code, read-only data) is served.
+//!
+//! In the past nothing of the process changes: registers and memory come
+//! from the log over the stopped process, writes are refused, and reaching
+//! the end of the history going forwards stops there (`replaylog:end`, as
+//! GDB's `record full` stops with "No more reverse-execution history");
+//! the next resume runs the live process on, recorded.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::ops::Range;
+
+use gdbstub::common::Signal as GdbSignal;
+use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
+use gdbstub::target::ext::breakpoints::WatchKind;
+use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory, Mnemonic, OpAccess, Register};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use retrace_collector::process;
+
+use super::{read_all_registers, tid_of, ProcessTarget};
+use crate::arch::Regs;
+use crate::target::state_log::{Overwritten, StateLog};
+use crate::target::StopReason;
+
+/// What a recording keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordMode {
+    /// Every register and byte of memory at every instruction.
+    Full,
+    /// The order of instructions only (as Intel PT keeps it).
+    Branch,
+}
+
+impl std::str::FromStr for RecordMode {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "full" => Ok(RecordMode::Full),
+            "branch" => Ok(RecordMode::Branch),
+            _ => Err(format!("`{text}` is not a recording mode: `full` or `branch`")),
+        }
+    }
+}
+
+/// Bytes below the stack pointer a signal frame may take (the red zone,
+/// then the frame with the largest `xsave` area).
+const SIGNAL_FRAME_ROOM: u64 = 128 + 16 * 1024;
+
+/// The most writable memory copied around one system call (beyond it the
+/// bytes the kernel writes are not kept and the past is refused there).
+const SNAPSHOT_LIMIT: u64 = 512 << 20;
+
+/// A copy of writable memory.
+type Snapshot = Vec<(Range<u64>, Vec<u8>)>;
+
+/// What is known of a thread's next step before it runs.
+#[derive(Debug)]
+struct Prepared {
+    before: Regs,
+    overwritten: Vec<Overwritten>,
+    /// All writable memory before it (system calls and writes not
+    /// computable in advance), and the mappings then.
+    snapshot: Option<(Snapshot, Vec<Range<u64>>)>,
+    /// A REP string instruction: its iterations are one step.
+    repeats: bool,
+    /// The resume delivers a signal to a handler: the first stop is the
+    /// handler's entry, not an executed instruction.
+    entering_handler: bool,
+}
+
+/// The recording and where the debugger stands in it.
+#[derive(Debug)]
+pub struct FullRecording {
+    mode: RecordMode,
+    log: StateLog,
+    prepared: HashMap<Pid, Prepared>,
+    /// `None`: the present (the live process).
+    position: Option<u64>,
+    /// A `monitor goto` waiting for the next resume.
+    armed: Option<u64>,
+    info: InstructionInfoFactory,
+}
+
+impl FullRecording {
+    /// An empty recording of `pid` as it is now.
+    pub fn new(pid: Pid, mode: RecordMode) -> Self {
+        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, armed: None, info: InstructionInfoFactory::new() }
+    }
+}
+
+/// Every mapping of `pid`.
+fn mapped(pid: Pid) -> Vec<Range<u64>> {
+    process::read_maps(pid).unwrap_or_default().iter().map(|m| m.start..m.end).collect()
+}
+
+/// All writable, readable memory of `pid` (none past [`SNAPSHOT_LIMIT`]).
+fn snapshot(pid: Pid) -> Option<Snapshot> {
+    let maps = process::read_maps(pid).ok()?;
+    let writable: Vec<_> = maps.iter().filter(|m| m.writable && m.readable).collect();
+    if writable.iter().map(|m| m.end - m.start).sum::<u64>() > SNAPSHOT_LIMIT {
+        return None;
+    }
+    Some(
+        writable
+            .into_iter()
+            .map(|m| {
+                let mut bytes = vec![0u8; (m.end - m.start) as usize];
+                let n = process::read_memory(pid, m.start, &mut bytes);
+                bytes.truncate(n);
+                (m.start..m.start + n as u64, bytes)
+            })
+            .collect(),
+    )
+}
+
+/// The bytes of `before` that differ now (or are gone), as runs.
+fn changed_since(pid: Pid, before: &Snapshot) -> Vec<Overwritten> {
+    let mut changed = Vec::new();
+    for (range, old) in before {
+        let mut now = vec![0u8; old.len()];
+        let n = process::read_memory(pid, range.start, &mut now);
+        let mut i = 0;
+        while i < old.len() {
+            if i < n && now[i] == old[i] {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < old.len() && (i >= n || now[i] != old[i]) {
+                i += 1;
+            }
+            changed.push(Overwritten { address: range.start + start as u64, old: old[start..i].to_vec() });
+        }
+    }
+    changed
+}
+
+/// The value of `register` for an address computation.
+fn register_value(regs: &Regs, register: Register) -> Option<u64> {
+    let index = match register.full_register() {
+        Register::ES | Register::CS | Register::SS | Register::DS => return Some(0),
+        Register::FS => return Some(regs.fs_base),
+        Register::GS => return Some(regs.gs_base),
+        Register::RIP => return Some(regs.rip),
+        Register::RAX => 0,
+        Register::RBX => 1,
+        Register::RCX => 2,
+        Register::RDX => 3,
+        Register::RSI => 4,
+        Register::RDI => 5,
+        Register::RBP => 6,
+        Register::RSP => 7,
+        Register::R8 => 8,
+        Register::R9 => 9,
+        Register::R10 => 10,
+        Register::R11 => 11,
+        Register::R12 => 12,
+        Register::R13 => 13,
+        Register::R14 => 14,
+        Register::R15 => 15,
+        _ => return None,
+    };
+    let value = regs.gpr[index];
+    Some(match register.size() {
+        4 => value as u32 as u64,
+        2 => value as u16 as u64,
+        1 => value as u8 as u64,
+        _ => value,
+    })
+}
+
+impl ProcessTarget {
+    /// Turns recording on for the whole process, from now.
+    pub fn record(mut self, mode: RecordMode) -> Self {
+        self.full = Some(FullRecording::new(self.pid, mode));
+        self
+    }
+
+    /// Whether the thread's continues are recorded one step at a time.
+    pub(super) fn records(&self, tid: Pid) -> bool {
+        self.full.is_some() || self.tracing.traces(tid)
+    }
+
+    /// Whether the process is recorded for reverse execution.
+    pub(super) fn full_recording(&self) -> bool {
+        self.full.is_some()
+    }
+
+    /// The debugger's position in the history, if it is in the past.
+    pub(super) fn past(&self) -> Option<u64> {
+        self.full.as_ref().and_then(|full| full.position)
+    }
+
+    /// Reads what thread `tid` is about to do before it steps (resumed
+    /// with `signal`).
+    pub(super) fn prepare_step(&mut self, tid: Pid, signal: Option<Signal>) {
+        let Some(full) = self.full.as_mut() else { return };
+        full.prepared.remove(&tid);
+        let entering_handler = signal.is_some_and(|signal| process::has_handler(self.pid, tid, signal));
+        if full.mode == RecordMode::Branch {
+            let Some(rip) = super::recording::rip(tid) else { return };
+            let before = Regs::only_pc(rip);
+            full.prepared.insert(tid, Prepared { before, overwritten: vec![], snapshot: None, repeats: false, entering_handler });
+            return;
+        }
+        let Ok(before) = read_all_registers(tid) else { return };
+        let mut overwritten = Vec::new();
+        if entering_handler {
+            // The kernel writes the signal frame below the red zone.
+            let top = before.gpr[7].saturating_sub(128);
+            let mut old = vec![0u8; (SIGNAL_FRAME_ROOM - 128) as usize];
+            let start = top.saturating_sub(old.len() as u64);
+            let n = process::read_memory(self.pid, start, &mut old);
+            old.truncate(n);
+            full.log.overwritten_outside(Overwritten { address: start, old });
+            full.prepared.insert(tid, Prepared { before, overwritten, snapshot: None, repeats: false, entering_handler });
+            return;
+        }
+        let mut code = [0u8; 16];
+        let n = process::read_memory(self.pid, before.rip, &mut code);
+        for (i, byte) in code[..n].iter_mut().enumerate() {
+            if let Some(original) = self.breakpoints.get(&(before.rip + i as u64)) {
+                *byte = *original;
+            }
+        }
+        let insn = Decoder::with_ip(64, &code[..n], before.rip, DecoderOptions::NONE).decode();
+        let mut whole_memory = insn.is_invalid() || insn.mnemonic() == Mnemonic::Syscall;
+        if !whole_memory {
+            for used in full.info.info(&insn).used_memory() {
+                if !matches!(used.access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
+                    continue;
+                }
+                let size = used.memory_size().size();
+                let address = used.virtual_address(0, |register, _, _| register_value(&before, register));
+                match address {
+                    Some(address) if size > 0 && !used.index().is_vector_register() => {
+                        let mut old = vec![0u8; size];
+                        let n = process::read_memory(self.pid, address, &mut old);
+                        old.truncate(n);
+                        overwritten.push(Overwritten { address, old });
+                    }
+                    _ => whole_memory = true,
+                }
+            }
+        }
+        let snapshot = if whole_memory { snapshot(self.pid).map(|copy| (copy, mapped(self.pid))) } else { None };
+        let repeats = insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix();
+        full.prepared.insert(tid, Prepared { before, overwritten, snapshot, repeats, entering_handler });
+    }
+
+    /// Thread `tid` finished a step: it goes into the history, and its
+    /// next step is prepared.
+    pub(super) fn step_done(&mut self, tid: Pid) {
+        let Some(full) = self.full.as_mut() else { return };
+        let Some(prepared) = full.prepared.remove(&tid) else {
+            self.prepare_step(tid, None);
+            return;
+        };
+        if prepared.entering_handler {
+            // Stopped at the handler's entry: nothing ran yet.
+            self.prepare_step(tid, None);
+            return;
+        }
+        let after = match full.mode {
+            RecordMode::Branch => super::recording::rip(tid).map(Regs::only_pc),
+            RecordMode::Full => read_all_registers(tid).ok(),
+        };
+        let Some(after) = after else { return };
+        if prepared.repeats && after.rip == prepared.before.rip {
+            // One iteration of a REP string instruction: the rest of it is
+            // the same step.
+            let before = prepared.before;
+            let mut overwritten = prepared.overwritten;
+            self.prepare_step(tid, None);
+            if let Some(next) = self.full.as_mut().and_then(|full| full.prepared.get_mut(&tid)) {
+                overwritten.append(&mut next.overwritten);
+                next.overwritten = overwritten;
+                next.before = before;
+            }
+            return;
+        }
+        let mut overwritten = prepared.overwritten;
+        let mut mappings = None;
+        if let Some((copy, maps_before)) = &prepared.snapshot {
+            overwritten.extend(changed_since(self.pid, copy));
+            let now = mapped(self.pid);
+            if &now != maps_before {
+                mappings = Some(now);
+            }
+        }
+        full.log.push(tid.as_raw() as u64, &prepared.before, &after, overwritten, mappings);
+        self.prepare_step(tid, None);
+    }
+
+    /// The debugger writes memory at the present: the old bytes are kept.
+    pub(super) fn before_debugger_write(&mut self, address: u64, len: usize) {
+        let Some(full) = self.full.as_mut() else { return };
+        let mut old = vec![0u8; len];
+        let n = process::read_memory(self.pid, address, &mut old);
+        old.truncate(n);
+        full.log.overwritten_outside(Overwritten { address, old });
+    }
+
+    /// The program exec'd: a new history starts.
+    pub(super) fn history_restarts(&mut self) {
+        let pid = self.pid;
+        if let Some(full) = self.full.as_mut() {
+            full.log.restart(mapped(pid));
+            full.prepared.clear();
+            full.position = None;
+            full.armed = None;
+        }
+    }
+
+    /// Registers of `tid` at the past `position`: `None` when the history
+    /// does not change them (a thread that never ran in it).
+    pub(super) fn past_registers(&self, tid: Pid, position: u64) -> Option<Regs> {
+        let full = self.full.as_ref()?;
+        let regs = full.log.registers_at(tid.as_raw() as u64, position)?;
+        Some(match full.mode {
+            RecordMode::Full => regs,
+            RecordMode::Branch => Regs::only_pc(regs.rip),
+        })
+    }
+
+    /// Memory at the past `position`.
+    pub(super) fn past_memory(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
+        let Some(full) = self.full.as_ref() else { return 0 };
+        let pid = self.pid;
+        let breakpoints = &self.breakpoints;
+        let mut present = |address: u64, buf: &mut [u8]| {
+            let n = process::read_memory(pid, address, buf);
+            for (i, byte) in buf[..n].iter_mut().enumerate() {
+                if let Some(original) = breakpoints.get(&(address + i as u64)) {
+                    *byte = *original;
+                }
+            }
+            n
+        };
+        match full.mode {
+            RecordMode::Full => full.log.read_at(position, address, buf, &mut present),
+            RecordMode::Branch => {
+                // Only what nobody can write.
+                let maps = process::read_maps(pid).unwrap_or_default();
+                let Some(m) = maps.iter().find(|m| m.start <= address && address < m.end && !m.writable) else { return 0 };
+                let n = buf.len().min((m.end - address) as usize);
+                present(address, &mut buf[..n])
+            }
+        }
+    }
+
+    /// A breakpoint stop at `position` (the thread that stands there).
+    fn breakpoint_at(&self, position: u64) -> Option<StopReason> {
+        let full = self.full.as_ref()?;
+        let (tid, pc) = full.log.at(position)?;
+        let thread = tid_of(Pid::from_raw(tid as i32));
+        if self.breakpoints.contains_key(&pc) {
+            return Some(StopReason::SwBreak(thread));
+        }
+        let hardware = self.debug_slots.iter().flatten().any(|slot| slot.watch.is_none() && slot.address == pc);
+        hardware.then_some(StopReason::HwBreak(thread))
+    }
+
+    /// A write watchpoint whose bytes step `position` changed.
+    fn watch_triggered_by(&self, position: u64) -> Option<StopReason> {
+        let full = self.full.as_ref()?;
+        let (tid, _) = full.log.at(position)?;
+        for slot in self.debug_slots.iter().flatten() {
+            let Some(kind) = slot.watch else { continue };
+            if kind == WatchKind::Read {
+                continue;
+            }
+            let watched = slot.address..slot.address + slot.len;
+            let touches = full.log.overwritten_by(position).any(|(at, old)| at < watched.end && watched.start < at + old.len() as u64);
+            if !touches {
+                continue;
+            }
+            let mut before = vec![0u8; slot.len as usize];
+            let mut after = vec![0u8; slot.len as usize];
+            let known_before = self.past_memory(position, slot.address, &mut before);
+            let known_after = if position + 1 >= full.log.len() {
+                self.present_memory(slot.address, &mut after)
+            } else {
+                self.past_memory(position + 1, slot.address, &mut after)
+            };
+            if known_before != known_after || before != after || kind == WatchKind::ReadWrite {
+                return Some(StopReason::Watch { tid: tid_of(Pid::from_raw(tid as i32)), kind, addr: slot.address });
+            }
+        }
+        None
+    }
+
+    fn present_memory(&self, address: u64, buf: &mut [u8]) -> usize {
+        let n = process::read_memory(self.pid, address, buf);
+        for (i, byte) in buf[..n].iter_mut().enumerate() {
+            if let Some(original) = self.breakpoints.get(&(address + i as u64)) {
+                *byte = *original;
+            }
+        }
+        n
+    }
+
+    fn thread_at(&self, position: u64) -> u64 {
+        let full = self.full.as_ref().expect("recording");
+        full.log.at(position).or_else(|| full.log.at(position.saturating_sub(1))).map_or(self.pid.as_raw() as u64, |(tid, _)| tid)
+    }
+
+    fn boundary(&self, position: u64, pos: ReplayLogPosition) -> StopReason {
+        StopReason::ReplayLog { tid: Some(tid_of(Pid::from_raw(self.thread_at(position) as i32))), pos }
+    }
+
+    fn moved_to(&mut self, position: u64) {
+        let full = self.full.as_mut().expect("recording");
+        full.position = (position < full.log.len()).then_some(position);
+    }
+
+    /// A resume armed by `monitor goto` goes there, whatever it asked.
+    pub(super) fn take_armed(&mut self) -> Option<StopReason> {
+        let position = self.full.as_mut()?.armed.take()?;
+        self.moved_to(position);
+        let tid = self.thread_at(position);
+        Some(StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP })
+    }
+
+    /// `bc`: back to the latest earlier breakpoint or watched change, or
+    /// the start of history.
+    pub(super) fn run_backwards(&mut self) -> StopReason {
+        let full = self.full.as_ref().expect("recording");
+        let from = full.position.unwrap_or(full.log.len());
+        for position in (0..from).rev() {
+            // The write is seen before the instruction that made it.
+            if let Some(stop) = self.watch_triggered_by(position).or_else(|| self.breakpoint_at(position)) {
+                self.moved_to(position);
+                return stop;
+            }
+        }
+        self.moved_to(0);
+        self.boundary(0, ReplayLogPosition::Begin)
+    }
+
+    /// `bs`: un-executes thread `tid`'s last instruction.
+    pub(super) fn step_backwards(&mut self, tid: Pid) -> StopReason {
+        let full = self.full.as_ref().expect("recording");
+        let from = full.position.unwrap_or(full.log.len());
+        match full.log.previous_of_thread(tid.as_raw() as u64, from) {
+            Some(position) => {
+                self.moved_to(position);
+                StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP }
+            }
+            None => self.boundary(from, ReplayLogPosition::Begin),
+        }
+    }
+
+    /// Forwards in the past: one instruction of `step` (the others running
+    /// along), or on to a breakpoint or watched change; the end of the
+    /// history stops there.
+    pub(super) fn replay_forwards(&mut self, step: Option<Pid>) -> StopReason {
+        let full = self.full.as_ref().expect("recording");
+        let len = full.log.len();
+        let from = full.position.unwrap_or(len);
+        for position in from..len {
+            if step.is_none() || position == from {
+                // An inserted breakpoint traps before its instruction runs
+                // (also where the resume starts, as on the processor).
+                if step.is_none() {
+                    if let Some(stop) = self.breakpoint_at(position) {
+                        self.moved_to(position);
+                        return stop;
+                    }
+                }
+            }
+            let (tid, _) = self.full.as_ref().expect("recording").log.at(position).expect("in the history");
+            if let Some(stop) = self.watch_triggered_by(position) {
+                self.moved_to(position + 1);
+                return stop;
+            }
+            if step.is_some_and(|t| t.as_raw() as u64 == tid) {
+                self.moved_to(position + 1);
+                return StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP };
+            }
+        }
+        self.moved_to(len);
+        self.boundary(len, ReplayLogPosition::End)
+    }
+
+    /// `monitor record status [--json]`.
+    fn record_status(&self, json: bool) -> String {
+        let full = self.full.as_ref().expect("recording");
+        let len = full.log.len();
+        let position = full.position.unwrap_or(len);
+        let tid = self.thread_at(position);
+        let id = full.log.steps_of_thread_before(tid, position);
+        let mode = match full.mode {
+            RecordMode::Full => "full",
+            RecordMode::Branch => "branch",
+        };
+        let threads: Vec<serde_json::Value> = full
+            .log
+            .threads()
+            .map(|t| serde_json::json!({"tid": t, "instructions": full.log.steps_of_thread_before(t, len)}))
+            .collect();
+        if json {
+            let value = serde_json::json!({
+                "mode": mode,
+                "instructions": len,
+                "bytes": full.log.bytes(),
+                "threads": threads,
+                "position": {"tid": tid, "id": id, "index": position, "present": full.position.is_none()},
+            });
+            return format!("{value}\n");
+        }
+        let mut text = String::new();
+        let _ = writeln!(text, "Recording ({mode}): {len} instructions in {} thread(s), {} bytes of history.", threads.len(), full.log.bytes());
+        match full.position {
+            None => {
+                let _ = writeln!(text, "Position: the present (the live process).");
+            }
+            Some(p) => {
+                let pc = full.log.at(p).map_or(0, |(_, pc)| pc);
+                let _ = writeln!(text, "Position: instruction {id} of thread {tid} (pc {pc:#x}); {} of {len} in the history.", p + 1);
+            }
+        }
+        text
+    }
+
+    /// `monitor goto begin|end|ID [TID]`.
+    fn record_goto(&mut self, args: &[&str]) -> Result<String, String> {
+        let full = self.full.as_ref().expect("recording");
+        let len = full.log.len();
+        if len == 0 {
+            return Err("the history is empty: nothing has run since recording started".into());
+        }
+        let position = match args {
+            ["begin"] => 0,
+            ["end"] => len,
+            [id] | [id, _] => {
+                let index = id.parse::<u64>().map_err(|_| format!("`{id}` is not an instruction id (a number, `begin` or `end`)"))?;
+                let tid = match args.get(1) {
+                    Some(tid) => tid.parse::<u64>().map_err(|_| format!("`{tid}` is not a thread id"))?,
+                    None => self.thread_at(full.position.unwrap_or(len)),
+                };
+                full.log.position_of_thread_step(tid, index).ok_or_else(|| format!("thread {tid} has no instruction {index} in the history"))?
+            }
+            _ => return Err("usage: goto begin|end|ID [TID]".into()),
+        };
+        let pc = full.log.at(position).map(|(_, pc)| pc);
+        self.full.as_mut().expect("recording").armed = Some(position);
+        Ok(match pc {
+            Some(pc) => format!("The next resume stops at instruction {} of thread {} (pc {pc:#x}).\n", args[0], self.thread_at(position)),
+            None => "The next resume stops at the present (the end of the history).\n".to_string(),
+        })
+    }
+
+    /// A `monitor` command of a recording.
+    pub(super) fn record_monitor(&mut self, command: &str) -> Result<String, String> {
+        if self.full.is_none() {
+            return Err(format!("unknown monitor command `{command}` (the history commands need retrace-stub --record)"));
+        }
+        let words: Vec<&str> = command.split_whitespace().collect();
+        match words.as_slice() {
+            ["record", "status"] => Ok(self.record_status(false)),
+            ["record", "status", "--json"] => Ok(self.record_status(true)),
+            ["goto", rest @ ..] | ["record", "goto", rest @ ..] => self.record_goto(rest),
+            _ => Err(format!("unknown monitor command `{command}`; try `record status [--json]` or `goto begin|end|ID [TID]`")),
+        }
+    }
+}
