@@ -177,6 +177,26 @@ pub const TARGET_XML: &str = r#"<?xml version="1.0"?>
 <architecture>i386:x86-64</architecture>
 <osabi>GNU/Linux</osabi>
 <feature name="org.gnu.gdb.i386.core">
+<flags id="i386_eflags" size="4">
+<field name="" start="22" end="31"/>
+<field name="CF" start="0" end="0"/>
+<field name="" start="1" end="1"/>
+<field name="PF" start="2" end="2"/>
+<field name="AF" start="4" end="4"/>
+<field name="ZF" start="6" end="6"/>
+<field name="SF" start="7" end="7"/>
+<field name="TF" start="8" end="8"/>
+<field name="IF" start="9" end="9"/>
+<field name="DF" start="10" end="10"/>
+<field name="OF" start="11" end="11"/>
+<field name="NT" start="14" end="14"/>
+<field name="RF" start="16" end="16"/>
+<field name="VM" start="17" end="17"/>
+<field name="AC" start="18" end="18"/>
+<field name="VIF" start="19" end="19"/>
+<field name="VIP" start="20" end="20"/>
+<field name="ID" start="21" end="21"/>
+</flags>
 <reg name="rax" bitsize="64" type="int64" regnum="0"/>
 <reg name="rbx" bitsize="64" type="int64"/>
 <reg name="rcx" bitsize="64" type="int64"/>
@@ -194,7 +214,7 @@ pub const TARGET_XML: &str = r#"<?xml version="1.0"?>
 <reg name="r14" bitsize="64" type="int64"/>
 <reg name="r15" bitsize="64" type="int64"/>
 <reg name="rip" bitsize="64" type="code_ptr"/>
-<reg name="eflags" bitsize="32" type="int32"/>
+<reg name="eflags" bitsize="32" type="i386_eflags"/>
 <reg name="cs" bitsize="32" type="int32"/>
 <reg name="ss" bitsize="32" type="int32"/>
 <reg name="ds" bitsize="32" type="int32"/>

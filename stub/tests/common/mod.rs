@@ -36,7 +36,15 @@ pub fn start_stub_listening(program: &Path, args: &[&Path], host: &str) -> (Chil
 /// returns it and the line saying where. What the stub says later is the
 /// test's output (shown when it fails).
 pub fn start_stub_command(args: &[&std::ffi::OsStr]) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_retrace-stub")).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    command.args(args);
+    spawn_stub(command)
+}
+
+/// Starts the stub as `command` says and waits until it listens (see
+/// [`start_stub_command`]).
+pub fn spawn_stub(mut command: Command) -> (Child, String) {
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     while !line.contains("listening on") {

@@ -67,6 +67,9 @@ const SIGNAL_FRAME_ROOM: u64 = 128 + 16 * 1024;
 /// bytes the kernel writes are not kept and the past is refused there).
 const SNAPSHOT_LIMIT: u64 = 512 << 20;
 
+/// RFLAGS.TF.
+const TRAP_FLAG: u64 = 0x100;
+
 /// A copy of writable memory.
 type Snapshot = Vec<(Range<u64>, Vec<u8>)>;
 
@@ -80,6 +83,8 @@ struct Prepared {
     snapshot: Option<(Snapshot, Vec<Range<u64>>)>,
     /// A REP string instruction: its iterations are one step.
     repeats: bool,
+    /// A `syscall` instruction.
+    system_call: bool,
     /// The resume delivers a signal to a handler: the first stop is the
     /// handler's entry, not an executed instruction.
     entering_handler: bool,
@@ -217,7 +222,7 @@ impl ProcessTarget {
         if full.mode == RecordMode::Branch {
             let Some(rip) = super::recording::rip(tid) else { return };
             let before = Regs::only_pc(rip);
-            full.prepared.insert(tid, Prepared { before, overwritten: vec![], snapshot: None, repeats: false, entering_handler });
+            full.prepared.insert(tid, Prepared { before, overwritten: vec![], snapshot: None, repeats: false, system_call: false, entering_handler });
             return;
         }
         let Ok(before) = read_all_registers(tid) else { return };
@@ -230,7 +235,7 @@ impl ProcessTarget {
             let n = process::read_memory(self.pid, start, &mut old);
             old.truncate(n);
             full.log.overwritten_outside(Overwritten { address: start, old });
-            full.prepared.insert(tid, Prepared { before, overwritten, snapshot: None, repeats: false, entering_handler });
+            full.prepared.insert(tid, Prepared { before, overwritten, snapshot: None, repeats: false, system_call: false, entering_handler });
             return;
         }
         let mut code = [0u8; 16];
@@ -241,7 +246,8 @@ impl ProcessTarget {
             }
         }
         let insn = Decoder::with_ip(64, &code[..n], before.rip, DecoderOptions::NONE).decode();
-        let mut whole_memory = insn.is_invalid() || insn.mnemonic() == Mnemonic::Syscall;
+        let system_call = insn.mnemonic() == Mnemonic::Syscall;
+        let mut whole_memory = insn.is_invalid() || system_call;
         if !whole_memory {
             for used in full.info.info(&insn).used_memory() {
                 if !matches!(used.access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
@@ -262,7 +268,7 @@ impl ProcessTarget {
         }
         let snapshot = if whole_memory { snapshot(self.pid).map(|copy| (copy, mapped(self.pid))) } else { None };
         let repeats = insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix();
-        full.prepared.insert(tid, Prepared { before, overwritten, snapshot, repeats, entering_handler });
+        full.prepared.insert(tid, Prepared { before, overwritten, snapshot, repeats, system_call, entering_handler });
     }
 
     /// Thread `tid` finished a step: it goes into the history, and its
@@ -295,6 +301,16 @@ impl ProcessTarget {
                 next.before = before;
             }
             return;
+        }
+        let mut after = after;
+        if prepared.system_call && after.gpr[11] & TRAP_FLAG != 0 && prepared.before.eflags as u64 & TRAP_FLAG == 0 {
+            // `syscall` saved RFLAGS in r11 with the trap flag of our
+            // single step: the program would not have seen it.
+            after.gpr[11] &= !TRAP_FLAG;
+            if let Ok(mut regs) = nix::sys::ptrace::getregs(tid) {
+                regs.r11 &= !TRAP_FLAG;
+                let _ = nix::sys::ptrace::setregs(tid, regs);
+            }
         }
         let mut overwritten = prepared.overwritten;
         let mut mappings = None;

@@ -1,0 +1,269 @@
+//! `retrace-stub --record`: reverse execution of a live process, judged
+//! against GDB 13's own `record full` run natively on the same program in
+//! the same environment (ASLR off). One script of reverse and forward
+//! commands runs on both sides; after every command the line, `bt`, the
+//! locals, the general registers, a watched global and a buffer filled by
+//! `read()` must be equal.
+
+use std::path::Path;
+use std::process::Command;
+
+mod common;
+
+use common::{pid_and_port, spawn_stub, wait_exit};
+use retrace_tests::recordings::build;
+use retrace_tests::tools::{require, which};
+
+fn gdb_present() -> bool {
+    require("gcc", which("gcc").is_some()) && require("gdb", which("gdb").is_some())
+}
+
+/// Prints, after each command of a script file, what both sides compare.
+const SHOW: &str = r#"
+import gdb
+REGS = ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
+        "r12", "r13", "r14", "r15", "rip", "eflags"]
+def show():
+    out = []
+    sal = gdb.selected_frame().find_sal()
+    out.append("line %s" % sal.line)
+    out.append(gdb.execute("bt", to_string=True).strip())
+    out.append(gdb.execute("info locals", to_string=True).strip())
+    for r in REGS:
+        value = gdb.parse_and_eval("$" + r)
+        out.append("%s=%s" % (r, str(value) if r == "eflags" else "0x%x" % (int(value) & (2**64 - 1))))
+    out.append("counter=%s" % gdb.parse_and_eval("counter"))
+    out.append("buffer=%s" % gdb.parse_and_eval("buffer").format_string(repeat_threshold=100))
+    return "\n".join(out)
+class RunScript(gdb.Command):
+    def __init__(self):
+        super().__init__("run-script", gdb.COMMAND_USER)
+    def invoke(self, arg, tty):
+        for line in open(arg):
+            command = line.strip()
+            if not command:
+                continue
+            try:
+                gdb.execute(command, to_string=True)
+                result = "ok"
+            except gdb.error as e:
+                result = "error: %s" % e
+            print("=== %s -> %s" % (command, result))
+            print(show())
+RunScript()
+class Pid(gdb.Command):
+    def __init__(self):
+        super().__init__("print-pid", gdb.COMMAND_USER)
+    def invoke(self, arg, tty):
+        print("PID=%d" % gdb.selected_inferior().pid)
+Pid()
+"#;
+
+/// Lines of the program the script stops at.
+struct Lines {
+    read: usize,
+    pipe: usize,
+}
+
+fn lines() -> Lines {
+    let source = std::fs::read_to_string(retrace_tests::recordings::programs_dir().join("reverse_mix.c")).unwrap();
+    let line_of = |text: &str| source.lines().position(|l| l.contains(text)).unwrap() + 1;
+    Lines { read: line_of("read(fds[0]"), pipe: line_of("pipe(fds)") }
+}
+
+/// The script: from before the pipe is made, back over calls and to
+/// breakpoints and a watchpoint, forwards inside the history to its end
+/// and on over a `read()` from the pipe; then back into the signal
+/// handler, and back across the signal's delivery and the `read()` to
+/// before it (its buffer empty again). That last command is judged
+/// against a forward run: GDB's `record full` restores registers wrongly
+/// back across a system call here (r11 and r13 in the dynamic program, r8
+/// in the static one, where the forward run and the stub agree).
+fn script(lines: &Lines) -> String {
+    [
+        &format!("tbreak reverse_mix.c:{}", lines.pipe),
+        "continue",
+        "reverse-stepi",
+        "reverse-step",
+        "reverse-next",
+        "break square",
+        "reverse-continue",
+        "reverse-finish",
+        "reverse-continue",
+        "next",
+        "next",
+        "watch counter",
+        "reverse-continue",
+        "reverse-continue",
+        "continue",
+        "continue",
+        "continue",
+        "delete",
+        "break done",
+        // The end of the history ("No more reverse-execution history"),
+        // then on, live.
+        "continue",
+        "continue",
+        "break on_usr1",
+        "reverse-continue",
+        "reverse-stepi",
+        &format!("tbreak reverse_mix.c:{}", lines.read),
+        "reverse-continue",
+    ]
+    .join("\n")
+        + "\n"
+}
+
+/// The environment both programs run in: the same bytes on both stacks.
+fn clean_env(command: &mut Command) {
+    command.env_clear().env("PATH", "/usr/bin:/bin").env("HOME", "/");
+}
+
+/// The blocks printed after each command, with `pid` (which differs
+/// between the two runs) spelled `PID`, and r11's trap flag cleared (see
+/// below).
+fn blocks(out: &str, pid: i32) -> Vec<String> {
+    let pid = format!("=0x{pid:x}");
+    let start = out.find("=== ").unwrap_or_else(|| panic!("no script output:\n{out}"));
+    out[start..]
+        .split("=== ")
+        .filter(|b| !b.is_empty())
+        .map(|block| {
+            block
+                .lines()
+                .map(|line| {
+                    if let Some(value) = line.strip_prefix("r11=0x") {
+                        // GDB's `record full` single-steps `syscall` and the
+                        // kernel saves RFLAGS with its trap flag into r11:
+                        // GDB's run shows it after some system calls.
+                        let value = u64::from_str_radix(value, 16).unwrap();
+                        return format!("r11={:#x}", value & !0x100);
+                    }
+                    if let Some(rest) = line.strip_prefix("Hardware watchpoint") {
+                        // The stub's are hardware ones; GDB's own run uses
+                        // software ones (see below).
+                        return format!("Watchpoint{rest}");
+                    }
+                    if line.ends_with(&pid) {
+                        return line.replace(&pid, "=PID");
+                    }
+                    line.to_string()
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect()
+}
+
+/// What a plain forward run shows when it first stops at `line`.
+fn forward_truth(program: &Path, source_show: &str, dir: &Path, line: usize) -> String {
+    let script = dir.join("forward.gdb");
+    std::fs::write(&script, "print 0\n").unwrap();
+    let mut forward = Command::new("gdb");
+    clean_env(&mut forward);
+    forward.args(["-nx", "-batch"]);
+    let stop = format!("break reverse_mix.c:{line}");
+    let run_script = format!("run-script {}", script.display());
+    for command in ["set startup-with-shell off", "unset environment LINES", "unset environment COLUMNS", "handle SIGUSR1 nostop noprint pass", source_show, &stop, "run", "print-pid", &run_script] {
+        forward.args(["-ex", command]);
+    }
+    let out = forward.arg(program).output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    let pid: i32 = out.lines().find_map(|l| l.strip_prefix("PID=")).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{out}"));
+    blocks(&out, pid).pop().unwrap_or_else(|| panic!("{out}"))
+}
+
+fn compare_with_record_full(name: &str, flags: &[&str]) {
+    if !gdb_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let program = build("reverse_mix", &dir, flags);
+    let lines = lines();
+    let show = dir.join("show.py");
+    std::fs::write(&show, SHOW).unwrap();
+    let script_path = dir.join("script.gdb");
+    std::fs::write(&script_path, script(&lines)).unwrap();
+    let run_script = format!("run-script {}", script_path.display());
+    let source_show = format!("source {}", show.display());
+
+    // GDB alone: `record full` from main.
+    let mut native = Command::new("gdb");
+    clean_env(&mut native);
+    native.args(["-nx", "-batch"]);
+    for command in [
+        "set startup-with-shell off",
+        "unset environment LINES",
+        "unset environment COLUMNS",
+        "handle SIGUSR1 nostop noprint pass",
+        // GDB's reverse execution misses hardware watchpoints here.
+        "set can-use-hw-watchpoints 0",
+        &source_show,
+        "break main",
+        "run",
+        "print-pid",
+        "record full",
+        &run_script,
+    ] {
+        native.args(["-ex", command]);
+    }
+    let native = native.arg(&program).output().unwrap();
+    let native = String::from_utf8_lossy(&native.stdout).to_string();
+    let native_pid: i32 = native.lines().find_map(|l| l.strip_prefix("PID=")).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{native}"));
+
+    // GDB against the stub, recording from the first instruction.
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    clean_env(&mut stub);
+    stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(&program);
+    let (child, line) = spawn_stub(stub);
+    let (stub_pid, port) = pid_and_port(&line);
+    let mut remote = Command::new("gdb");
+    clean_env(&mut remote);
+    remote.args(["-nx", "-batch"]);
+    let target = format!("target remote 127.0.0.1:{port}");
+    for command in ["handle SIGUSR1 nostop noprint pass", &source_show, &target, "break main", "continue", &run_script] {
+        remote.args(["-ex", command]);
+    }
+    let remote = remote.arg(&program).output().unwrap();
+    let remote = String::from_utf8_lossy(&remote.stdout).to_string();
+    let _ = wait_exit(child);
+
+    std::fs::write(dir.join("native.out"), &native).unwrap();
+    std::fs::write(dir.join("remote.out"), &remote).unwrap();
+    let (expected, actual) = (blocks(&native, native_pid), blocks(&remote, stub_pid));
+    let commands = script(&lines).lines().count();
+    assert_eq!(expected.len(), commands, "GDB's own run did not finish the script:\n{native}");
+    assert_eq!(actual.len(), commands, "{remote}");
+    for (want, got) in expected.iter().zip(&actual).take(commands - 1) {
+        assert_eq!(got, want, "after `{}` (left: against the stub, right: GDB's record full)", want.lines().next().unwrap_or(""));
+    }
+    // The last: the state before read() reached backwards across the
+    // signal's delivery is the state a forward run stops in there.
+    let forward = forward_truth(&program, &source_show, &dir, lines.read);
+    let last = |block: &str| block.lines().skip(1).collect::<Vec<_>>().join("\n");
+    assert_eq!(last(actual.last().unwrap()), last(&forward), "back across the signal delivery (left: against the stub, right: a forward run)");
+    // Where the history starts differs (the stub records from the first
+    // instruction); nothing here reaches it, and every command succeeded.
+    assert!(actual.iter().all(|b| b.lines().next().is_some_and(|l| l.ends_with("-> ok"))), "{remote}");
+    // Sanity: the script reached what it is about.
+    let all = actual.join("\n");
+    assert!(all.contains("on_usr1"), "the signal handler was reached");
+    let last = actual.last().unwrap();
+    assert!(last.contains(&format!("buffer=\"{}\"", "\\000".repeat(31))), "before read() its buffer is empty again:\n{last}");
+    assert!(all.contains("buffer=\"hello, past\\000"), "after read()");
+    // The recording's own r11 after a system call never has our trap flag.
+    for line in remote.lines().filter_map(|l| l.strip_prefix("r11=0x")) {
+        assert_eq!(u64::from_str_radix(line, 16).unwrap() & 0x100, 0, "r11 keeps the trap flag of a single step");
+    }
+}
+
+#[test]
+fn gdb_reverse_execution_matches_record_full_static() {
+    compare_with_record_full("static", &["-O0", "-static"]);
+}
+
+#[test]
+fn gdb_reverse_execution_matches_record_full_dynamic() {
+    compare_with_record_full("dynamic", &["-O0"]);
+}
