@@ -10,8 +10,10 @@
 //! * [`inert`] — a program in buffers that never runs (its threads stop as
 //!   soon as they are resumed): what the protocol side is fuzzed against.
 //!
-//! The recorded history (`--record`) and a saved trace (`--replay`) are to
-//! be targets of their own behind the same interface.
+//! * [`saved_trace`] — a saved trace (`--replay`), navigated through a
+//!   [`timeline`];
+//! * a live process recorded for reverse execution (`--record`) is [`live`]
+//!   with a [`state_log`].
 
 use std::os::fd::BorrowedFd;
 
