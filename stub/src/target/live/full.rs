@@ -70,8 +70,8 @@ const SNAPSHOT_LIMIT: u64 = 512 << 20;
 /// RFLAGS.TF.
 const TRAP_FLAG: u64 = 0x100;
 
-/// A copy of writable memory.
-type Snapshot = Vec<(Range<u64>, Vec<u8>)>;
+/// A copy of writable memory, one run per mapping.
+type Snapshot = Vec<Overwritten>;
 
 /// What is known of a thread's next step before it runs.
 #[derive(Debug)]
@@ -110,37 +110,38 @@ impl FullRecording {
     }
 }
 
+/// `len` bytes of `pid`'s memory at `address` as they are now (fewer where
+/// the memory ends), to keep before something overwrites them.
+fn current_bytes(pid: Pid, address: u64, len: usize) -> Overwritten {
+    let mut old = vec![0u8; len];
+    let n = process::read_memory(pid, address, &mut old);
+    old.truncate(n);
+    Overwritten { address, old }
+}
+
 /// Every mapping of `pid`.
 fn mapped(pid: Pid) -> Vec<Range<u64>> {
     process::read_maps(pid).unwrap_or_default().iter().map(|m| m.start..m.end).collect()
 }
 
-/// All writable, readable memory of `pid` (none past [`SNAPSHOT_LIMIT`]).
-fn snapshot(pid: Pid) -> Option<Snapshot> {
+/// All writable, readable memory of `pid` (none past [`SNAPSHOT_LIMIT`]),
+/// and every mapping it has now.
+fn snapshot(pid: Pid) -> Option<(Snapshot, Vec<Range<u64>>)> {
     let maps = process::read_maps(pid).ok()?;
     let writable: Vec<_> = maps.iter().filter(|m| m.writable && m.readable).collect();
     if writable.iter().map(|m| m.end - m.start).sum::<u64>() > SNAPSHOT_LIMIT {
         return None;
     }
-    Some(
-        writable
-            .into_iter()
-            .map(|m| {
-                let mut bytes = vec![0u8; (m.end - m.start) as usize];
-                let n = process::read_memory(pid, m.start, &mut bytes);
-                bytes.truncate(n);
-                (m.start..m.start + n as u64, bytes)
-            })
-            .collect(),
-    )
+    let copy = writable.into_iter().map(|m| current_bytes(pid, m.start, (m.end - m.start) as usize)).collect();
+    Some((copy, maps.iter().map(|m| m.start..m.end).collect()))
 }
 
 /// The bytes of `before` that differ now (or are gone), as runs.
 fn changed_since(pid: Pid, before: &Snapshot) -> Vec<Overwritten> {
     let mut changed = Vec::new();
-    for (range, old) in before {
+    for Overwritten { address, old } in before {
         let mut now = vec![0u8; old.len()];
-        let n = process::read_memory(pid, range.start, &mut now);
+        let n = process::read_memory(pid, *address, &mut now);
         let mut i = 0;
         while i < old.len() {
             if i < n && now[i] == old[i] {
@@ -151,7 +152,7 @@ fn changed_since(pid: Pid, before: &Snapshot) -> Vec<Overwritten> {
             while i < old.len() && (i >= n || now[i] != old[i]) {
                 i += 1;
             }
-            changed.push(Overwritten { address: range.start + start as u64, old: old[start..i].to_vec() });
+            changed.push(Overwritten { address: address + start as u64, old: old[start..i].to_vec() });
         }
     }
     changed
@@ -218,57 +219,53 @@ impl ProcessTarget {
     pub(super) fn prepare_step(&mut self, tid: Pid, signal: Option<Signal>) {
         let Some(full) = self.full.as_mut() else { return };
         full.prepared.remove(&tid);
+        let mode = full.mode;
         let entering_handler = signal.is_some_and(|signal| process::has_handler(self.pid, tid, signal));
-        if full.mode == RecordMode::Branch {
+        let nothing_written = |before: Regs| Prepared { before, overwritten: vec![], snapshot: None, repeats: false, system_call: false, entering_handler };
+        let prepared = if mode == RecordMode::Branch {
             let Some(rip) = super::recording::rip(tid) else { return };
-            let before = Regs::only_pc(rip);
-            full.prepared.insert(tid, Prepared { before, overwritten: vec![], snapshot: None, repeats: false, system_call: false, entering_handler });
-            return;
-        }
-        let Ok(before) = read_all_registers(tid) else { return };
-        let mut overwritten = Vec::new();
-        if entering_handler {
-            // The kernel writes the signal frame below the red zone.
-            let top = before.gpr[7].saturating_sub(128);
-            let mut old = vec![0u8; (SIGNAL_FRAME_ROOM - 128) as usize];
-            let start = top.saturating_sub(old.len() as u64);
-            let n = process::read_memory(self.pid, start, &mut old);
-            old.truncate(n);
-            full.log.overwritten_outside(Overwritten { address: start, old });
-            full.prepared.insert(tid, Prepared { before, overwritten, snapshot: None, repeats: false, system_call: false, entering_handler });
-            return;
-        }
-        let mut code = [0u8; 16];
-        let n = process::read_memory(self.pid, before.rip, &mut code);
-        for (i, byte) in code[..n].iter_mut().enumerate() {
-            if let Some(original) = self.breakpoints.get(&(before.rip + i as u64)) {
-                *byte = *original;
+            nothing_written(Regs::only_pc(rip))
+        } else {
+            let Ok(before) = read_all_registers(tid) else { return };
+            if entering_handler {
+                // The kernel writes the signal frame below the red zone.
+                let top = before.gpr[7].saturating_sub(128);
+                let len = SIGNAL_FRAME_ROOM - 128;
+                let frame = current_bytes(self.pid, top.saturating_sub(len), len as usize);
+                self.full.as_mut().expect("recording").log.overwritten_outside(frame);
+                nothing_written(before)
+            } else {
+                self.instruction_writes(before, entering_handler)
             }
-        }
+        };
+        self.full.as_mut().expect("recording").prepared.insert(tid, prepared);
+    }
+
+    /// The bytes the instruction at `before.rip` will overwrite, read now.
+    fn instruction_writes(&mut self, before: Regs, entering_handler: bool) -> Prepared {
+        let mut code = [0u8; 16];
+        let n = self.program_memory(before.rip, &mut code);
         let insn = Decoder::with_ip(64, &code[..n], before.rip, DecoderOptions::NONE).decode();
         let system_call = insn.mnemonic() == Mnemonic::Syscall;
         let mut whole_memory = insn.is_invalid() || system_call;
+        let mut overwritten = Vec::new();
         if !whole_memory {
-            for used in full.info.info(&insn).used_memory() {
+            let info = &mut self.full.as_mut().expect("recording").info;
+            for used in info.info(&insn).used_memory() {
                 if !matches!(used.access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
                     continue;
                 }
                 let size = used.memory_size().size();
                 let address = used.virtual_address(0, |register, _, _| register_value(&before, register));
                 match address {
-                    Some(address) if size > 0 && !used.index().is_vector_register() => {
-                        let mut old = vec![0u8; size];
-                        let n = process::read_memory(self.pid, address, &mut old);
-                        old.truncate(n);
-                        overwritten.push(Overwritten { address, old });
-                    }
+                    Some(address) if size > 0 && !used.index().is_vector_register() => overwritten.push(current_bytes(self.pid, address, size)),
                     _ => whole_memory = true,
                 }
             }
         }
-        let snapshot = if whole_memory { snapshot(self.pid).map(|copy| (copy, mapped(self.pid))) } else { None };
+        let snapshot = if whole_memory { snapshot(self.pid) } else { None };
         let repeats = insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix();
-        full.prepared.insert(tid, Prepared { before, overwritten, snapshot, repeats, system_call, entering_handler });
+        Prepared { before, overwritten, snapshot, repeats, system_call, entering_handler }
     }
 
     /// Thread `tid` finished a step: it goes into the history, and its
@@ -327,11 +324,10 @@ impl ProcessTarget {
 
     /// The debugger writes memory at the present: the old bytes are kept.
     pub(super) fn before_debugger_write(&mut self, address: u64, len: usize) {
-        let Some(full) = self.full.as_mut() else { return };
-        let mut old = vec![0u8; len];
-        let n = process::read_memory(self.pid, address, &mut old);
-        old.truncate(n);
-        full.log.overwritten_outside(Overwritten { address, old });
+        let pid = self.pid;
+        if let Some(full) = self.full.as_mut() {
+            full.log.overwritten_outside(current_bytes(pid, address, len));
+        }
     }
 
     /// The program exec'd: a new history starts.
@@ -359,25 +355,14 @@ impl ProcessTarget {
     /// Memory at the past `position`.
     pub(super) fn past_memory(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
         let Some(full) = self.full.as_ref() else { return 0 };
-        let pid = self.pid;
-        let breakpoints = &self.breakpoints;
-        let mut present = |address: u64, buf: &mut [u8]| {
-            let n = process::read_memory(pid, address, buf);
-            for (i, byte) in buf[..n].iter_mut().enumerate() {
-                if let Some(original) = breakpoints.get(&(address + i as u64)) {
-                    *byte = *original;
-                }
-            }
-            n
-        };
         match full.mode {
-            RecordMode::Full => full.log.read_at(position, address, buf, &mut present),
+            RecordMode::Full => full.log.read_at(position, address, buf, &mut |address, buf| self.program_memory(address, buf)),
             RecordMode::Branch => {
                 // Only what nobody can write.
-                let maps = process::read_maps(pid).unwrap_or_default();
+                let maps = process::read_maps(self.pid).unwrap_or_default();
                 let Some(m) = maps.iter().find(|m| m.start <= address && address < m.end && !m.writable) else { return 0 };
                 let n = buf.len().min((m.end - address) as usize);
-                present(address, &mut buf[..n])
+                self.program_memory(address, &mut buf[..n])
             }
         }
     }
@@ -410,27 +395,14 @@ impl ProcessTarget {
             }
             let mut before = vec![0u8; slot.len as usize];
             let mut after = vec![0u8; slot.len as usize];
+            // (Position `len()` reads the present.)
             let known_before = self.past_memory(position, slot.address, &mut before);
-            let known_after = if position + 1 >= full.log.len() {
-                self.present_memory(slot.address, &mut after)
-            } else {
-                self.past_memory(position + 1, slot.address, &mut after)
-            };
+            let known_after = self.past_memory(position + 1, slot.address, &mut after);
             if known_before != known_after || before != after || kind == WatchKind::ReadWrite {
                 return Some(StopReason::Watch { tid: tid_of(Pid::from_raw(tid as i32)), kind, addr: slot.address });
             }
         }
         None
-    }
-
-    fn present_memory(&self, address: u64, buf: &mut [u8]) -> usize {
-        let n = process::read_memory(self.pid, address, buf);
-        for (i, byte) in buf[..n].iter_mut().enumerate() {
-            if let Some(original) = self.breakpoints.get(&(address + i as u64)) {
-                *byte = *original;
-            }
-        }
-        n
     }
 
     fn thread_at(&self, position: u64) -> u64 {

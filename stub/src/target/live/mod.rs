@@ -359,6 +359,18 @@ impl ProcessTarget {
         read_all_registers(tid).ok()
     }
 
+    /// Reads the process's memory as the program has it now: our
+    /// breakpoints hidden. Returns how many bytes were read.
+    pub(super) fn program_memory(&self, address: u64, buf: &mut [u8]) -> usize {
+        let n = process::read_memory(self.pid, address, buf);
+        for (i, byte) in buf[..n].iter_mut().enumerate() {
+            if let Some(original) = self.breakpoints.get(&(address + i as u64)) {
+                *byte = *original;
+            }
+        }
+        n
+    }
+
     /// Puts every original byte back (before detaching).
     pub fn remove_all_breakpoints(&mut self) {
         for (address, original) in std::mem::take(&mut self.breakpoints) {
@@ -540,22 +552,12 @@ impl MultiThreadBase for ProcessTarget {
     }
 
     fn read_addrs(&mut self, start: u64, data: &mut [u8], _tid: Tid) -> TargetResult<usize, Self> {
-        if let Some(position) = self.past() {
-            let n = self.past_memory(position, start, data);
-            if n == 0 && !data.is_empty() {
-                return Err(TargetError::NonFatal);
-            }
-            return Ok(n);
-        }
-        let n = process::read_memory(self.pid, start, data);
+        let n = match self.past() {
+            Some(position) => self.past_memory(position, start, data),
+            None => self.program_memory(start, data),
+        };
         if n == 0 && !data.is_empty() {
             return Err(TargetError::NonFatal);
-        }
-        // Hide our breakpoints.
-        for (i, byte) in data[..n].iter_mut().enumerate() {
-            if let Some(original) = self.breakpoints.get(&(start + i as u64)) {
-                *byte = *original;
-            }
         }
         Ok(n)
     }

@@ -171,12 +171,7 @@ impl ProcessTarget {
             return Some(known);
         }
         let mut bytes = [0u8; 16];
-        let n = process::read_memory(self.pid, ip, &mut bytes);
-        for (i, byte) in bytes[..n].iter_mut().enumerate() {
-            if let Some(original) = self.breakpoints.get(&(ip + i as u64)) {
-                *byte = *original;
-            }
-        }
+        let n = self.program_memory(ip, &mut bytes);
         let insn = classify(&bytes[..n], ip, ExecMode::Bits64)?;
         let code = &mut self.tracing.code;
         let maps = code.maps.get_or_insert_with(|| process::read_maps(self.pid).unwrap_or_default());
