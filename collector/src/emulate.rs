@@ -43,6 +43,33 @@ impl Registers {
         self.gpr[1]
     }
 
+    /// A segment register's base: FS's and GS's; the others are flat.
+    fn segment_base(&self, segment: Register) -> Option<u64> {
+        match segment {
+            Register::FS => Some(self.fs_base),
+            Register::GS => Some(self.gs_base),
+            Register::DS | Register::SS | Register::CS | Register::ES => Some(0),
+            _ => None,
+        }
+    }
+
+    /// A register's value in an address computation, as iced-x86's
+    /// `UsedMemory::virtual_address` asks for it: a segment's base, or a
+    /// general register at its size (an `addr32` base is 32 bits).
+    pub fn address_part(&self, register: Register) -> Option<u64> {
+        if let Some(base) = self.segment_base(register) {
+            return Some(base);
+        }
+        let index = (register.full_register() as usize).checked_sub(Register::RAX as usize).filter(|&i| i < 16)?;
+        let value = self.gpr[index];
+        Some(match register.size() {
+            4 => value as u32 as u64,
+            2 => value as u16 as u64,
+            1 => value as u8 as u64,
+            _ => value,
+        })
+    }
+
     fn read(&self, register: Register) -> Option<u64> {
         let full = register.full_register();
         let index = (full as usize).checked_sub(Register::RAX as usize)?;
@@ -105,12 +132,7 @@ fn effective_address(insn: &Instruction, regs: &Registers) -> Option<u64> {
         Register::None => 0,
         register => regs.read(register)?.wrapping_mul(insn.memory_index_scale() as u64),
     };
-    let segment = match insn.memory_segment() {
-        Register::FS => regs.fs_base,
-        Register::GS => regs.gs_base,
-        Register::DS | Register::SS | Register::CS | Register::ES => 0,
-        _ => return None,
-    };
+    let segment = regs.segment_base(insn.memory_segment())?;
     // memory_displacement64 is sign-extended, and absolute for RIP-relative operands.
     Some(segment.wrapping_add(base).wrapping_add(index).wrapping_add(insn.memory_displacement64()))
 }
@@ -198,6 +220,19 @@ mod tests {
 
     fn no_memory(_: u64) -> Option<u64> {
         None
+    }
+
+    #[test]
+    fn address_parts_are_sized_registers_and_segment_bases() {
+        let mut r = regs();
+        r.gpr[0] = 0x1_2345_6789;
+        r.fs_base = 0x7000;
+        assert_eq!(r.address_part(Register::RAX), Some(0x1_2345_6789));
+        assert_eq!(r.address_part(Register::EAX), Some(0x2345_6789));
+        assert_eq!(r.address_part(Register::RSP), Some(0x7fff_0000));
+        assert_eq!(r.address_part(Register::FS), Some(0x7000));
+        assert_eq!(r.address_part(Register::SS), Some(0));
+        assert_eq!(r.address_part(Register::XMM0), None);
     }
 
     #[test]

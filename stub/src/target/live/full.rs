@@ -29,10 +29,10 @@ use std::ops::Range;
 use gdbstub::common::Signal as GdbSignal;
 use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use gdbstub::target::ext::breakpoints::WatchKind;
-use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory, Mnemonic, OpAccess, Register};
+use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory, Mnemonic, OpAccess};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use retrace_collector::process;
+use retrace_collector::{emulate, process};
 
 use super::{read_all_registers, tid_of, ProcessTarget};
 use crate::arch::Regs;
@@ -158,38 +158,13 @@ fn changed_since(pid: Pid, before: &Snapshot) -> Vec<Overwritten> {
     changed
 }
 
-/// The value of `register` for an address computation.
-fn register_value(regs: &Regs, register: Register) -> Option<u64> {
-    let index = match register.full_register() {
-        Register::ES | Register::CS | Register::SS | Register::DS => return Some(0),
-        Register::FS => return Some(regs.fs_base),
-        Register::GS => return Some(regs.gs_base),
-        Register::RIP => return Some(regs.rip),
-        Register::RAX => 0,
-        Register::RBX => 1,
-        Register::RCX => 2,
-        Register::RDX => 3,
-        Register::RSI => 4,
-        Register::RDI => 5,
-        Register::RBP => 6,
-        Register::RSP => 7,
-        Register::R8 => 8,
-        Register::R9 => 9,
-        Register::R10 => 10,
-        Register::R11 => 11,
-        Register::R12 => 12,
-        Register::R13 => 13,
-        Register::R14 => 14,
-        Register::R15 => 15,
-        _ => return None,
-    };
-    let value = regs.gpr[index];
-    Some(match register.size() {
-        4 => value as u32 as u64,
-        2 => value as u16 as u64,
-        1 => value as u8 as u64,
-        _ => value,
-    })
+/// The registers an instruction's memory addresses are computed from, in
+/// the collector's (iced-x86's) order.
+fn address_registers(regs: &Regs) -> emulate::Registers {
+    let g = &regs.gpr;
+    // GDB's order is rax rbx rcx rdx rsi rdi rbp rsp r8…; iced's rax rcx rdx rbx rsp rbp rsi rdi r8….
+    let gpr = [g[0], g[2], g[3], g[1], g[7], g[6], g[4], g[5], g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15]];
+    emulate::Registers { gpr, rflags: regs.eflags as u64, fs_base: regs.fs_base, gs_base: regs.gs_base }
 }
 
 impl ProcessTarget {
@@ -250,13 +225,14 @@ impl ProcessTarget {
         let mut whole_memory = insn.is_invalid() || system_call;
         let mut overwritten = Vec::new();
         if !whole_memory {
+            let registers = address_registers(&before);
             let info = &mut self.full.as_mut().expect("recording").info;
             for used in info.info(&insn).used_memory() {
                 if !matches!(used.access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
                     continue;
                 }
                 let size = used.memory_size().size();
-                let address = used.virtual_address(0, |register, _, _| register_value(&before, register));
+                let address = used.virtual_address(0, |register, _, _| registers.address_part(register));
                 match address {
                     Some(address) if size > 0 && !used.index().is_vector_register() => overwritten.push(current_bytes(self.pid, address, size)),
                     _ => whole_memory = true,
