@@ -250,7 +250,6 @@ impl StateLog {
         let len = buf.len().min((mapping.end - address) as usize);
         let buf = &mut buf[..len];
         let from_present = present(address, buf);
-        let mut known: Vec<bool> = (0..len).map(|i| i < from_present).collect();
         let mut restored = vec![false; len];
         if len > 0 {
             let end = address + len as u64;
@@ -272,7 +271,6 @@ impl StateLog {
                         let i = (a - address) as usize;
                         if !restored[i] {
                             restored[i] = true;
-                            known[i] = true;
                             buf[i] = old[(a - at) as usize];
                             left -= 1;
                         }
@@ -283,7 +281,8 @@ impl StateLog {
                 }
             }
         }
-        known.iter().position(|k| !k).unwrap_or(len)
+        // A byte is known if read now or put back.
+        (0..len).find(|&i| i >= from_present && !restored[i]).unwrap_or(len)
     }
 
     /// The step of thread `tid` before `position`, if any.

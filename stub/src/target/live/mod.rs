@@ -657,19 +657,11 @@ impl MultiThreadResume for ProcessTarget {
     }
 
     fn support_reverse_cont(&mut self) -> Option<ReverseContOps<'_, Tid, Self>> {
-        if self.full_recording() {
-            Some(self)
-        } else {
-            None
-        }
+        self.full_recording().then_some(self)
     }
 
     fn support_reverse_step(&mut self) -> Option<ReverseStepOps<'_, Tid, Self>> {
-        if self.full_recording() {
-            Some(self)
-        } else {
-            None
-        }
+        self.full_recording().then_some(self)
     }
 }
 
