@@ -69,6 +69,66 @@ pub(crate) fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8
     n
 }
 
+/// A `monitor` command of a target with a history (`--record`, `--replay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryCommand {
+    /// `record status [--json]`.
+    Status {
+        /// As JSON, for scripts.
+        json: bool,
+    },
+    /// `goto begin|end|ID [TID]` (also `record goto …`).
+    Goto(GotoTarget),
+}
+
+/// Where `monitor goto` sends the next resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GotoTarget {
+    /// The first instruction of the history.
+    Begin,
+    /// The end of the history.
+    End,
+    /// Instruction `id` (as `retrace dump instructions` numbers them) of
+    /// thread `tid`, or of the thread the debugger stands in.
+    Instruction {
+        /// The instruction id.
+        id: u64,
+        /// The thread.
+        tid: Option<u64>,
+    },
+}
+
+impl HistoryCommand {
+    /// Reads a `monitor` command; the error says what is understood.
+    pub fn parse(command: &str) -> Result<Self, String> {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        match words.as_slice() {
+            ["record", "status"] => Ok(HistoryCommand::Status { json: false }),
+            ["record", "status", "--json"] => Ok(HistoryCommand::Status { json: true }),
+            ["goto", rest @ ..] | ["record", "goto", rest @ ..] => GotoTarget::parse(rest).map(HistoryCommand::Goto),
+            _ => Err(format!("unknown monitor command `{command}`; try `record status [--json]` or `goto begin|end|ID [TID]`")),
+        }
+    }
+}
+
+impl GotoTarget {
+    fn parse(args: &[&str]) -> Result<Self, String> {
+        match args {
+            ["begin"] => Ok(GotoTarget::Begin),
+            ["end"] => Ok(GotoTarget::End),
+            [id] | [id, _] => {
+                let id = id.parse::<u64>().map_err(|_| format!("`{id}` is not an instruction id (a number, `begin` or `end`)"))?;
+                let tid = match args.get(1) {
+                    Some(tid) => Some(tid.parse::<u64>().map_err(|_| format!("`{tid}` is not a thread id"))?),
+                    None => None,
+                };
+                Ok(GotoTarget::Instruction { id, tid })
+            }
+            _ => Err("usage: goto begin|end|ID [TID]".into()),
+        }
+    }
+}
+
 /// The `/proc/cpuinfo` text a decoder of a trace recorded on `cpu` must
 /// see (LLDB reads the vendor, family, model and stepping; its parser needs
 /// a line after the last of them).
@@ -314,3 +374,22 @@ macro_rules! offer_fixed_extended_mode {
     };
 }
 pub(crate) use offer_fixed_extended_mode;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_commands_parse_and_say_what_is_understood() {
+        assert_eq!(HistoryCommand::parse("record status"), Ok(HistoryCommand::Status { json: false }));
+        assert_eq!(HistoryCommand::parse(" record  status --json"), Ok(HistoryCommand::Status { json: true }));
+        assert_eq!(HistoryCommand::parse("goto begin"), Ok(HistoryCommand::Goto(GotoTarget::Begin)));
+        assert_eq!(HistoryCommand::parse("record goto end"), Ok(HistoryCommand::Goto(GotoTarget::End)));
+        assert_eq!(HistoryCommand::parse("goto 120"), Ok(HistoryCommand::Goto(GotoTarget::Instruction { id: 120, tid: None })));
+        assert_eq!(HistoryCommand::parse("goto 7 4242"), Ok(HistoryCommand::Goto(GotoTarget::Instruction { id: 7, tid: Some(4242) })));
+        assert_eq!(HistoryCommand::parse("goto x"), Err("`x` is not an instruction id (a number, `begin` or `end`)".into()));
+        assert_eq!(HistoryCommand::parse("goto 1 t"), Err("`t` is not a thread id".into()));
+        assert_eq!(HistoryCommand::parse("goto"), Err("usage: goto begin|end|ID [TID]".into()));
+        assert!(HistoryCommand::parse("reverse").unwrap_err().starts_with("unknown monitor command `reverse`"));
+    }
+}

@@ -40,7 +40,7 @@ use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 use super::live::libraries::{library_list_xml, memory_region_info, LinkMapEntry};
 use super::timeline::{RecordedThread, Timeline};
 use crate::arch::{RegNumber, Regs};
-use crate::target::{copy_window, Inferior, StopReason};
+use crate::target::{copy_window, GotoTarget, HistoryCommand, Inferior, StopReason};
 
 /// A module of the saved process, as its ELF file says it was laid out.
 #[derive(Debug, Clone)]
@@ -427,19 +427,14 @@ impl SavedTrace {
     }
 
     /// `monitor goto begin|end|ID [TID]`.
-    fn goto(&mut self, args: &[&str]) -> Result<String, String> {
-        let position = match args {
-            ["begin"] => 0,
-            ["end"] => self.timeline.len() - 1,
-            [id] | [id, _] => {
-                let item = id.parse::<u64>().map_err(|_| format!("`{id}` is not an instruction id (a number, `begin` or `end`)"))?;
-                let tid = match args.get(1) {
-                    Some(tid) => tid.parse::<u64>().map_err(|_| format!("`{tid}` is not a thread id"))?,
-                    None => self.timeline.at(self.position).map_or(0, |i| i.tid),
-                };
-                self.timeline.position_of_item(tid, item)?
+    fn goto(&mut self, target: GotoTarget) -> Result<String, String> {
+        let position = match target {
+            GotoTarget::Begin => 0,
+            GotoTarget::End => self.timeline.len() - 1,
+            GotoTarget::Instruction { id, tid } => {
+                let tid = tid.unwrap_or_else(|| self.timeline.at(self.position).map_or(0, |i| i.tid));
+                self.timeline.position_of_item(tid, id)?
             }
-            _ => return Err("usage: goto begin|end|ID [TID]".into()),
         };
         self.armed = Some(position);
         let here = self.timeline.at(position).expect("a position of the timeline");
@@ -448,12 +443,9 @@ impl SavedTrace {
 
     /// Answers a `monitor` command.
     pub fn monitor(&mut self, command: &str) -> Result<String, String> {
-        let words: Vec<&str> = command.split_whitespace().collect();
-        match words.as_slice() {
-            ["record", "status"] => Ok(self.status(false)),
-            ["record", "status", "--json"] => Ok(self.status(true)),
-            ["goto", rest @ ..] | ["record", "goto", rest @ ..] => self.goto(rest),
-            _ => Err(format!("unknown monitor command `{command}`; try `record status [--json]` or `goto begin|end|ID [TID]`")),
+        match HistoryCommand::parse(command)? {
+            HistoryCommand::Status { json } => Ok(self.status(json)),
+            HistoryCommand::Goto(target) => self.goto(target),
         }
     }
 }

@@ -37,7 +37,7 @@ use retrace_collector::{emulate, process};
 use super::{read_all_registers, tid_of, ProcessTarget};
 use crate::arch::Regs;
 use crate::target::state_log::{Overwritten, StateLog};
-use crate::target::StopReason;
+use crate::target::{GotoTarget, HistoryCommand, StopReason};
 
 /// What a recording keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -505,29 +505,26 @@ impl ProcessTarget {
     }
 
     /// `monitor goto begin|end|ID [TID]`.
-    fn record_goto(&mut self, args: &[&str]) -> Result<String, String> {
+    fn record_goto(&mut self, target: GotoTarget) -> Result<String, String> {
         let full = self.full.as_ref().expect("recording");
         let len = full.log.len();
         if len == 0 {
             return Err("the history is empty: nothing has run since recording started".into());
         }
-        let position = match args {
-            ["begin"] => 0,
-            ["end"] => len,
-            [id] | [id, _] => {
-                let index = id.parse::<u64>().map_err(|_| format!("`{id}` is not an instruction id (a number, `begin` or `end`)"))?;
-                let tid = match args.get(1) {
-                    Some(tid) => tid.parse::<u64>().map_err(|_| format!("`{tid}` is not a thread id"))?,
-                    None => self.thread_at(full.position.unwrap_or(len)),
-                };
-                full.log.position_of_thread_step(tid, index).ok_or_else(|| format!("thread {tid} has no instruction {index} in the history"))?
+        let position = match target {
+            GotoTarget::Begin => 0,
+            GotoTarget::End => len,
+            GotoTarget::Instruction { id, tid } => {
+                let tid = tid.unwrap_or_else(|| self.thread_at(full.position.unwrap_or(len)));
+                full.log.position_of_thread_step(tid, id).ok_or_else(|| format!("thread {tid} has no instruction {id} in the history"))?
             }
-            _ => return Err("usage: goto begin|end|ID [TID]".into()),
         };
         let pc = full.log.at(position).map(|(_, pc)| pc);
         self.full.as_mut().expect("recording").armed = Some(position);
+        let tid = self.thread_at(position);
+        let id = self.full.as_ref().expect("recording").log.steps_of_thread_before(tid, position);
         Ok(match pc {
-            Some(pc) => format!("The next resume stops at instruction {} of thread {} (pc {pc:#x}).\n", args[0], self.thread_at(position)),
+            Some(pc) => format!("The next resume stops at instruction {id} of thread {tid} (pc {pc:#x}).\n"),
             None => "The next resume stops at the present (the end of the history).\n".to_string(),
         })
     }
@@ -537,12 +534,9 @@ impl ProcessTarget {
         if self.full.is_none() {
             return Err(format!("unknown monitor command `{command}` (the history commands need retrace-stub --record)"));
         }
-        let words: Vec<&str> = command.split_whitespace().collect();
-        match words.as_slice() {
-            ["record", "status"] => Ok(self.record_status(false)),
-            ["record", "status", "--json"] => Ok(self.record_status(true)),
-            ["goto", rest @ ..] | ["record", "goto", rest @ ..] => self.record_goto(rest),
-            _ => Err(format!("unknown monitor command `{command}`; try `record status [--json]` or `goto begin|end|ID [TID]`")),
+        match HistoryCommand::parse(command)? {
+            HistoryCommand::Status { json } => Ok(self.record_status(json)),
+            HistoryCommand::Goto(target) => self.record_goto(target),
         }
     }
 }
