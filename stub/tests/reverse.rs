@@ -155,22 +155,41 @@ fn blocks(out: &str, pid: i32) -> Vec<String> {
         .collect()
 }
 
+/// Runs `gdb -nx -batch` on `program` in the clean environment with these
+/// commands (at most two minutes); its standard output.
+fn gdb_in_clean_env(program: &Path, commands: &[&str]) -> String {
+    let mut gdb = Command::new("timeout");
+    clean_env(&mut gdb);
+    gdb.args(["120", "gdb", "-nx", "-batch"]);
+    for command in commands {
+        gdb.args(["-ex", command]);
+    }
+    let out = gdb.arg(program).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// GDB starting the program itself as the stub does: no shell, none of
+/// GDB's own LINES and COLUMNS.
+const LAUNCH_AS_THE_STUB: [&str; 3] = ["set startup-with-shell off", "unset environment LINES", "unset environment COLUMNS"];
+
+/// Both programs pass SIGUSR1 to the program silently.
+const PASS_SIGUSR1: &str = "handle SIGUSR1 nostop noprint pass";
+
+/// The pid `print-pid` printed.
+fn printed_pid(out: &str) -> i32 {
+    out.lines().find_map(|l| l.strip_prefix("PID=")).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+}
+
 /// What a plain forward run shows when it first stops at `line`.
 fn forward_truth(program: &Path, source_show: &str, dir: &Path, line: usize) -> String {
     let script = dir.join("forward.gdb");
     std::fs::write(&script, "print 0\n").unwrap();
-    let mut forward = Command::new("gdb");
-    clean_env(&mut forward);
-    forward.args(["-nx", "-batch"]);
     let stop = format!("break reverse_mix.c:{line}");
     let run_script = format!("run-script {}", script.display());
-    for command in ["set startup-with-shell off", "unset environment LINES", "unset environment COLUMNS", "handle SIGUSR1 nostop noprint pass", source_show, &stop, "run", "print-pid", &run_script] {
-        forward.args(["-ex", command]);
-    }
-    let out = forward.arg(program).output().unwrap();
-    let out = String::from_utf8_lossy(&out.stdout).to_string();
-    let pid: i32 = out.lines().find_map(|l| l.strip_prefix("PID=")).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{out}"));
-    blocks(&out, pid).pop().unwrap_or_else(|| panic!("{out}"))
+    let mut commands = LAUNCH_AS_THE_STUB.to_vec();
+    commands.extend([PASS_SIGUSR1, source_show, &stop, "run", "print-pid", &run_script]);
+    let out = gdb_in_clean_env(program, &commands);
+    blocks(&out, printed_pid(&out)).pop().unwrap_or_else(|| panic!("{out}"))
 }
 
 fn compare_with_record_full(name: &str, flags: &[&str]) {
@@ -183,20 +202,16 @@ fn compare_with_record_full(name: &str, flags: &[&str]) {
     let lines = lines();
     let show = dir.join("show.py");
     std::fs::write(&show, SHOW).unwrap();
+    let script_text = script(&lines);
     let script_path = dir.join("script.gdb");
-    std::fs::write(&script_path, script(&lines)).unwrap();
+    std::fs::write(&script_path, &script_text).unwrap();
     let run_script = format!("run-script {}", script_path.display());
     let source_show = format!("source {}", show.display());
 
     // GDB alone: `record full` from main.
-    let mut native = Command::new("gdb");
-    clean_env(&mut native);
-    native.args(["-nx", "-batch"]);
-    for command in [
-        "set startup-with-shell off",
-        "unset environment LINES",
-        "unset environment COLUMNS",
-        "handle SIGUSR1 nostop noprint pass",
+    let mut commands = LAUNCH_AS_THE_STUB.to_vec();
+    commands.extend([
+        PASS_SIGUSR1,
         // GDB's reverse execution misses hardware watchpoints here.
         "set can-use-hw-watchpoints 0",
         &source_show,
@@ -205,12 +220,9 @@ fn compare_with_record_full(name: &str, flags: &[&str]) {
         "print-pid",
         "record full",
         &run_script,
-    ] {
-        native.args(["-ex", command]);
-    }
-    let native = native.arg(&program).output().unwrap();
-    let native = String::from_utf8_lossy(&native.stdout).to_string();
-    let native_pid: i32 = native.lines().find_map(|l| l.strip_prefix("PID=")).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{native}"));
+    ]);
+    let native = gdb_in_clean_env(&program, &commands);
+    let native_pid = printed_pid(&native);
 
     // GDB against the stub, recording from the first instruction.
     let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
@@ -218,21 +230,14 @@ fn compare_with_record_full(name: &str, flags: &[&str]) {
     stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(&program);
     let (child, line) = spawn_stub(stub);
     let (stub_pid, port) = pid_and_port(&line);
-    let mut remote = Command::new("gdb");
-    clean_env(&mut remote);
-    remote.args(["-nx", "-batch"]);
     let target = format!("target remote 127.0.0.1:{port}");
-    for command in ["handle SIGUSR1 nostop noprint pass", &source_show, &target, "break main", "continue", &run_script] {
-        remote.args(["-ex", command]);
-    }
-    let remote = remote.arg(&program).output().unwrap();
-    let remote = String::from_utf8_lossy(&remote.stdout).to_string();
+    let remote = gdb_in_clean_env(&program, &[PASS_SIGUSR1, &source_show, &target, "break main", "continue", &run_script]);
     let _ = wait_exit(child);
 
     std::fs::write(dir.join("native.out"), &native).unwrap();
     std::fs::write(dir.join("remote.out"), &remote).unwrap();
     let (expected, actual) = (blocks(&native, native_pid), blocks(&remote, stub_pid));
-    let commands = script(&lines).lines().count();
+    let commands = script_text.lines().count();
     assert_eq!(expected.len(), commands, "GDB's own run did not finish the script:\n{native}");
     assert_eq!(actual.len(), commands, "{remote}");
     for (want, got) in expected.iter().zip(&actual).take(commands - 1) {
