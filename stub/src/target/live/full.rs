@@ -63,8 +63,9 @@ impl std::str::FromStr for RecordMode {
 /// then the frame with the largest `xsave` area).
 const SIGNAL_FRAME_ROOM: u64 = 128 + 16 * 1024;
 
-/// The most writable memory copied around one system call (beyond it the
-/// bytes the kernel writes are not kept and the past is refused there).
+/// The most writable memory copied around one system call. Beyond it the
+/// bytes the kernel writes are not kept, and nothing yet refuses the past
+/// there: reads before such a call may show what it wrote (a known gap).
 const SNAPSHOT_LIMIT: u64 = 512 << 20;
 
 /// RFLAGS.TF.
