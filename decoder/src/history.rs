@@ -57,6 +57,10 @@ pub(crate) type AddressMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<A
 #[derive(Debug, Clone, Default)]
 pub struct BlockTable {
     blocks: Vec<Block>,
+    /// Each block's [`Block::count`] again, packed: what walks over the
+    /// executed blocks read for every block (a few hundred KiB stays in
+    /// cache where the blocks do not).
+    counts: Vec<u32>,
     lens: Vec<u8>,
     /// The execution mode each block was decoded in (kept apart from
     /// [`Block`], which the hot path copies).
@@ -71,6 +75,11 @@ impl BlockTable {
         &self.blocks[id as usize]
     }
 
+    /// The number of instructions in block `id`.
+    pub fn count(&self, id: u32) -> u32 {
+        self.counts[id as usize]
+    }
+
     /// Number of distinct blocks.
     pub fn len(&self) -> usize {
         self.blocks.len()
@@ -83,7 +92,7 @@ impl BlockTable {
 
     /// Bytes used by the table.
     pub fn memory_bytes(&self) -> usize {
-        self.blocks.capacity() * std::mem::size_of::<Block>()
+        self.blocks.capacity() * std::mem::size_of::<Block>() + self.counts.capacity() * 4
             + self.modes.capacity()
             + self.lens.capacity()
             + self.partials.capacity() * 24
@@ -122,6 +131,7 @@ impl BlockTable {
         self.lens.extend_from_slice(lens);
         let id = self.blocks.len() as u32;
         self.blocks.push(Block { start, last_ip, count: lens.len() as u32, lens: first, last });
+        self.counts.push(lens.len() as u32);
         self.modes.push(mode);
         id
     }
@@ -147,6 +157,7 @@ impl BlockTable {
             lens: block.lens,
             last: InsnInfo { len, kind: FlowKind::Other },
         });
+        self.counts.push(count);
         self.modes.push(mode);
         self.partials.insert((block.start, count, mode), prefix);
         prefix
@@ -244,7 +255,7 @@ impl<'h> Cursor<'h> {
 
     /// Moves to the next instruction; `false` at the end (the cursor stays).
     pub fn next(&mut self) -> bool {
-        let count = self.history.table.get(self.history.executed[self.block]).count;
+        let count = self.history.table.count(self.history.executed[self.block]);
         if self.within + 1 < count {
             self.within += 1;
         } else if self.block + 1 < self.history.executed.len() {
@@ -263,7 +274,7 @@ impl<'h> Cursor<'h> {
             self.within -= 1;
         } else if self.block > 0 {
             self.block -= 1;
-            self.within = self.history.table.get(self.history.executed[self.block]).count - 1;
+            self.within = self.history.table.count(self.history.executed[self.block]) - 1;
         } else {
             return false;
         }
@@ -282,7 +293,7 @@ impl History {
     /// Records an executed block.
     #[inline]
     pub fn push_block(&mut self, id: u32) {
-        self.instructions += self.table.get(id).count as u64;
+        self.instructions += self.table.count(id) as u64;
         self.executed.push(id);
     }
 
@@ -290,7 +301,7 @@ impl History {
     /// decoded from the trace, so LLDB does not list it either).
     pub(crate) fn drop_last_instruction(&mut self) {
         if let Some(id) = self.executed.pop() {
-            let count = self.table.get(id).count;
+            let count = self.table.count(id);
             self.instructions -= count as u64;
             if count > 1 {
                 let prefix = self.table.prefix(id, count - 1);
@@ -307,6 +318,7 @@ impl History {
         let lens_offset = self.table.lens.len() as u32;
         for mut block in next.table.blocks.drain(..) {
             block.lens += lens_offset;
+            self.table.counts.push(block.count);
             self.table.blocks.push(block);
         }
         self.table.lens.extend_from_slice(&next.table.lens);
@@ -357,7 +369,7 @@ impl History {
         let mut count = 0u64;
         for chunk in self.executed.chunks(CHECKPOINT_EVERY) {
             self.checkpoints.push(count);
-            count += chunk.iter().map(|&id| self.table.get(id).count as u64).sum::<u64>();
+            count += chunk.iter().map(|&id| self.table.count(id) as u64).sum::<u64>();
         }
     }
 
@@ -371,7 +383,7 @@ impl History {
         let mut block = checkpoint * CHECKPOINT_EVERY;
         let mut before = self.checkpoints[checkpoint];
         loop {
-            let count = self.table.get(self.executed[block]).count as u64;
+            let count = self.table.count(self.executed[block]) as u64;
             if index < before + count {
                 return Some(Cursor { history: self, block, within: (index - before) as u32, index });
             }
@@ -509,7 +521,7 @@ impl History {
             let executed = self.executed[block];
             block += 1;
             let first = id;
-            id += self.table.get(executed).count as u64;
+            id += self.table.count(executed) as u64;
             Some(Step::Block { id: first, block: executed })
         })
     }
@@ -575,7 +587,7 @@ impl History {
             Some(&count) => (count, checkpoint * CHECKPOINT_EVERY),
             None => (0, 0), // not indexed yet: count from the start
         };
-        base.0 + self.executed[base.1..block].iter().map(|&id| self.table.get(id).count as u64).sum::<u64>()
+        base.0 + self.executed[base.1..block].iter().map(|&id| self.table.count(id) as u64).sum::<u64>()
     }
 }
 

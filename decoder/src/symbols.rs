@@ -129,6 +129,18 @@ struct Module {
     blocks: std::sync::Mutex<std::collections::HashMap<u64, Arc<FunctionBlocks>>>,
 }
 
+/// Where a [`Symbolizer`]'s modules were placed: (start, end, slide, name).
+#[derive(Debug, Clone, Default)]
+pub struct Placements(Vec<(u64, u64, u64, Arc<str>)>);
+
+impl Placements {
+    /// [`Symbolizer::file_address`].
+    pub fn file_address(&self, address: u64) -> Option<(Arc<str>, u64)> {
+        let (_, _, slide, name) = self.0.iter().find(|(start, end, ..)| *start <= address && address < *end)?;
+        Some((name.clone(), address.wrapping_sub(*slide)))
+    }
+}
+
 /// A generated function known only by its name and range (no ELF, no DWARF).
 struct JitFunction {
     start: u64,
@@ -386,6 +398,13 @@ impl Symbolizer {
     pub fn file_address(&self, address: u64) -> Option<(Arc<str>, u64)> {
         let module = self.modules.iter().find(|m| m.start <= address && address < m.end)?;
         Some((module.name.clone(), address.wrapping_sub(module.slide)))
+    }
+
+
+    /// Where each module was placed, apart from everything else (it can be
+    /// shared between threads, which the lazily parsed debug info cannot).
+    pub fn placements(&self) -> Placements {
+        Placements(self.modules.iter().map(|m| (m.start, m.end, m.slide, m.name.clone())).collect())
     }
 
     /// The data symbol containing `address`: name and offset into it.

@@ -14,7 +14,7 @@ use retrace_decoder::history::{AddressHasher, BlockTable, Extra, History, Step};
 use std::hash::BuildHasherDefault;
 use serde_json::ser::{CompactFormatter, Formatter, PrettyFormatter};
 use retrace_decoder::image::Memory;
-use retrace_decoder::symbols::{SymbolContext, Symbolizer};
+use retrace_decoder::symbols::{Placements, SymbolContext, Symbolizer};
 use retrace_decoder::x86::{call_effect, ExecMode};
 
 use super::CliError;
@@ -48,31 +48,33 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
         if tid.is_some_and(|tid| tid != thread.tid) {
             continue;
         }
+        let started = std::time::Instant::now();
         let history = decode_parallel_with(&thread.trace, loaded.image_of(thread), super::dump::cores(), options);
+        tracing::debug!(tid = thread.tid, elapsed = ?started.elapsed(), "function-calls: decoded");
         let mut sites = BlockSites::new(&loaded, thread);
-        // Two walks over the history: the first learns how each tree's
-        // roots chain (a return above the root wraps the tree printed so
-        // far, so its depth is only known at the tree's end), the second
-        // prints each segment as it closes.
-        let mut chains = ChainsSink::default();
-        track_calls(&history, &mut sites, &mut |event, _| {
-            chains.event(&event);
-            Ok(())
-        })?;
+        // One walk over the history records the call events compactly and
+        // learns how each tree's roots chain (a return above the root wraps
+        // the tree printed so far, so its depth is only known at the tree's
+        // end); the printing reads the record.
+        let (mut log, chains) = log_calls(&history, &mut sites)?;
+        drop(history);
+        log.finish()?;
+        tracing::debug!(elapsed = ?started.elapsed(), trees = chains.chains.len(), "function-calls: walked");
         match format {
             Format::Text => {
                 if let Some(heading) = super::dump::image_heading(&loaded, thread) {
                     writeln!(out, "{heading}")?;
                 }
                 writeln!(out, "thread #{}: tid = {}", loaded.thread_index(thread), thread.tid)?;
-                let mut printer = TextPrinter { chains: &chains.chains, symbols: loaded.symbols_of(thread), tree: None, root: 0, error_tree: false };
-                track_calls(&history, &mut sites, &mut |event, contexts| printer.event(&mut out, contexts, event))?;
+                let placements = loaded.symbols_of(thread).placements();
+                let printer = TextPrinter { chains: &chains.chains, placements: &placements, tree: None, root: 0, error_tree: false, texts: HashMap::default(), text_bytes: 0 };
+                print_text(&mut |part| out.append(part), &log, &printer, &sites.contexts, super::dump::cores())?;
             }
             Format::Json | Format::PrettyJson => {
                 // One array per thread, as LLDB prints for each thread.
                 let result = match format {
-                    Format::Json => write_json(&mut out, CompactFormatter, &history, &mut sites, &chains.chains),
-                    _ => write_json(&mut out, PrettyFormatter::new(), &history, &mut sites, &chains.chains),
+                    Format::Json => write_json(&mut out, CompactFormatter, &log, &chains.chains),
+                    _ => write_json(&mut out, PrettyFormatter::new(), &log, &chains.chains),
                 };
                 result?;
                 writeln!(out)?;
@@ -120,6 +122,88 @@ pub(super) fn track_calls(
     failure.map_or(Ok(()), Err)
 }
 
+/// [`track_calls`] into a [`CallLog`], learning how each tree's roots
+/// chain on the way, on two cores: this thread describes the executed
+/// blocks (symbols), another follows the calls.
+fn log_calls(history: &History, sites: &mut BlockSites) -> std::io::Result<(CallLog, ChainsSink)> {
+    /// What the call tracker is given.
+    enum Work {
+        Run { first: u64, first_ip: u64, first_site: Site<u32>, last: u64, last_ip: u64, last_site: Site<u32> },
+        Error(u64),
+    }
+    const BATCH: usize = 8192;
+    let (to_tracker, work) = std::sync::mpsc::sync_channel::<Vec<Work>>(4);
+    let (give_back, returned) = std::sync::mpsc::channel::<Vec<Work>>();
+    std::thread::scope(|scope| {
+        let tracker = scope.spawn(move || {
+            let mut tracker = CallTracker::new();
+            let (mut log, mut chains) = (CallLog::default(), ChainsSink::default());
+            let failure = std::cell::Cell::new(None);
+            let mut sink = |event: CallEvent| {
+                chains.event(&event);
+                if let Err(e) = log.push(&event) {
+                    failure.set(Some(e));
+                }
+            };
+            for mut batch in work.iter() {
+                for item in batch.drain(..) {
+                    match item {
+                        Work::Run { first, first_ip, first_site, last, last_ip, last_site } => {
+                            tracker.run(first, first_ip, first_site, last, last_ip, last_site, &mut sink)
+                        }
+                        Work::Error(id) => tracker.error(id, &mut sink),
+                    }
+                }
+                let _ = give_back.send(batch);
+                if let Some(e) = failure.take() {
+                    return Err(e);
+                }
+            }
+            tracker.finish(&mut sink);
+            drop(sink);
+            failure.take().map_or(Ok((log, chains)), Err)
+        });
+        let mut batch = Vec::with_capacity(BATCH);
+        // LLDB keeps the previous instruction's symbol context while the
+        // address stays in its range; errors do not reset it.
+        let mut last_tag = None;
+        for step in history.steps() {
+            match step {
+                Step::Extra { id, extra: Extra::Error { .. } } => batch.push(Work::Error(id)),
+                Step::Extra { .. } => {}
+                Step::Block { id, block } => {
+                    let runs = sites.runs(&history.table, block, last_tag);
+                    for run in &sites.arena[runs.clone()] {
+                        let (first, last) = (id + run.offset as u64, id + run.last_offset as u64);
+                        // A run going on in the scope of the run before it
+                        // (not entering anything) only moves that run's
+                        // end, for the tracker: it is merged into it.
+                        if let Some(Work::Run { last: before, last_ip, last_site, .. }) = batch.last_mut() {
+                            if !run.first.entry && run.first.scope == last_site.scope {
+                                (*before, *last_ip, *last_site) = (last, run.last_ip, run.last);
+                                continue;
+                            }
+                        }
+                        batch.push(Work::Run { first, first_ip: run.first_ip, first_site: run.first, last, last_ip: run.last_ip, last_site: run.last });
+                    }
+                    if !runs.is_empty() {
+                        last_tag = Some(sites.arena[runs.end - 1].last.tag);
+                    }
+                }
+            }
+            if batch.len() >= BATCH {
+                let next = returned.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                if to_tracker.send(std::mem::replace(&mut batch, next)).is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = to_tracker.send(batch);
+        drop(to_tracker);
+        tracker.join().expect("the call tracker does not panic")
+    })
+}
+
 fn relay(
     sink: &mut impl FnMut(CallEvent, &ContextTable) -> std::io::Result<()>,
     event: CallEvent,
@@ -154,12 +238,13 @@ pub(super) struct BlockSites<'a> {
     pub(super) contexts: ContextTable,
     /// Each context's address range (what LLDB keeps it for), by tag.
     ranges: Vec<(u64, u64)>,
-    /// Interned scopes.
+    /// Interned scopes, and each context's (by tag; `u32::MAX`: not yet).
     scopes: HashMap<Scope, u32>,
+    scope_of_tag: Vec<u32>,
     arena: Vec<Run>,
-    /// Per block id: its runs (start in the arena << 16 | count; 0: not
-    /// described yet) when its first context is looked up afresh.
-    fresh: Vec<u64>,
+    /// Per block id: its description when its first context is looked up
+    /// afresh (most blocks are only ever described so).
+    fresh: Vec<Fresh>,
     /// Per (block id, kept context): its runs when the previous
     /// instruction's context holds its first address.
     kept: HashMap<(u32, u32), u64, BuildHasherDefault<AddressHasher>>,
@@ -173,6 +258,7 @@ impl<'a> BlockSites<'a> {
             contexts: ContextTable::default(),
             ranges: Vec::new(),
             scopes: HashMap::new(),
+            scope_of_tag: Vec::new(),
             arena: Vec::new(),
             fresh: Vec::new(),
             kept: HashMap::default(),
@@ -192,14 +278,24 @@ impl<'a> BlockSites<'a> {
     /// The arena range of block `block`'s runs after an instruction whose
     /// context was `previous`.
     fn runs(&mut self, table: &BlockTable, block: u32, previous: Option<u32>) -> std::ops::Range<usize> {
+        // The hot path (once per executed block, twice per dump): a block
+        // described afresh, entered with no context kept or with the one
+        // its first address looks up anyway, which describes it the same.
+        if let Some(fresh) = self.fresh.get(block as usize).filter(|f| f.start != 0) {
+            match previous.filter(|&tag| self.holds(tag, fresh.start)) {
+                None if fresh.runs != 0 => return Self::range(fresh.runs),
+                Some(tag) if tag == fresh.first_tag && fresh.runs != 0 => return Self::range(fresh.runs),
+                Some(tag) if tag == fresh.kept_tag && fresh.kept_runs != 0 => return Self::range(fresh.kept_runs),
+                _ => {}
+            }
+        }
         let start = table.get(block).start;
         let kept = previous.filter(|&tag| self.holds(tag, start));
-        let cached = match kept {
-            None => self.fresh.get(block as usize).copied().unwrap_or(0),
-            Some(tag) => self.kept.get(&(block, tag)).copied().unwrap_or(0),
-        };
-        if cached != 0 {
-            return Self::range(cached);
+        if let Some(tag) = kept {
+            if let Some(&runs) = self.kept.get(&(block, tag)) {
+                self.remember_kept(block, start, tag, runs);
+                return Self::range(runs);
+            }
         }
         let count = table.get(block).count;
         let first_run = self.arena.len();
@@ -236,15 +332,27 @@ impl<'a> BlockSites<'a> {
         match kept {
             None => {
                 if self.fresh.len() <= block as usize {
-                    self.fresh.resize(block as usize + 1, 0);
+                    self.fresh.resize(block as usize + 1, Fresh::default());
                 }
-                self.fresh[block as usize] = packed;
+                let (kept_tag, kept_runs) = (self.fresh[block as usize].kept_tag, self.fresh[block as usize].kept_runs);
+                self.fresh[block as usize] = Fresh { start, runs: packed, first_tag: self.arena[first_run].first.tag, kept_tag, kept_runs };
             }
             Some(tag) => {
                 self.kept.insert((block, tag), packed);
+                self.remember_kept(block, start, tag, packed);
             }
         }
         Self::range(packed)
+    }
+
+    /// Keeps `runs` as block `block`'s description after context `tag`
+    /// in its slot, which the next visit checks before the map.
+    fn remember_kept(&mut self, block: u32, start: u64, tag: u32, runs: u64) {
+        if self.fresh.len() <= block as usize {
+            self.fresh.resize(block as usize + 1, Fresh::default());
+        }
+        let slot = &mut self.fresh[block as usize];
+        (slot.start, slot.kept_tag, slot.kept_runs) = (start, tag, runs);
     }
 
     /// The tag of the context LLDB looks up at `ip`.
@@ -265,18 +373,44 @@ impl<'a> BlockSites<'a> {
             None => here.function.as_ref().is_some_and(|(_, start)| *start == ip),
         };
         let inlined = here.inlined_block.is_some();
-        let scope: Scope = (here.module.clone(), here.function.as_ref().map(|f| f.1), here.inlined_block.map(|b| b.id));
-        let next = self.scopes.len() as u32;
-        let scope = *self.scopes.entry(scope).or_insert(next);
+        let scope = match self.scope_of_tag.get(tag as usize) {
+            Some(&scope) if scope != u32::MAX => scope,
+            _ => {
+                let scope: Scope = (here.module.clone(), here.function.as_ref().map(|f| f.1), here.inlined_block.map(|b| b.id));
+                let next = self.scopes.len() as u32;
+                let scope = *self.scopes.entry(scope).or_insert(next);
+                if self.scope_of_tag.len() <= tag as usize {
+                    self.scope_of_tag.resize(tag as usize + 1, u32::MAX);
+                }
+                self.scope_of_tag[tag as usize] = scope;
+                scope
+            }
+        };
         Site { scope, entry, inlined, effect, tag }
     }
+}
+
+/// A block's descriptions: when its first context is looked up afresh,
+/// and the last one used after a kept context.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fresh {
+    /// Its first address (0: neither description made yet).
+    start: u64,
+    /// Its runs: start in the arena << 16 | count (0: not described yet).
+    runs: u64,
+    /// The context of its first instruction.
+    first_tag: u32,
+    /// The kept context its last kept description followed, and that
+    /// description (0: none yet).
+    kept_tag: u32,
+    kept_runs: u64,
 }
 
 /// Symbol contexts, each stored once.
 #[derive(Default)]
 pub(super) struct ContextTable {
     contexts: Vec<SymbolContext>,
-    index: HashMap<SymbolContext, u32>,
+    index: foldhash::HashMap<SymbolContext, u32>,
 }
 
 impl ContextTable {
@@ -293,6 +427,264 @@ impl ContextTable {
     pub(super) fn get(&self, tag: u32) -> &SymbolContext {
         &self.contexts[tag as usize]
     }
+}
+
+/// A thread's [`CallEvent`]s in order, kept compactly (a few bytes per
+/// segment) and, past a few MiB, in an unnamed temporary file rather than
+/// in memory (python3's startup makes 21 MB): what the printers read, once
+/// the walk that makes it has also learnt how the trees' roots chain.
+/// Every [`CallLog::CHUNK_EVENTS`] events it notes where reading can
+/// start, so that parts can be printed at once on several cores.
+struct CallLog {
+    /// What is not in `file` yet, and how much of it is kept before it
+    /// goes there.
+    pending: Vec<u8>,
+    buffer: usize,
+    file: Option<std::fs::File>,
+    /// Bytes in `file`.
+    written: u64,
+    /// Events pushed.
+    events: u64,
+    /// The state before each chunk of events.
+    chunks: Vec<LogState>,
+    /// The state after the last event pushed.
+    state: LogState,
+}
+
+impl Default for CallLog {
+    fn default() -> Self {
+        CallLog { pending: Vec::new(), buffer: Self::BUFFER, file: None, written: 0, events: 0, chunks: Vec::new(), state: LogState::default() }
+    }
+}
+
+/// Where reading a [`CallLog`] can start: the byte offset, the last
+/// segment before it (the next is written as differences from it), and the
+/// tree and root the next event belongs to.
+#[derive(Debug, Clone, Copy, Default)]
+struct LogState {
+    offset: u64,
+    /// Depth, last id and last address of the last segment.
+    last: (u32, u64, u64),
+    /// The current tree (by number), its current root, and whether it is a
+    /// run of errors.
+    tree: Option<usize>,
+    root: usize,
+    error_tree: bool,
+}
+
+impl CallLog {
+    const TREE: u8 = 0;
+    const ERROR_TREE: u8 = 1;
+    const REROOT: u8 = 2;
+    const SEGMENT: u8 = 3;
+    const NESTING_SEGMENT: u8 = 4;
+    /// How much is kept in memory at a time.
+    const BUFFER: usize = 4 << 20;
+    const CHUNK_EVENTS: u64 = 16384;
+
+    fn push(&mut self, event: &CallEvent) -> std::io::Result<()> {
+        if self.events % Self::CHUNK_EVENTS == 0 {
+            self.chunks.push(LogState { offset: self.written + self.pending.len() as u64, ..self.state });
+        }
+        self.events += 1;
+        let bytes = &mut self.pending;
+        let state = &mut self.state;
+        match event {
+            CallEvent::Tree { is_error } => {
+                bytes.push(if *is_error { Self::ERROR_TREE } else { Self::TREE });
+                state.tree = Some(state.tree.map_or(0, |t| t + 1));
+                state.root = 0;
+                state.error_tree = *is_error;
+            }
+            CallEvent::Reroot => {
+                bytes.push(Self::REROOT);
+                state.root += 1;
+            }
+            CallEvent::Segment { depth, segment, nests } => {
+                bytes.push(if *nests { Self::NESTING_SEGMENT } else { Self::SEGMENT });
+                let (last_depth, last_id, last_ip) = state.last;
+                // Each value as a difference from one it is usually near.
+                put_signed(bytes, *depth as i64 - last_depth as i64);
+                put_signed(bytes, segment.first.wrapping_sub(last_id) as i64);
+                put(bytes, segment.last.wrapping_sub(segment.first));
+                put_signed(bytes, segment.first_ip.wrapping_sub(last_ip) as i64);
+                put_signed(bytes, segment.last_ip.wrapping_sub(segment.first_ip) as i64);
+                put(bytes, segment.tags.0 as u64);
+                put(bytes, segment.tags.1 as u64);
+                state.last = (*depth, segment.last, segment.last_ip);
+            }
+        }
+        if self.pending.len() >= self.buffer {
+            let file = match &mut self.file {
+                Some(file) => file,
+                None => self.file.insert(tempfile::tempfile()?),
+            };
+            file.write_all(&self.pending)?;
+            self.written += self.pending.len() as u64;
+            self.pending.clear();
+        }
+        Ok(())
+    }
+
+    /// Ends the log: what is pending goes to the file, if there is one.
+    fn finish(&mut self) -> std::io::Result<()> {
+        if let Some(file) = &mut self.file {
+            file.write_all(&self.pending)?;
+            self.written += self.pending.len() as u64;
+            self.pending = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Chunk `k`'s bytes, and the state before it.
+    fn chunk(&self, k: usize) -> std::io::Result<(std::borrow::Cow<'_, [u8]>, LogState)> {
+        use std::os::unix::fs::FileExt;
+        let state = self.chunks[k];
+        let end = self.chunks.get(k + 1).map_or(self.written + self.pending.len() as u64, |next| next.offset);
+        let bytes = match &self.file {
+            None => std::borrow::Cow::Borrowed(&self.pending[state.offset as usize..end as usize]),
+            Some(file) => {
+                let mut bytes = vec![0; (end - state.offset) as usize];
+                file.read_exact_at(&mut bytes, state.offset)?;
+                std::borrow::Cow::Owned(bytes)
+            }
+        };
+        Ok((bytes, state))
+    }
+
+    /// Gives each event in order to `sink`; stops at its first error.
+    fn replay(&self, sink: &mut impl FnMut(CallEvent) -> std::io::Result<()>) -> std::io::Result<()> {
+        for k in 0..self.chunks.len() {
+            let (bytes, state) = self.chunk(k)?;
+            Self::decode(&bytes, state, sink)?;
+        }
+        Ok(())
+    }
+
+    /// The events in `bytes`, read from `state` on.
+    fn decode(bytes: &[u8], state: LogState, sink: &mut impl FnMut(CallEvent) -> std::io::Result<()>) -> std::io::Result<()> {
+        let mut at = 0;
+        let mut last = state.last;
+        while let Some(&kind) = bytes.get(at) {
+            at += 1;
+            let event = match kind {
+                Self::TREE | Self::ERROR_TREE => CallEvent::Tree { is_error: kind == Self::ERROR_TREE },
+                Self::REROOT => CallEvent::Reroot,
+                _ => {
+                    let depth = (last.0 as i64 + get_signed(bytes, &mut at)) as u32;
+                    let first = last.1.wrapping_add(get_signed(bytes, &mut at) as u64);
+                    let last_id = first.wrapping_add(get(bytes, &mut at));
+                    let first_ip = last.2.wrapping_add(get_signed(bytes, &mut at) as u64);
+                    let last_ip = first_ip.wrapping_add(get_signed(bytes, &mut at) as u64);
+                    let tags = (get(bytes, &mut at) as u32, get(bytes, &mut at) as u32);
+                    last = (depth, last_id, last_ip);
+                    let segment = Segment { first, last: last_id, first_ip, last_ip, tags, nested: None };
+                    CallEvent::Segment { depth, segment, nests: kind == Self::NESTING_SEGMENT }
+                }
+            };
+            sink(event)?;
+        }
+        Ok(())
+    }
+}
+
+/// Prints a log's text on `workers` threads, a chunk of events each at a
+/// time, and gives the chunks' text to `out` in order. At most a few
+/// chunks wait to be written.
+fn print_text(out: &mut impl FnMut(super::Gathered) -> std::io::Result<()>, log: &CallLog, printer: &TextPrinter, contexts: &ContextTable, workers: usize) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Condvar, Mutex};
+    const AHEAD: usize = 6;
+    let chunks = log.chunks.len();
+    let next = AtomicUsize::new(0);
+    // The number of chunks written, and whether to stop (an error).
+    let written = Mutex::new(0usize);
+    let moved = Condvar::new();
+    let stop = AtomicBool::new(false);
+    let (done, results) = std::sync::mpsc::channel::<(usize, std::io::Result<super::Gathered>)>();
+    std::thread::scope(|scope| {
+        for _ in 0..workers.max(1) {
+            let done = done.clone();
+            let mut printer = printer.fresh();
+            let (next, written, moved, stop) = (&next, &written, &moved, &stop);
+            scope.spawn(move || loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if k >= chunks {
+                    return;
+                }
+                {
+                    let mut count = written.lock().expect("not poisoned");
+                    while k >= *count + AHEAD && !stop.load(Ordering::Relaxed) {
+                        count = moved.wait(count).expect("not poisoned");
+                    }
+                }
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let result = log.chunk(k).and_then(|(bytes, state)| {
+                    let mut part = super::Gathered::default();
+                    printer.resume(state);
+                    CallLog::decode(&bytes, state, &mut |event| printer.event(&mut part, contexts, event))?;
+                    Ok(part)
+                });
+                if done.send((k, result)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(done);
+        let mut waiting = std::collections::BTreeMap::new();
+        let mut want = 0;
+        let outcome = (|| {
+            for (k, part) in results.iter() {
+                waiting.insert(k, part);
+                while let Some(part) = waiting.remove(&want) {
+                    out(part?)?;
+                    want += 1;
+                    *written.lock().expect("not poisoned") = want;
+                    moved.notify_all();
+                }
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::Relaxed);
+        moved.notify_all();
+        drop(results);
+        outcome
+    })
+}
+
+/// LEB128.
+fn put(bytes: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        bytes.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    bytes.push(value as u8);
+}
+
+/// Zigzag, then LEB128.
+fn put_signed(bytes: &mut Vec<u8>, value: i64) {
+    put(bytes, ((value << 1) ^ (value >> 63)) as u64);
+}
+
+fn get(bytes: &[u8], at: &mut usize) -> u64 {
+    let mut value = 0u64;
+    let mut shift = 0;
+    loop {
+        let byte = bytes[*at];
+        *at += 1;
+        value |= ((byte & 0x7f) as u64) << shift;
+        if byte < 0x80 {
+            return value;
+        }
+        shift += 7;
+    }
+}
+
+fn get_signed(bytes: &[u8], at: &mut usize) -> i64 {
+    let value = get(bytes, at);
+    (value >> 1) as i64 ^ -((value & 1) as i64)
 }
 
 /// How each tree's roots chain, learnt in a first walk: per tree, for
@@ -323,16 +715,29 @@ impl ChainsSink {
 /// then each segment indented by its depth plus the roots still to wrap it.
 struct TextPrinter<'a> {
     chains: &'a [Vec<u32>],
-    symbols: &'a Symbolizer,
+    placements: &'a Placements,
     /// The current tree.
     tree: Option<usize>,
     /// The current root's place in its tree's chain (0: the first).
     root: usize,
     error_tree: bool,
+    /// Segments' texts by their ends' tags and addresses, and their size.
+    texts: HashMap<(u32, u32, u64, u64), Box<str>, BuildHasherDefault<AddressHasher>>,
+    text_bytes: usize,
 }
 
 impl TextPrinter<'_> {
-    fn event(&mut self, out: &mut super::BulkStdout, contexts: &ContextTable, event: CallEvent) -> std::io::Result<()> {
+    /// A printer like this one, with nothing remembered.
+    fn fresh(&self) -> Self {
+        TextPrinter { chains: self.chains, placements: self.placements, tree: self.tree, root: self.root, error_tree: self.error_tree, texts: HashMap::default(), text_bytes: 0 }
+    }
+
+    /// Takes up printing where a log's `state` is.
+    fn resume(&mut self, state: LogState) {
+        (self.tree, self.root, self.error_tree) = (state.tree, state.root, state.error_tree);
+    }
+
+    fn event(&mut self, out: &mut impl super::Indented, contexts: &ContextTable, event: CallEvent) -> std::io::Result<()> {
         match event {
             CallEvent::Tree { is_error } => {
                 let tree = self.tree.map_or(0, |t| t + 1);
@@ -353,10 +758,34 @@ impl TextPrinter<'_> {
                 if self.error_tree {
                     write!(out, "<tracing errors>")?;
                 } else {
-                    self.segment(out, contexts, &segment)?;
+                    self.cached_segment(out, contexts, &segment)?;
                 }
-                writeln!(out, "  [{}, {}]", segment.first, segment.last)?;
+                let mut ids = [0u8; 48];
+                let mut n = 0;
+                for piece in [b"  [".as_slice(), itoa::Buffer::new().format(segment.first).as_bytes(), b", ", itoa::Buffer::new().format(segment.last).as_bytes(), b"]\n"] {
+                    ids[n..n + piece.len()].copy_from_slice(piece);
+                    n += piece.len();
+                }
+                out.write_all(&ids[..n])?;
             }
+        }
+        Ok(())
+    }
+
+    /// [`Self::segment`], remembered for segments with the same ends
+    /// (a loop's body, a function called again) up to a budget of bytes.
+    fn cached_segment(&mut self, out: &mut impl Write, contexts: &ContextTable, segment: &Segment) -> std::io::Result<()> {
+        const BUDGET: usize = 4 << 20;
+        let key = (segment.tags.0, segment.tags.1, segment.first_ip, segment.last_ip);
+        if let Some(text) = self.texts.get(&key) {
+            return out.write_all(text.as_bytes());
+        }
+        let mut text = Vec::new();
+        self.segment(&mut text, contexts, segment)?;
+        out.write_all(&text)?;
+        if self.text_bytes < BUDGET {
+            self.text_bytes += text.len() + 48;
+            self.texts.insert(key, String::from_utf8_lossy(&text).into());
         }
         Ok(())
     }
@@ -387,7 +816,7 @@ impl TextPrinter<'_> {
     }
 
     fn module_address(&self, ip: u64) -> String {
-        match self.symbols.file_address(ip) {
+        match self.placements.file_address(ip) {
             Some((module, address)) => format!("{module}[{address:#018x}]"),
             None => format!("{ip:#018x}"),
         }
@@ -411,16 +840,10 @@ pub(super) fn call_name(context: &SymbolContext) -> String {
 /// the root returned above) when the trace starts inside it, then
 /// `tracedSegments` with ids as strings and `nestedCall`s. `formatter` is
 /// serde_json's compact or pretty layout.
-fn write_json<F: Formatter>(
-    out: &mut impl Write,
-    formatter: F,
-    history: &History,
-    sites: &mut BlockSites,
-    chains: &[Vec<u32>],
-) -> std::io::Result<()> {
+fn write_json<F: Formatter>(out: &mut impl Write, formatter: F, log: &CallLog, chains: &[Vec<u32>]) -> std::io::Result<()> {
     let mut writer = JsonTrees { f: formatter, chains, tree: None, open: Vec::new() };
     writer.f.begin_array(out)?;
-    track_calls(history, sites, &mut |event, _| writer.event(out, event))?;
+    log.replay(&mut |event| writer.event(out, event))?;
     writer.close_tree(out)?;
     writer.f.end_array(out)
 }
@@ -536,5 +959,100 @@ impl<F: Formatter> JsonTrees<'_, F> {
         self.f.begin_string(out)?;
         self.f.write_string_fragment(out, value)?;
         self.f.end_string(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Events as a walk makes them: trees (some of errors), reroots,
+    /// segments nesting and returning, ids and addresses moving both ways.
+    fn events(count: usize) -> Vec<CallEvent> {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut depth, mut id) = (0u32, 0u64);
+        (0..count)
+            .map(|k| match if k == 0 { 0 } else { next() % 100 } {
+                0 => {
+                    depth = 0;
+                    CallEvent::Tree { is_error: k > 0 && next() % 2 == 0 }
+                }
+                1..=3 => CallEvent::Reroot,
+                _ => {
+                    let nests = next() % 3 == 0;
+                    let first = id + 1 + next() % 3;
+                    id = first + next() % 1000;
+                    let first_ip = 0x40_0000 + next() % 0x10_0000;
+                    let segment = Segment { first, last: id, first_ip, last_ip: first_ip + next() % 64, tags: ((next() % 5) as u32, (next() % 5) as u32), nested: None };
+                    let event = CallEvent::Segment { depth, segment, nests };
+                    depth = if nests { depth + 1 } else { (depth as u64).saturating_sub(next() % 2) as u32 };
+                    event
+                }
+            })
+            .collect()
+    }
+
+    fn logged(events: &[CallEvent], buffer: usize) -> CallLog {
+        let mut log = CallLog { buffer, ..CallLog::default() };
+        for event in events {
+            log.push(event).unwrap();
+        }
+        log.finish().unwrap();
+        log
+    }
+
+    #[test]
+    fn a_log_reads_back_its_events_from_memory_and_from_its_file() {
+        let events = events(3 * CallLog::CHUNK_EVENTS as usize + 123);
+        for buffer in [usize::MAX, 1000] {
+            let log = logged(&events, buffer);
+            assert_eq!(log.file.is_some(), buffer == 1000);
+            assert_eq!(log.chunks.len(), 4);
+            let mut read = Vec::new();
+            log.replay(&mut |event| {
+                read.push(event);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(read, events);
+        }
+    }
+
+    #[test]
+    fn chunks_printed_in_parallel_give_the_text_printed_in_one_go() {
+        let events = events(5 * CallLog::CHUNK_EVENTS as usize + 7);
+        let trees = events.iter().filter(|e| matches!(e, CallEvent::Tree { .. })).count();
+        let mut chains = ChainsSink::default();
+        for event in &events {
+            chains.event(event);
+        }
+        assert_eq!(chains.chains.len(), trees);
+        let mut contexts = ContextTable::default();
+        for k in 0..5 {
+            let function = (k > 0).then(|| (Arc::from(format!("f{k}")), 0x40_0000 - k as u64 * 0x10));
+            contexts.intern(SymbolContext { module: Some(format!("m{k}").into()), function, ..SymbolContext::default() });
+        }
+        let placements = Placements::default();
+        let printer = TextPrinter { chains: &chains.chains, placements: &placements, tree: None, root: 0, error_tree: false, texts: HashMap::default(), text_bytes: 0 };
+        let text = |part: &super::super::Gathered| part.to_bytes();
+        let mut whole = super::super::Gathered::default();
+        let mut one = printer.fresh();
+        for event in events.iter().cloned() {
+            one.event(&mut whole, &contexts, event).unwrap();
+        }
+        for buffer in [usize::MAX, 1000] {
+            let log = logged(&events, buffer);
+            for workers in [1, 2, 3] {
+                let mut printed = Vec::new();
+                print_text(&mut |part| Ok(printed.extend(text(&part))), &log, &printer, &contexts, workers).unwrap();
+                assert!(printed == text(&whole), "{workers} workers, buffer {buffer}: the text differs");
+            }
+        }
     }
 }

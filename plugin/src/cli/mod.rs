@@ -294,16 +294,31 @@ impl DecodeFlags {
 
 /// Standard output for bulk text (see [`BulkStdout`]).
 pub(crate) fn bulk_stdout() -> BulkStdout {
-    BulkStdout { text: Vec::with_capacity(BulkStdout::TEXT_LIMIT + 4096), pieces: Vec::new() }
+    BulkStdout { gathered: Gathered { text: Vec::with_capacity(BulkStdout::TEXT_LIMIT + 4096), pieces: Vec::new() } }
+}
+
+/// Text that indents: two spaces per level.
+pub(crate) trait Indented: std::io::Write {
+    /// Writes `levels` levels of indentation.
+    fn indent(&mut self, levels: usize) -> std::io::Result<()>;
 }
 
 /// Standard output for bulk text, written straight to file descriptor 1
 /// with `writev`: text is gathered in a 256 KiB buffer, and indentation
-/// ([`BulkStdout::indent`]) is a pointer into one static buffer of spaces
+/// ([`Indented::indent`]) is a pointer into one static buffer of spaces
 /// rather than copied (call trees nest thousands of levels deep: most of
 /// their bytes are indentation). Rust's `Stdout` is line-buffered and
 /// searches every byte written for a newline; this does not.
 pub(crate) struct BulkStdout {
+    gathered: Gathered,
+}
+
+/// Text gathered for standard output, indentation as counts of spaces:
+/// what [`BulkStdout`] holds until it writes, or a part of the output
+/// made elsewhere (another thread) and appended whole
+/// ([`BulkStdout::append`]).
+#[derive(Default)]
+pub(crate) struct Gathered {
     text: Vec<u8>,
     pieces: Vec<Piece>,
 }
@@ -318,22 +333,46 @@ enum Piece {
 
 static SPACES: [u8; 65536] = [b' '; 65536];
 
-impl BulkStdout {
-    const TEXT_LIMIT: usize = 256 * 1024;
-    const PIECE_LIMIT: usize = 512;
-
-    /// Two spaces per level.
-    pub(crate) fn indent(&mut self, levels: usize) -> std::io::Result<()> {
+impl Indented for Gathered {
+    fn indent(&mut self, levels: usize) -> std::io::Result<()> {
         if levels > 0 {
             self.pieces.push(Piece::Spaces(2 * levels));
-            if self.pieces.len() >= Self::PIECE_LIMIT {
-                self.send()?;
-            }
         }
         Ok(())
     }
+}
 
-    /// Writes everything gathered.
+impl std::io::Write for Gathered {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let start = self.text.len();
+        self.text.extend_from_slice(buf);
+        match self.pieces.last_mut() {
+            Some(Piece::Text(_, end)) if *end == start => *end = self.text.len(),
+            _ => self.pieces.push(Piece::Text(start, self.text.len())),
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Gathered {
+    /// The text, indentation included.
+    #[cfg(test)]
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for piece in &self.pieces {
+            match *piece {
+                Piece::Text(start, end) => bytes.extend_from_slice(&self.text[start..end]),
+                Piece::Spaces(n) => bytes.resize(bytes.len() + n, b' '),
+            }
+        }
+        bytes
+    }
+
+    /// Writes everything gathered to file descriptor 1, and empties it.
     fn send(&mut self) -> std::io::Result<()> {
         let mut slices: Vec<&[u8]> = Vec::with_capacity(self.pieces.len() * 2);
         for piece in &self.pieces {
@@ -384,28 +423,46 @@ impl BulkStdout {
     }
 }
 
+impl BulkStdout {
+    const TEXT_LIMIT: usize = 256 * 1024;
+    const PIECE_LIMIT: usize = 512;
+
+    /// Writes `part` after what was written so far.
+    pub(crate) fn append(&mut self, mut part: Gathered) -> std::io::Result<()> {
+        self.gathered.send()?;
+        part.send()
+    }
+
+    fn send_when_full(&mut self) -> std::io::Result<()> {
+        if self.gathered.text.len() >= Self::TEXT_LIMIT || self.gathered.pieces.len() >= Self::PIECE_LIMIT {
+            self.gathered.send()?;
+        }
+        Ok(())
+    }
+}
+
+impl Indented for BulkStdout {
+    fn indent(&mut self, levels: usize) -> std::io::Result<()> {
+        self.gathered.indent(levels)?;
+        self.send_when_full()
+    }
+}
+
 impl std::io::Write for BulkStdout {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let start = self.text.len();
-        self.text.extend_from_slice(buf);
-        match self.pieces.last_mut() {
-            Some(Piece::Text(_, end)) if *end == start => *end = self.text.len(),
-            _ => self.pieces.push(Piece::Text(start, self.text.len())),
-        }
-        if self.text.len() >= Self::TEXT_LIMIT || self.pieces.len() >= Self::PIECE_LIMIT {
-            self.send()?;
-        }
+        std::io::Write::write_all(&mut self.gathered, buf)?;
+        self.send_when_full()?;
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.send()
+        self.gathered.send()
     }
 }
 
 impl Drop for BulkStdout {
     fn drop(&mut self) {
-        let _ = self.send();
+        let _ = self.gathered.send();
     }
 }
 
