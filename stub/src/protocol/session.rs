@@ -40,6 +40,10 @@ fn intercept(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>> {
     if let Some(reply) = super::lldb_trace::answer(body, target) {
         return Some(reply);
     }
+    // Packets only LLDB sends (GDB 13 sends none of them).
+    if body == b"qHostInfo" || body == b"QThreadSuffixSupported" || body == b"QEnableErrorStrings" {
+        target.client_is_lldb();
+    }
     match body {
         b"qProcessInfo" => {
             let parent = nix::unistd::getpid();

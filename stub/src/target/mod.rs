@@ -181,6 +181,14 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
     /// The client detached: the program runs on without the debugger.
     fn detach(&mut self);
 
+    /// The client is LLDB (it sent a packet only LLDB sends). LLDB's own
+    /// reverse-execution tests expect a forward continue from the past to
+    /// run on into the live program (their harness puts the past state
+    /// back into the process), where GDB's `record full` stops at the end
+    /// of the history ("No more reverse-execution history"): a target
+    /// replaying a recording of a live process follows the client.
+    fn client_is_lldb(&mut self) {}
+
     /// Starts recording threads or the process; the error is a sentence
     /// for the user (LLDB's wording where LLDB has one).
     fn trace_start(&mut self, _request: &TraceStart) -> Result<(), String> {

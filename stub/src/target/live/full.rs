@@ -20,7 +20,9 @@
 //! from the log over the stopped process, writes are refused, and reaching
 //! the end of the history going forwards stops there (`replaylog:end`, as
 //! GDB's `record full` stops with "No more reverse-execution history");
-//! the next resume runs the live process on, recorded.
+//! the next resume runs the live process on, recorded. With LLDB, whose
+//! own reverse tests expect a forward continue to run on, the live process
+//! runs on at once.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -434,35 +436,36 @@ impl ProcessTarget {
     }
 
     /// Forwards in the past: one instruction of `step` (the others running
-    /// along), or on to a breakpoint or watched change; the end of the
-    /// history stops there.
-    pub(super) fn replay_forwards(&mut self, step: Option<Pid>) -> StopReason {
+    /// along), or on to a breakpoint or watched change. The end of the
+    /// history stops there, or, for a client that expects it (LLDB), gives
+    /// `None`: the live process is to run on.
+    pub(super) fn replay_forwards(&mut self, step: Option<Pid>) -> Option<StopReason> {
         let full = self.full.as_ref().expect("recording");
         let len = full.log.len();
         let from = full.position.unwrap_or(len);
         for position in from..len {
+            // An inserted breakpoint traps before its instruction runs,
+            // also where the resume starts and when stepping, as on the
+            // processor (LLDB steps with it inserted right after a reverse
+            // stop; GDB always steps off a breakpoint first).
             if step.is_none() || position == from {
-                // An inserted breakpoint traps before its instruction runs
-                // (also where the resume starts, as on the processor).
-                if step.is_none() {
-                    if let Some(stop) = self.breakpoint_at(position) {
-                        self.moved_to(position);
-                        return stop;
-                    }
+                if let Some(stop) = self.breakpoint_at(position) {
+                    self.moved_to(position);
+                    return Some(stop);
                 }
             }
             let (tid, _) = self.full.as_ref().expect("recording").log.at(position).expect("in the history");
             if let Some(stop) = self.watch_triggered_by(position) {
                 self.moved_to(position + 1);
-                return stop;
+                return Some(stop);
             }
             if step.is_some_and(|t| t.as_raw() as u64 == tid) {
                 self.moved_to(position + 1);
-                return StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP };
+                return Some(StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP });
             }
         }
         self.moved_to(len);
-        self.boundary(len, ReplayLogPosition::End)
+        self.history_end_stops.then(|| self.boundary(len, ReplayLogPosition::End))
     }
 
     /// `monitor record status [--json]`.

@@ -86,6 +86,10 @@ pub struct ProcessTarget {
     pending_stop: Option<StopReason>,
     /// The history kept for reverse execution (`--record`).
     full: Option<full::FullRecording>,
+    /// Forward replay stops at the end of the history (GDB's convention)
+    /// rather than running on live (LLDB's): see
+    /// [`Inferior::client_is_lldb`].
+    history_end_stops: bool,
 }
 
 /// One of the four x86 debug-address registers in use.
@@ -275,6 +279,7 @@ impl ProcessTarget {
             pending_stop: None,
             stop_note: None,
             full: None,
+            history_end_stops: true,
         }
     }
 
@@ -425,6 +430,10 @@ impl ProcessTarget {
 }
 
 impl Inferior for ProcessTarget {
+    fn client_is_lldb(&mut self) {
+        self.history_end_stops = false;
+    }
+
     fn pid(&self) -> u32 {
         self.pid.as_raw() as u32
     }
@@ -631,8 +640,14 @@ impl MultiThreadResume for ProcessTarget {
         }
         if self.past().is_some() {
             let step = self.actions.iter().find(|(_, action)| matches!(action, Action::Step(_))).map(|(tid, _)| *tid);
-            self.stop_now = Some(self.replay_forwards(step));
-            return Ok(());
+            match self.replay_forwards(step) {
+                Some(stop) => {
+                    self.stop_now = Some(stop);
+                    return Ok(());
+                }
+                // At the present: the live process runs on, recorded.
+                None => {}
+            }
         }
         self.start_threads().map(|_| ())
     }

@@ -1,0 +1,281 @@
+//! LLDB 22 against `retrace-stub --record`: the assertions of LLDB's own
+//! `TestReverseContinueBreakpoints` and `TestReverseContinueWatchpoints`
+//! (reference reverse-execution.md §6), on their inferior written again
+//! (`tests/programs/lldb_reverse.c`), in LLDB's synchronous and
+//! asynchronous modes, through `python3-lldb-22`; plus the quirks of §5: a
+//! reverse continue issued on a breakpoint does not report it again, and a
+//! forward step right after a reverse stop at a breakpoint (LLDB 22 steps
+//! off it first here) lands on the next instruction.
+//!
+//! Not here: the two conditional cases (`false_condition()` as the
+//! breakpoint's or watchpoint's condition), which need an expression run
+//! in the past — the stub refuses writes there (issue 15, item 4).
+
+use std::path::Path;
+use std::process::Command;
+
+mod common;
+
+use common::{pid_and_port, spawn_stub, wait_exit};
+use retrace_tests::recordings::build;
+use retrace_tests::tools::{require, which};
+
+/// One session: LLDB's `setup_recording` (stop at `start_recording`, then
+/// continue to `stop_recording`; the stub records from the first
+/// instruction anyway), then each test's steps in turn, printing what the
+/// test asserts as JSON lines.
+const SESSION: &str = r#"
+import json, sys, lldb
+program, port, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+async_mode = mode == "async"
+debugger = lldb.SBDebugger.Create()
+debugger.SetAsync(False)
+target = debugger.CreateTarget(program)
+listener = debugger.GetListener()
+error = lldb.SBError()
+process = target.ConnectRemote(listener, "connect://127.0.0.1:" + port, "gdb-remote", error)
+assert error.Success(), error.GetCString()
+interpreter = debugger.GetCommandInterpreter()
+
+def command(text):
+    result = lldb.SBCommandReturnObject()
+    interpreter.HandleCommand(text, result)
+    return (result.GetOutput() or "") + (result.GetError() or "")
+
+def stopped_at(breakpoint):
+    return sorted(t.GetThreadID() for t in process
+                  if t.GetStopReason() == lldb.eStopReasonBreakpoint
+                  and t.GetStopReasonDataAtIndex(0) == breakpoint.GetID())
+
+def resume(run):
+    """Runs `run` (a resume), then in async mode waits for the process
+    events and returns the states they carried, as LLDB's
+    expect_async_state_changes checks them."""
+    result = run()
+    states = []
+    if async_mode:
+        event = lldb.SBEvent()
+        while True:
+            if not listener.WaitForEvent(60, event):
+                states.append("timeout")
+                break
+            if not lldb.SBProcess.EventIsProcessEvent(event) or lldb.SBProcess.GetRestartedFromEvent(event):
+                continue
+            state = lldb.SBProcess.GetStateFromEvent(event)
+            states.append(lldb.SBDebugger.StateAsCString(state))
+            if state in (lldb.eStateStopped, lldb.eStateExited, lldb.eStateCrashed, lldb.eStateDetached):
+                break
+    ok = result.Success() if isinstance(result, lldb.SBError) else True
+    return ok, states
+
+def report(name, ok, states, **extra):
+    thread = process.GetSelectedThread()
+    frame = thread.GetFrameAtIndex(0)
+    value = target.EvaluateExpression("*g_watched_var_ptr")
+    print(json.dumps(dict(name=name, ok=ok, states=states,
+                          state=lldb.SBDebugger.StateAsCString(process.GetState()),
+                          reason=thread.GetStopReason(), pc=frame.GetPC(),
+                          function=frame.GetFunctionName(),
+                          watched=value.GetValueAsSigned() if value.GetError().Success() else None,
+                          thread_list=command("thread list"),
+                          exit_status=process.GetExitStatus(), **extra)), flush=True)
+
+# setup_recording
+start = target.BreakpointCreateByName("start_recording")
+process.Continue()
+initial = stopped_at(start)
+target.BreakpointDelete(start.GetID())
+stop_bp = target.BreakpointCreateByName("stop_recording")
+process.Continue()
+target.BreakpointDelete(stop_bp.GetID())
+debugger.SetAsync(async_mode)
+if async_mode:
+    # As LLDB's setup_recording: the stop already seen is announced again.
+    event = lldb.SBEvent()
+    assert listener.WaitForEvent(10, event), "no stopped event"
+    assert lldb.SBProcess.GetStateFromEvent(event) == lldb.eStateStopped
+report("recorded", True, [], initial=initial)
+
+case = sys.argv[4]
+if case == "watchpoint":
+    # TestReverseContinueWatchpoints.test_reverse_continue_watchpoint
+    options = lldb.SBWatchpointOptions()
+    options.SetWatchpointTypeWrite(lldb.eWatchpointWriteTypeOnModify)
+    address = target.EvaluateExpression("g_watched_var_ptr").GetValueAsUnsigned()
+    watchpoint = target.WatchpointCreateByAddress(address, 4, options, error)
+    assert error.Success(), error.GetCString()
+    report("reverse to the watchpoint", *resume(lambda: process.ContinueInDirection(lldb.eRunReverse)))
+    report("step forward over the store", *resume(lambda: process.GetSelectedThread().StepInstruction(False) or lldb.SBError()))
+elif case == "breakpoint":
+    # TestReverseContinueBreakpoints.test_reverse_continue_breakpoint and
+    # test_continue_preserves_direction
+    breakpoint = target.BreakpointCreateByName("trigger_breakpoint")
+    report("reverse to the breakpoint", *resume(lambda: process.ContinueInDirection(lldb.eRunReverse)), at=stopped_at(breakpoint),
+           address=breakpoint.GetLocationAtIndex(0).GetLoadAddress())
+    report("plain continue keeps the direction", *resume(lambda: process.Continue()))
+    # Quirks: forward to the breakpoint, reverse from on it (not reported
+    # again), forward to it and on to the end of the recording, back to
+    # it, and a forward step right after that reverse stop.
+    report("forward to the breakpoint", *resume(lambda: process.ContinueInDirection(lldb.eRunForward)))
+    report("reverse from on the breakpoint", *resume(lambda: process.ContinueInDirection(lldb.eRunReverse)))
+    report("forward to the breakpoint again", *resume(lambda: process.ContinueInDirection(lldb.eRunForward)))
+    last = target.BreakpointCreateByName("stop_recording")
+    report("forward to stop_recording", *resume(lambda: process.Continue()))
+    target.BreakpointDelete(last.GetID())
+    instructions = target.ReadInstructions(breakpoint.GetLocationAtIndex(0).GetAddress(), 2)
+    report("reverse to the breakpoint from the end", *resume(lambda: process.ContinueInDirection(lldb.eRunReverse)),
+           next=instructions.GetInstructionAtIndex(1).GetAddress().GetLoadAddress(target))
+    report("step right after a reverse stop", *resume(lambda: process.GetSelectedThread().StepInstruction(False) or lldb.SBError()))
+else:
+    # TestReverseContinueBreakpoints.test_reverse_continue: the history
+    # boundary, then forward to the program's exit.
+    report("reverse to the boundary", *resume(lambda: process.ContinueInDirection(lldb.eRunReverse)))
+    report("forward to the exit", *resume(lambda: process.ContinueInDirection(lldb.eRunForward)))
+"#;
+
+const STOPPED: &str = "stopped";
+const BREAKPOINT: u64 = 3; // lldb.eStopReasonBreakpoint
+const WATCHPOINT: u64 = 4; // lldb.eStopReasonWatchpoint
+const TRACE: u64 = 8; // lldb.eStopReasonTrace
+const HISTORY_BOUNDARY: u64 = 16; // lldb.eStopReasonHistoryBoundary
+
+/// Runs one case of the session against a fresh `retrace-stub --record`;
+/// the JSON lines it printed (the first: the stop at `stop_recording`).
+fn session(mode: &str, case: &str) -> Option<(Vec<serde_json::Value>, String)> {
+    if !require("gcc", which("gcc").is_some())
+        || !require("lldb-22", which("lldb-22").is_some())
+        || !require("python3-lldb-22", Path::new("/usr/lib/python3/dist-packages/lldb").exists())
+    {
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse_lldb").join(format!("{case}-{mode}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Static, so that the history (from the first instruction) is short.
+    let program = build("lldb_reverse", &dir, &["-O0", "-static"]);
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(&program);
+    let (child, line) = spawn_stub(stub);
+    let (_, port) = pid_and_port(&line);
+    let out = Command::new("timeout")
+        .args(["300", "/usr/bin/python3", "-c", SESSION])
+        .arg(&program)
+        .arg(port.to_string())
+        .args([mode, case])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if case == "boundary" {
+        assert!(wait_exit(child).is_some(), "the stub ends with the program");
+    } else {
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    std::fs::write(dir.join("session.out"), &text).unwrap();
+    let events: Vec<serde_json::Value> = text.lines().filter(|l| l.starts_with("{\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let recorded = &events.first().unwrap_or_else(|| panic!("no stop at stop_recording:\n{text}"));
+    assert_eq!(recorded["function"], "stop_recording", "{text}");
+    assert_eq!(recorded["watched"], 2, "{text}");
+    Some((events, text))
+}
+
+/// Checks the stops of a session.
+struct Stops<'a> {
+    events: &'a [serde_json::Value],
+    text: &'a str,
+    asynchronous: bool,
+}
+
+impl Stops<'_> {
+    fn event(&self, name: &str) -> &serde_json::Value {
+        self.events.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no `{name}`:\n{}", self.text))
+    }
+
+    /// The resume succeeded and, in async mode, announced running, then `end`.
+    fn resumed(&self, name: &str, end: &str) -> &serde_json::Value {
+        let e = self.event(name);
+        assert_eq!(e["ok"], true, "{name}: the resume failed:\n{}", self.text);
+        let states: Vec<&str> = e["states"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        if self.asynchronous {
+            assert_eq!(states, ["running", end], "{name}: the process events:\n{}", self.text);
+        }
+        assert_eq!(e["state"], end, "{name}:\n{}", self.text);
+        e
+    }
+
+    /// Stopped for `reason` in `function`.
+    fn stop(&self, name: &str, reason: u64, function: &str) -> &serde_json::Value {
+        let e = self.resumed(name, STOPPED);
+        assert_eq!(e["reason"].as_u64(), Some(reason), "{name}: the stop reason:\n{}", self.text);
+        assert_eq!(e["function"].as_str(), Some(function), "{name}: where:\n{}", self.text);
+        e
+    }
+}
+
+fn watchpoint(mode: &str) {
+    let Some((events, text)) = session(mode, "watchpoint") else { return };
+    let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
+    // Reverse continue shows the old value at the store, in
+    // trigger_watchpoint; one instruction forward, the new value, and the
+    // watchpoint again.
+    let back = stops.stop("reverse to the watchpoint", WATCHPOINT, "trigger_watchpoint");
+    assert_eq!(back["watched"], 1, "the value before the store:\n{text}");
+    let list = back["thread_list"].as_str().unwrap();
+    assert!(list.contains("stopped") && list.contains("trigger_watchpoint") && list.contains("stop reason = watchpoint 1"), "{list}");
+    let step = stops.stop("step forward over the store", WATCHPOINT, "trigger_watchpoint");
+    assert_eq!(step["watched"], 2, "the value after the store:\n{text}");
+    assert!(step["thread_list"].as_str().unwrap().contains("stop reason = watchpoint 1"), "{text}");
+    assert!(step["pc"].as_u64() > back["pc"].as_u64(), "the step moved on:\n{text}");
+}
+
+fn breakpoint(mode: &str) {
+    let Some((events, text)) = session(mode, "breakpoint") else { return };
+    let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
+    let at = stops.stop("reverse to the breakpoint", BREAKPOINT, "trigger_breakpoint");
+    assert_eq!(at["at"], events[0]["initial"], "the threads stopped at the breakpoint are the initial ones:\n{text}");
+    let address = at["address"].as_u64().unwrap();
+    assert_eq!(at["pc"].as_u64(), Some(address), "{text}");
+    let boundary = stops.resumed("plain continue keeps the direction", STOPPED);
+    assert_eq!(boundary["reason"].as_u64(), Some(HISTORY_BOUNDARY), "{text}");
+    assert!(boundary["thread_list"].as_str().unwrap().contains("stop reason = history boundary"), "{text}");
+    // Quirks.
+    assert_eq!(stops.stop("forward to the breakpoint", BREAKPOINT, "trigger_breakpoint")["pc"].as_u64(), Some(address), "{text}");
+    let again = stops.resumed("reverse from on the breakpoint", STOPPED);
+    assert_eq!(again["reason"].as_u64(), Some(HISTORY_BOUNDARY), "a reverse continue from on the breakpoint does not report it again:\n{text}");
+    assert_eq!(again["pc"], boundary["pc"], "{text}");
+    stops.stop("forward to the breakpoint again", BREAKPOINT, "trigger_breakpoint");
+    stops.stop("forward to stop_recording", BREAKPOINT, "stop_recording");
+    let next = stops.stop("reverse to the breakpoint from the end", BREAKPOINT, "trigger_breakpoint")["next"].as_u64();
+    // LLDB 22 steps off the breakpoint here (`z0`, `vCont;s`, `Z0`): the
+    // step executes the breakpointed instruction, as forwards.
+    let step = stops.stop("step right after a reverse stop", TRACE, "trigger_breakpoint");
+    assert_eq!(step["pc"].as_u64(), next, "the step lands on the next instruction:\n{text}");
+}
+
+fn boundary(mode: &str) {
+    let Some((events, text)) = session(mode, "boundary") else { return };
+    let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
+    let boundary = stops.resumed("reverse to the boundary", STOPPED);
+    assert_eq!(boundary["reason"].as_u64(), Some(HISTORY_BOUNDARY), "{text}");
+    assert!(boundary["thread_list"].as_str().unwrap().contains("stop reason = history boundary"), "{text}");
+    let exit = stops.resumed("forward to the exit", "exited");
+    assert_eq!(exit["exit_status"], 0, "{text}");
+}
+
+#[test]
+fn lldb_reverse_continue_to_the_boundary_then_forward_to_the_exit() {
+    boundary("sync");
+    boundary("async");
+}
+
+#[test]
+fn lldb_reverse_continue_to_a_breakpoint_keeps_its_direction() {
+    breakpoint("sync");
+    breakpoint("async");
+}
+
+#[test]
+fn lldb_reverse_continue_to_a_watchpoint_then_step_over_the_store() {
+    watchpoint("sync");
+    watchpoint("async");
+}
