@@ -285,6 +285,12 @@ impl StateLog {
         (0..len).find(|&i| i >= from_present && !restored[i]).unwrap_or(len)
     }
 
+    /// The positions of thread `tid`'s first and last steps.
+    pub fn span_of_thread(&self, tid: u64) -> Option<(u64, u64)> {
+        let positions = &self.threads.get(&tid)?.positions;
+        Some((*positions.first()?, *positions.last()?))
+    }
+
     /// The step of thread `tid` before `position`, if any.
     pub fn previous_of_thread(&self, tid: u64, position: u64) -> Option<u64> {
         let thread = self.threads.get(&tid)?;

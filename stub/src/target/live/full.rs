@@ -331,6 +331,24 @@ impl ProcessTarget {
         })
     }
 
+    /// In the past: the threads there, in the order they started — each
+    /// that had run its first instruction by then and had not yet run its
+    /// last (a thread alive now has not run its last).
+    pub(super) fn past_threads(&self) -> Option<Vec<u64>> {
+        let position = self.past()?;
+        let log = &self.full.as_ref()?.log;
+        let mut threads: Vec<(u64, u64)> = log
+            .threads()
+            .filter_map(|tid| {
+                let (first, last) = log.span_of_thread(tid)?;
+                let alive_now = self.threads.contains(&Pid::from_raw(tid as i32));
+                (first <= position && (alive_now || position <= last)).then_some((first, tid))
+            })
+            .collect();
+        threads.sort_unstable();
+        Some(threads.into_iter().map(|(_, tid)| tid).collect())
+    }
+
     /// Memory at the past `position`.
     pub(super) fn past_memory(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
         let Some(full) = self.full.as_ref() else { return 0 };

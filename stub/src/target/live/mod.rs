@@ -447,11 +447,17 @@ impl Inferior for ProcessTarget {
     }
 
     fn has_thread(&self, tid: u64) -> bool {
-        i32::try_from(tid).is_ok_and(|tid| self.threads.contains(&Pid::from_raw(tid)))
+        match self.past_threads() {
+            Some(threads) => threads.contains(&tid),
+            None => i32::try_from(tid).is_ok_and(|tid| self.threads.contains(&Pid::from_raw(tid))),
+        }
     }
 
     fn any_thread(&self) -> Option<u64> {
-        self.threads.first().map(|tid| tid.as_raw() as u64)
+        match self.past_threads() {
+            Some(threads) => threads.first().copied(),
+            None => self.threads.first().map(|tid| tid.as_raw() as u64),
+        }
     }
 
     fn stop_events(&self) -> Option<BorrowedFd<'_>> {
@@ -588,8 +594,10 @@ impl MultiThreadBase for ProcessTarget {
     }
 
     fn list_active_threads(&mut self, register: &mut dyn FnMut(Tid)) -> Result<(), Self::Error> {
-        for tid in &self.threads {
-            register(tid_of(*tid));
+        // In the past: the threads there, some gone by now.
+        match self.past_threads() {
+            Some(threads) => threads.into_iter().for_each(|tid| register(tid_of(Pid::from_raw(tid as i32)))),
+            None => self.threads.iter().for_each(|tid| register(tid_of(*tid))),
         }
         Ok(())
     }
