@@ -1,0 +1,167 @@
+//! Recording for reverse execution, in one run, on the baseline workload
+//! (`tests/programs/bench_loop.c`, machine-baselines.md §1): GDB 13's own
+//! `record full` run natively from `bench_begin` to `bench_end` against
+//! `retrace-stub --record=full` (and `=branch`) over the same stretch
+//! driven by GDB 13 (the stub keeps itself and the program on one CPU;
+//! GDB is measured as users run it and also pinned to one CPU):
+//!
+//! - instructions recorded per second, over that stretch (GDB: its log's
+//!   count; the stub: `monitor record status --json` before and after);
+//! - bytes per recorded instruction (GDB: its RSS growth over the stretch,
+//!   read from its own /proc; the stub: the history's size, before and
+//!   after).
+//!
+//! `cargo bench -p retrace-stub --bench reverse` (`RETRACE_BENCH_ITERATIONS`,
+//! default 2000: the loop count, 55 instructions an iteration).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+fn build(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let exe = dir.join("bench_loop");
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs/bench_loop.c");
+    assert!(Command::new("gcc").args(["-g", "-O1", "-static", "-o"]).arg(&exe).arg(source).status().unwrap().success());
+    exe
+}
+
+/// Prints the wall clock and GDB's own resident size.
+const PROBE: &str = r#"
+import gdb, time
+class Probe(gdb.Command):
+    def __init__(self):
+        super().__init__("probe", gdb.COMMAND_USER)
+    def invoke(self, arg, tty):
+        rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:"))
+        print("PROBE %s %.6f %d" % (arg, time.time(), rss * 1024))
+Probe()
+"#;
+
+/// `pinned`: GDB (and so its inferior) kept on CPU 0 (`taskset -c 0`), as
+/// the stub keeps itself and its inferior on one CPU.
+fn gdb_run(program: &Path, dir: &Path, commands: &[String], pinned: bool) -> String {
+    let probe = dir.join("probe.py");
+    std::fs::write(&probe, PROBE).unwrap();
+    let mut gdb = if pinned {
+        let mut taskset = Command::new("taskset");
+        taskset.args(["-c", "0", "gdb"]);
+        taskset
+    } else {
+        Command::new("gdb")
+    };
+    gdb.args(["-nx", "-batch", "-ex", "set pagination off", "-ex", &format!("source {}", probe.display())]);
+    for command in commands {
+        gdb.args(["-ex", command]);
+    }
+    let out = gdb.arg(program).stdin(Stdio::null()).output().expect("gdb");
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// (time, bytes) of `PROBE name`.
+fn probe(out: &str, name: &str) -> (f64, u64) {
+    let line = out.lines().find_map(|l| l.strip_prefix(&format!("PROBE {name} "))).unwrap_or_else(|| panic!("no probe {name}:\n{out}"));
+    let (time, rss) = line.split_once(' ').unwrap();
+    (time.parse().unwrap(), rss.parse().unwrap())
+}
+
+/// Every `monitor record status --json` answer, in order.
+fn statuses(out: &str) -> Vec<serde_json::Value> {
+    out.lines().filter(|l| l.starts_with("{\"")).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+struct Measured {
+    instructions: u64,
+    seconds: f64,
+    bytes: f64,
+}
+
+fn gdb_record_full(program: &Path, dir: &Path, iterations: &str, pinned: bool) -> Measured {
+    let commands: Vec<String> = [
+        "set can-use-hw-watchpoints 0",
+        "break bench_begin",
+        &format!("run {iterations}"),
+        "record full",
+        "set record full insn-number-max unlimited",
+        "break bench_end",
+        "probe begin",
+        "continue",
+        "probe end",
+        "info record",
+        "kill",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = gdb_run(program, dir, &commands, pinned);
+    let ((t0, rss0), (t1, rss1)) = (probe(&out, "begin"), probe(&out, "end"));
+    let instructions: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Log contains ")?.strip_suffix(" instructions.")?.parse().ok())
+        .unwrap_or_else(|| panic!("no instruction count:\n{out}"));
+    Measured { instructions, seconds: t1 - t0, bytes: rss1.saturating_sub(rss0) as f64 }
+}
+
+fn stub_record(program: &Path, dir: &Path, iterations: &str, mode: &str) -> Measured {
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    stub.args([&format!("--record={mode}"), "--listen", "127.0.0.1:0", "--"]).arg(program).arg(iterations);
+    let (child, line) = common::spawn_stub(stub);
+    let (_, port) = common::pid_and_port(&line);
+    let commands: Vec<String> = [
+        format!("target remote 127.0.0.1:{port}"),
+        "break bench_begin".into(),
+        "continue".into(),
+        "break bench_end".into(),
+        "monitor record status --json".into(),
+        "probe begin".into(),
+        "continue".into(),
+        "probe end".into(),
+        "monitor record status --json".into(),
+        "kill".into(),
+    ]
+    .to_vec();
+    let out = gdb_run(program, dir, &commands, false);
+    let _ = common::wait_exit(child);
+    let ((t0, _), (t1, _)) = (probe(&out, "begin"), probe(&out, "end"));
+    let s = statuses(&out);
+    assert_eq!(s.len(), 2, "{out}");
+    let count = |k: &str, i: usize| s[i][k].as_u64().unwrap_or_else(|| panic!("{k} in {}", s[i]));
+    Measured { instructions: count("instructions", 1) - count("instructions", 0), seconds: t1 - t0, bytes: (count("bytes", 1) - count("bytes", 0)) as f64 }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let iterations = std::env::var("RETRACE_BENCH_ITERATIONS").unwrap_or_else(|_| "2000".into());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-reverse");
+    let program = build(&dir);
+    let gdb = gdb_record_full(&program, &dir, &iterations, false);
+    let pinned = gdb_record_full(&program, &dir, &iterations, true);
+    let full = stub_record(&program, &dir, &iterations, "full");
+    let branch = stub_record(&program, &dir, &iterations, "branch");
+    println!("bench_loop {iterations} (static -O1), bench_begin to bench_end");
+    println!("{:<36} {:>12} {:>9} {:>12} {:>10}", "recorder", "instructions", "seconds", "instr/s", "B/instr");
+    for (name, m) in [
+        ("GDB 13 record full (native)", &gdb),
+        ("GDB 13 record full (taskset -c 0)", &pinned),
+        ("retrace-stub --record=full", &full),
+        ("retrace-stub --record=branch", &branch),
+    ] {
+        println!(
+            "{name:<36} {:>12} {:>9.3} {:>12.0} {:>10.1}",
+            m.instructions,
+            m.seconds,
+            m.instructions as f64 / m.seconds,
+            m.bytes / m.instructions as f64
+        );
+    }
+    let rate = |m: &Measured| m.instructions as f64 / m.seconds;
+    let per = |m: &Measured| m.bytes / m.instructions as f64;
+    println!("full recording speed vs GDB record full: {:.2}x (goal >= 10x; the issue needs >= 3x)", rate(&full) / rate(&gdb));
+    println!("full recording speed vs GDB record full pinned to one CPU: {:.2}x", rate(&full) / rate(&pinned));
+    println!("full bytes per instruction vs GDB record full: {:.3}x (goal <= 0.1x)", per(&full) / per(&gdb));
+    println!("branch recording speed vs GDB record full: {:.2}x", rate(&branch) / rate(&gdb));
+}
