@@ -9,7 +9,7 @@ use std::process::{Child, Command};
 
 mod common;
 
-use common::{gdb, gdb_breakpoint_address, printed_values, retrace, start_stub_command, wait_exit};
+use common::{gdb, gdb_breakpoint_address, json_lines, lldb_python, printed_values, retrace, start_stub_command, wait_exit};
 use retrace_collector::software::StepMode;
 use retrace_tests::recordings::{build, record_bundle};
 use retrace_tests::tools::{require, which};
@@ -51,7 +51,7 @@ fn listing(trace_json: &Path) -> Vec<(u64, u64)> {
 
 /// Every `monitor record status --json` answer, in order.
 fn statuses(out: &str) -> Vec<serde_json::Value> {
-    out.lines().filter(|l| l.starts_with("{\"")).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+    json_lines(out)
 }
 
 fn position_id(status: &serde_json::Value) -> u64 {
@@ -147,21 +147,6 @@ fn gdb_runs_a_saved_trace_backwards_and_forwards() {
 /// LLDB 22's reverse continue (`SBProcess.ContinueInDirection`) through a
 /// saved trace of a dynamic program, and its views of the state there.
 const LLDB_SESSION: &str = r#"
-import json, sys, lldb
-program, port = sys.argv[1], sys.argv[2]
-debugger = lldb.SBDebugger.Create()
-debugger.SetAsync(False)
-target = debugger.CreateTarget(program)
-error = lldb.SBError()
-process = target.ConnectRemote(debugger.GetListener(), "connect://127.0.0.1:" + port, "gdb-remote", error)
-assert error.Success(), error.GetCString()
-interpreter = debugger.GetCommandInterpreter()
-
-def command(text):
-    result = lldb.SBCommandReturnObject()
-    interpreter.HandleCommand(text, result)
-    return (result.GetOutput() or "") + (result.GetError() or "")
-
 def status():
     out = command("process plugin packet monitor record status --json")
     return json.loads(next(l for l in out.splitlines() if l.startswith('{"')))
@@ -198,23 +183,14 @@ process.Kill()
 
 #[test]
 fn lldb_runs_a_saved_trace_backwards_and_forwards() {
-    if !require("gcc", which("gcc").is_some())
-        || !require("lldb-22", which("lldb-22").is_some())
-        || !require("python3-lldb-22", Path::new("/usr/lib/python3/dist-packages/lldb").exists())
-    {
+    if !common::lldb_python_present() {
         return;
     }
     let (program, trace_json) = recorded("lldb-dynamic", &["-O0"], StepMode::Branch);
     let listing = listing(&trace_json);
     let (stub, port) = start_replay(&trace_json);
-    let out = Command::new("timeout")
-        .args(["120", "/usr/bin/python3", "-c", LLDB_SESSION])
-        .arg(&program)
-        .arg(port.to_string())
-        .output()
-        .unwrap();
+    let text = lldb_python(LLDB_SESSION, &program, port, &[]);
     let _ = wait_exit(stub);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let events: Vec<serde_json::Value> = statuses(&text);
     assert_eq!(events.len(), 7, "{text}");
     let work = events[0]["address"].as_u64().unwrap();

@@ -5,11 +5,10 @@
 //! reads work — in GDB 13 and in LLDB 22.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
 
-use common::{gdb, gdb_breakpoint_address, pid_and_port, spawn_stub};
+use common::{end_stub, gdb, gdb_breakpoint_address, json_lines, lldb_python, start_recording};
 use retrace_tests::recordings::build;
 use retrace_tests::tools::{require, which};
 
@@ -17,18 +16,6 @@ fn program(client: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse_branch").join(client);
     let _ = std::fs::remove_dir_all(&dir);
     build("replay_loop", &dir, &["-O0", "-static"])
-}
-
-fn start(program: &Path, mode: &str) -> (std::process::Child, u16) {
-    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
-    stub.args([&format!("--record={mode}"), "--listen", "127.0.0.1:0", "--"]).arg(program);
-    let (child, line) = spawn_stub(stub);
-    (child, pid_and_port(&line).1)
-}
-
-fn stop(mut child: std::process::Child) {
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// The same moves in both modes: to `finish`, back to the last call of
@@ -40,7 +27,7 @@ const MOVES: [&str; 8] = ["reverse-continue", "PC", "reverse-stepi", "reverse-st
 /// stub runs the program without address randomization, so both runs
 /// have the same stack).
 fn gdb_session(program: &Path, mode: &str, stack: Option<u64>) -> String {
-    let (child, port) = start(program, mode);
+    let (child, port) = start_recording(program, mode);
     let pc = "python print('PC=%d' % int(gdb.parse_and_eval('$pc')))";
     let mut commands = vec![format!("target remote 127.0.0.1:{port}"), "break finish".into(), "continue".into(), "break work".into()];
     for m in MOVES {
@@ -56,7 +43,7 @@ fn gdb_session(program: &Path, mode: &str, stack: Option<u64>) -> String {
     commands.extend(["stepi".into(), pc.into(), "info registers rax rbx rsp".into(), read_stack, "x/3i $pc".into(), "kill".into()]);
     let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
     let out = gdb(program, &commands);
-    stop(child);
+    end_stub(child);
     out
 }
 
@@ -86,14 +73,6 @@ fn gdb_branch_mode_has_the_pc_of_full_mode_and_nothing_stale() {
 }
 
 const LLDB_SESSION: &str = r#"
-import json, sys, lldb
-program, port = sys.argv[1], sys.argv[2]
-debugger = lldb.SBDebugger.Create()
-debugger.SetAsync(False)
-target = debugger.CreateTarget(program)
-error = lldb.SBError()
-process = target.ConnectRemote(debugger.GetListener(), "connect://127.0.0.1:" + port, "gdb-remote", error)
-assert error.Success(), error.GetCString()
 target.BreakpointCreateByName("finish")
 process.Continue()
 work = target.BreakpointCreateByName("work")
@@ -114,21 +93,17 @@ process.Kill()
 "#;
 
 fn lldb_session(program: &Path, mode: &str) -> Vec<serde_json::Value> {
-    let (child, port) = start(program, mode);
-    let out = Command::new("timeout").args(["300", "/usr/bin/python3", "-c", LLDB_SESSION]).arg(program).arg(port.to_string()).output().unwrap();
-    stop(child);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let stops: Vec<serde_json::Value> = text.lines().filter(|l| l.starts_with("{\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (child, port) = start_recording(program, mode);
+    let text = lldb_python(LLDB_SESSION, program, port, &[]);
+    end_stub(child);
+    let stops = json_lines(&text);
     assert_eq!(stops.len(), 2, "{mode}:\n{text}");
     stops
 }
 
 #[test]
 fn lldb_branch_mode_has_the_pc_of_full_mode_and_nothing_stale() {
-    if !require("gcc", which("gcc").is_some())
-        || !require("lldb-22", which("lldb-22").is_some())
-        || !require("python3-lldb-22", Path::new("/usr/lib/python3/dist-packages/lldb").exists())
-    {
+    if !common::lldb_python_present() {
         return;
     }
     let program = program("lldb");

@@ -12,35 +12,19 @@
 //! in the past — the stub refuses writes there (issue 15, item 4).
 
 use std::path::Path;
-use std::process::Command;
 
 mod common;
 
-use common::{pid_and_port, spawn_stub, wait_exit};
+use common::{end_stub, json_lines, lldb_python, start_recording, wait_exit};
 use retrace_tests::recordings::build;
-use retrace_tests::tools::{require, which};
 
 /// One session: LLDB's `setup_recording` (stop at `start_recording`, then
 /// continue to `stop_recording`; the stub records from the first
 /// instruction anyway), then each test's steps in turn, printing what the
 /// test asserts as JSON lines.
 const SESSION: &str = r#"
-import json, sys, lldb
-program, port, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+mode, case = sys.argv[3], sys.argv[4]
 async_mode = mode == "async"
-debugger = lldb.SBDebugger.Create()
-debugger.SetAsync(False)
-target = debugger.CreateTarget(program)
-listener = debugger.GetListener()
-error = lldb.SBError()
-process = target.ConnectRemote(listener, "connect://127.0.0.1:" + port, "gdb-remote", error)
-assert error.Success(), error.GetCString()
-interpreter = debugger.GetCommandInterpreter()
-
-def command(text):
-    result = lldb.SBCommandReturnObject()
-    interpreter.HandleCommand(text, result)
-    return (result.GetOutput() or "") + (result.GetError() or "")
 
 def stopped_at(breakpoint):
     return sorted(t.GetThreadID() for t in process
@@ -96,7 +80,6 @@ if async_mode:
     assert lldb.SBProcess.GetStateFromEvent(event) == lldb.eStateStopped
 report("recorded", True, [], initial=initial)
 
-case = sys.argv[4]
 if case == "watchpoint":
     # TestReverseContinueWatchpoints.test_reverse_continue_watchpoint
     options = lldb.SBWatchpointOptions()
@@ -142,37 +125,22 @@ const HISTORY_BOUNDARY: u64 = 16; // lldb.eStopReasonHistoryBoundary
 /// Runs one case of the session against a fresh `retrace-stub --record`;
 /// the JSON lines it printed (the first: the stop at `stop_recording`).
 fn session(mode: &str, case: &str) -> Option<(Vec<serde_json::Value>, String)> {
-    if !require("gcc", which("gcc").is_some())
-        || !require("lldb-22", which("lldb-22").is_some())
-        || !require("python3-lldb-22", Path::new("/usr/lib/python3/dist-packages/lldb").exists())
-    {
+    if !common::lldb_python_present() {
         return None;
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse_lldb").join(format!("{case}-{mode}"));
     let _ = std::fs::remove_dir_all(&dir);
     // Static, so that the history (from the first instruction) is short.
     let program = build("lldb_reverse", &dir, &["-O0", "-static"]);
-    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
-    stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(&program);
-    let (child, line) = spawn_stub(stub);
-    let (_, port) = pid_and_port(&line);
-    let out = Command::new("timeout")
-        .args(["300", "/usr/bin/python3", "-c", SESSION])
-        .arg(&program)
-        .arg(port.to_string())
-        .args([mode, case])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let (child, port) = start_recording(&program, "full");
+    let text = lldb_python(SESSION, &program, port, &[mode, case]);
     if case == "boundary" {
         assert!(wait_exit(child).is_some(), "the stub ends with the program");
     } else {
-        let mut child = child;
-        let _ = child.kill();
-        let _ = child.wait();
+        end_stub(child);
     }
     std::fs::write(dir.join("session.out"), &text).unwrap();
-    let events: Vec<serde_json::Value> = text.lines().filter(|l| l.starts_with("{\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events = json_lines(&text);
     let recorded = &events.first().unwrap_or_else(|| panic!("no stop at stop_recording:\n{text}"));
     assert_eq!(recorded["function"], "stop_recording", "{text}");
     assert_eq!(recorded["watched"], 2, "{text}");

@@ -5,11 +5,10 @@
 //! into `order[]` just before its hit, under a lock.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
 
-use common::{gdb, gdb_breakpoint_address, pid_and_port, spawn_stub};
+use common::{end_stub, gdb, gdb_breakpoint_address, json_lines, lldb_python, start_recording};
 use retrace_tests::recordings::build;
 use retrace_tests::tools::{require, which};
 
@@ -17,18 +16,6 @@ fn program(client: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse_threads").join(client);
     let _ = std::fs::remove_dir_all(&dir);
     build("four_hits", &dir, &["-O0", "-static", "-pthread"])
-}
-
-fn start(program: &Path) -> (std::process::Child, u16) {
-    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
-    stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(program);
-    let (child, line) = spawn_stub(stub);
-    (child, pid_and_port(&line).1)
-}
-
-fn stop(mut child: std::process::Child) {
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// The tids in `order[]` from a line `… = {a, b, c, d}`.
@@ -43,7 +30,7 @@ fn gdb_reverse_continue_stops_at_each_threads_hit_latest_first() {
         return;
     }
     let program = program("gdb");
-    let (child, port) = start(&program);
+    let (child, port) = start_recording(&program, "full");
     let lwp = "python print('LWP=%d' % gdb.selected_thread().ptid[1])";
     let pc = "python print('PC=%d' % int(gdb.parse_and_eval('$pc')))";
     let mut commands = vec![format!("target remote 127.0.0.1:{port}"), "break done".into(), "continue".into(), "print order".into(), "break hit".into()];
@@ -53,7 +40,7 @@ fn gdb_reverse_continue_stops_at_each_threads_hit_latest_first() {
     commands.extend(["reverse-continue".to_string(), "kill".to_string()]);
     let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
     let out = gdb(&program, &commands);
-    stop(child);
+    end_stub(child);
     let order = order(out.lines().find(|l| l.starts_with("$1 = {")).unwrap_or_else(|| panic!("{out}")));
     assert_eq!(order.len(), 4);
     let stopped: Vec<u64> = out.lines().filter_map(|l| l.strip_prefix("LWP=")).map(|n| n.parse().unwrap()).collect();
@@ -67,14 +54,6 @@ fn gdb_reverse_continue_stops_at_each_threads_hit_latest_first() {
 }
 
 const LLDB_SESSION: &str = r#"
-import json, sys, lldb
-program, port = sys.argv[1], sys.argv[2]
-debugger = lldb.SBDebugger.Create()
-debugger.SetAsync(False)
-target = debugger.CreateTarget(program)
-error = lldb.SBError()
-process = target.ConnectRemote(debugger.GetListener(), "connect://127.0.0.1:" + port, "gdb-remote", error)
-assert error.Success(), error.GetCString()
 target.BreakpointCreateByName("done")
 process.Continue()
 order = target.FindFirstGlobalVariable("order")
@@ -92,18 +71,14 @@ process.Kill()
 
 #[test]
 fn lldb_reverse_continue_stops_at_each_threads_hit_latest_first() {
-    if !require("gcc", which("gcc").is_some())
-        || !require("lldb-22", which("lldb-22").is_some())
-        || !require("python3-lldb-22", Path::new("/usr/lib/python3/dist-packages/lldb").exists())
-    {
+    if !common::lldb_python_present() {
         return;
     }
     let program = program("lldb");
-    let (child, port) = start(&program);
-    let out = Command::new("timeout").args(["300", "/usr/bin/python3", "-c", LLDB_SESSION]).arg(&program).arg(port.to_string()).output().unwrap();
-    stop(child);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<serde_json::Value> = text.lines().filter(|l| l.starts_with("{\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (child, port) = start_recording(&program, "full");
+    let text = lldb_python(LLDB_SESSION, &program, port, &[]);
+    end_stub(child);
+    let lines = json_lines(&text);
     assert_eq!(lines.len(), 6, "{text}");
     let order: Vec<u64> = lines[0]["order"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
     const BREAKPOINT: u64 = 3; // lldb.eStopReasonBreakpoint

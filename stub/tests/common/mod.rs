@@ -183,3 +183,62 @@ pub fn retrace() -> Command {
     }
     Command::new(path)
 }
+
+/// Starts `retrace-stub --record=mode` on `program` and waits until it
+/// listens; returns it and its port.
+pub fn start_recording(program: &Path, mode: &str) -> (Child, u16) {
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    stub.args([&format!("--record={mode}"), "--listen", "127.0.0.1:0", "--"]).arg(program);
+    let (child, line) = spawn_stub(stub);
+    (child, pid_and_port(&line).1)
+}
+
+/// Ends a stub, and so its program.
+pub fn end_stub(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The start of every python3-lldb session: `debugger` (synchronous),
+/// `target` (argv[1]), `listener`, `process` connected to the stub on the
+/// port argv[2], `interpreter`, and `command(text)` giving a command's
+/// output and errors.
+pub const LLDB_CONNECT: &str = r#"
+import json, sys, lldb
+program, port = sys.argv[1], sys.argv[2]
+debugger = lldb.SBDebugger.Create()
+debugger.SetAsync(False)
+target = debugger.CreateTarget(program)
+listener = debugger.GetListener()
+error = lldb.SBError()
+process = target.ConnectRemote(listener, "connect://127.0.0.1:" + port, "gdb-remote", error)
+assert error.Success(), error.GetCString()
+interpreter = debugger.GetCommandInterpreter()
+
+def command(text):
+    result = lldb.SBCommandReturnObject()
+    interpreter.HandleCommand(text, result)
+    return (result.GetOutput() or "") + (result.GetError() or "")
+"#;
+
+/// Runs [`LLDB_CONNECT`] then `body` in python3-lldb against the stub on
+/// `port` (`extra`: sys.argv[3…]), within 300 s; its output and errors.
+pub fn lldb_python(body: &str, program: &Path, port: u16, extra: &[&str]) -> String {
+    let script = [LLDB_CONNECT, body].concat();
+    let out = Command::new("timeout").args(["300", "/usr/bin/python3", "-c", &script]).arg(program).arg(port.to_string()).args(extra).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// The lines of `text` that are JSON objects, parsed.
+pub fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines().filter(|l| l.starts_with("{\"")).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
+/// gcc, lldb-22 and python3-lldb-22 are here (else the test says what is
+/// missing and passes by).
+pub fn lldb_python_present() -> bool {
+    use retrace_tests::tools::{require, which};
+    require("gcc", which("gcc").is_some())
+        && require("lldb-22", which("lldb-22").is_some())
+        && require("python3-lldb-22", Path::new("/usr/lib/python3/dist-packages/lldb").exists())
+}
