@@ -607,7 +607,11 @@ fn print_text(out: &mut impl FnMut(super::Gathered) -> std::io::Result<()>, log:
             let done = done.clone();
             let mut printer = printer.fresh();
             let (next, written, moved, stop) = (&next, &written, &moved, &stop);
-            scope.spawn(move || loop {
+            scope.spawn(move || {
+                // A worker that panics stops the others, which would
+                // otherwise wait for its chunk to be written.
+                let _stops_on_panic = StopOnPanic(written, moved, stop);
+                loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 if k >= chunks {
                     return;
@@ -630,6 +634,7 @@ fn print_text(out: &mut impl FnMut(super::Gathered) -> std::io::Result<()>, log:
                 if done.send((k, result)).is_err() {
                     return;
                 }
+                }
             });
         }
         drop(done);
@@ -647,11 +652,30 @@ fn print_text(out: &mut impl FnMut(super::Gathered) -> std::io::Result<()>, log:
             }
             Ok(())
         })();
-        stop.store(true, Ordering::Relaxed);
-        moved.notify_all();
+        stop_workers(&written, &moved, &stop);
         drop(results);
         outcome
     })
+}
+
+/// Tells [`print_text`]'s workers to stop: set under the lock the waiting
+/// workers check it under, so none misses the wake-up.
+fn stop_workers(written: &std::sync::Mutex<usize>, moved: &std::sync::Condvar, stop: &std::sync::atomic::AtomicBool) {
+    let held = written.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(held);
+    moved.notify_all();
+}
+
+/// Calls [`stop_workers`] when dropped while its thread panics.
+struct StopOnPanic<'a>(&'a std::sync::Mutex<usize>, &'a std::sync::Condvar, &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            stop_workers(self.0, self.1, self.2);
+        }
+    }
 }
 
 /// LEB128.

@@ -333,7 +333,9 @@ impl ProcessTarget {
 
     /// In the past: the threads there, in the order they started — each
     /// that had run its first instruction by then and had not yet run its
-    /// last (a thread alive now has not run its last).
+    /// last (a thread alive now has not run its last), and those alive now
+    /// that ran nothing recorded. (A thread created before that position
+    /// but first run after it is missing.)
     pub(super) fn past_threads(&self) -> Option<Vec<u64>> {
         let position = self.past()?;
         let log = &self.full.as_ref()?.log;
@@ -345,6 +347,9 @@ impl ProcessTarget {
                 (first <= position && (alive_now || position <= last)).then_some((first, tid))
             })
             .collect();
+        // Threads alive now that ran nothing recorded (blocked all along)
+        // were there too.
+        threads.extend(self.threads.iter().map(|t| t.as_raw() as u64).filter(|&t| log.span_of_thread(t).is_none()).map(|t| (u64::MAX, t)));
         threads.sort_unstable();
         Some(threads.into_iter().map(|(_, tid)| tid).collect())
     }
@@ -461,12 +466,14 @@ impl ProcessTarget {
         let full = self.full.as_ref().expect("recording");
         let len = full.log.len();
         let from = full.position.unwrap_or(len);
+        let stepped_stands_here = step.is_some_and(|t| full.log.at(from).is_some_and(|(tid, _)| tid == t.as_raw() as u64));
         for position in from..len {
             // An inserted breakpoint traps before its instruction runs,
-            // also where the resume starts and when stepping, as on the
-            // processor (LLDB steps with it inserted right after a reverse
-            // stop; GDB always steps off a breakpoint first).
-            if step.is_none() || position == from {
+            // also where the resume starts and when the thread standing
+            // there is stepped, as on the processor (GDB and LLDB 22 step
+            // off a breakpoint first; reference §5 saw LLDB step with it
+            // inserted right after a reverse stop).
+            if step.is_none() || (position == from && stepped_stands_here) {
                 if let Some(stop) = self.breakpoint_at(position) {
                     self.moved_to(position);
                     return Some(stop);
