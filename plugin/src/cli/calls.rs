@@ -67,8 +67,7 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
                 }
                 writeln!(out, "thread #{}: tid = {}", loaded.thread_index(thread), thread.tid)?;
                 let placements = loaded.symbols_of(thread).placements();
-                let printer = TextPrinter { chains: &chains.chains, placements: &placements, tree: None, root: 0, error_tree: false, texts: HashMap::default(), text_bytes: 0 };
-                print_text(&mut |part| out.append(part), &log, &printer, &sites.contexts, super::dump::cores())?;
+                print_text(&mut |part| out.append(part), &log, &chains.chains, &placements, &sites.contexts, super::dump::cores())?;
             }
             Format::Json | Format::PrettyJson => {
                 // One array per thread, as LLDB prints for each thread.
@@ -94,43 +93,80 @@ pub(super) fn track_calls(
 ) -> std::io::Result<()> {
     let mut tracker = CallTracker::new();
     let mut failure = None;
+    for_each_work(history, sites, &mut |work, contexts| {
+        work.give_to(&mut tracker, &mut |e| relay(sink, e, contexts, &mut failure));
+        failure.is_none()
+    });
+    if failure.is_none() {
+        tracker.finish(&mut |e| relay(sink, e, &sites.contexts, &mut failure));
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// What a [`CallTracker`] is given: a straight run of one function's
+/// instructions, or an error item.
+enum Work {
+    Run { first: u64, first_ip: u64, first_site: Site<u32>, last: u64, last_ip: u64, last_site: Site<u32> },
+    Error(u64),
+}
+
+impl Work {
+    fn give_to(self, tracker: &mut CallTracker<u32>, sink: &mut impl FnMut(CallEvent)) {
+        match self {
+            Work::Run { first, first_ip, first_site, last, last_ip, last_site } => tracker.run(first, first_ip, first_site, last, last_ip, last_site, sink),
+            Work::Error(id) => tracker.error(id, sink),
+        }
+    }
+}
+
+/// The history's executed blocks described as [`Work`], in order, each
+/// given to `f` with the symbol contexts so far, until `f` says stop. A
+/// run going on in the scope of the run before it (not entering anything)
+/// only moves that run's end, for the tracker: it is merged into it.
+fn for_each_work(history: &History, sites: &mut BlockSites, f: &mut impl FnMut(Work, &ContextTable) -> bool) {
+    let mut pending: Option<Work> = None;
     // LLDB keeps the previous instruction's symbol context while the
     // address stays in its range; errors do not reset it.
     let mut last_tag = None;
     for step in history.steps() {
         match step {
-            Step::Extra { id, extra: Extra::Error { .. } } => tracker.error(id, &mut |e| relay(sink, e, &sites.contexts, &mut failure)),
+            Step::Extra { id, extra: Extra::Error { .. } } => {
+                if pending.take().is_some_and(|run| !f(run, &sites.contexts)) || !f(Work::Error(id), &sites.contexts) {
+                    return;
+                }
+            }
             Step::Extra { .. } => {}
             Step::Block { id, block } => {
                 let runs = sites.runs(&history.table, block, last_tag);
                 for k in runs.clone() {
-                    let run = &sites.arena[k];
+                    let run = sites.arena[k];
                     let (first, last) = (id + run.offset as u64, id + run.last_offset as u64);
-                    let (first_ip, last_ip, first_site, last_site) = (run.first_ip, run.last_ip, run.first, run.last);
-                    tracker.run(first, first_ip, first_site, last, last_ip, last_site, &mut |e| relay(sink, e, &sites.contexts, &mut failure));
+                    if let Some(Work::Run { last: before, last_ip, last_site, .. }) = &mut pending {
+                        if !run.first.entry && run.first.scope == last_site.scope {
+                            (*before, *last_ip, *last_site) = (last, run.last_ip, run.last);
+                            continue;
+                        }
+                    }
+                    let next = Work::Run { first, first_ip: run.first_ip, first_site: run.first, last, last_ip: run.last_ip, last_site: run.last };
+                    if pending.replace(next).is_some_and(|run| !f(run, &sites.contexts)) {
+                        return;
+                    }
                 }
                 if !runs.is_empty() {
                     last_tag = Some(sites.arena[runs.end - 1].last.tag);
                 }
             }
         }
-        if let Some(e) = failure.take() {
-            return Err(e);
-        }
     }
-    tracker.finish(&mut |e| relay(sink, e, &sites.contexts, &mut failure));
-    failure.map_or(Ok(()), Err)
+    if let Some(run) = pending {
+        f(run, &sites.contexts);
+    }
 }
 
 /// [`track_calls`] into a [`CallLog`], learning how each tree's roots
 /// chain on the way, on two cores: this thread describes the executed
 /// blocks (symbols), another follows the calls.
 fn log_calls(history: &History, sites: &mut BlockSites) -> std::io::Result<(CallLog, ChainsSink)> {
-    /// What the call tracker is given.
-    enum Work {
-        Run { first: u64, first_ip: u64, first_site: Site<u32>, last: u64, last_ip: u64, last_site: Site<u32> },
-        Error(u64),
-    }
     const BATCH: usize = 8192;
     let (to_tracker, work) = std::sync::mpsc::sync_channel::<Vec<Work>>(4);
     let (give_back, returned) = std::sync::mpsc::channel::<Vec<Work>>();
@@ -147,12 +183,7 @@ fn log_calls(history: &History, sites: &mut BlockSites) -> std::io::Result<(Call
             };
             for mut batch in work.iter() {
                 for item in batch.drain(..) {
-                    match item {
-                        Work::Run { first, first_ip, first_site, last, last_ip, last_site } => {
-                            tracker.run(first, first_ip, first_site, last, last_ip, last_site, &mut sink)
-                        }
-                        Work::Error(id) => tracker.error(id, &mut sink),
-                    }
+                    item.give_to(&mut tracker, &mut sink);
                 }
                 let _ = give_back.send(batch);
                 if let Some(e) = failure.take() {
@@ -164,40 +195,14 @@ fn log_calls(history: &History, sites: &mut BlockSites) -> std::io::Result<(Call
             failure.take().map_or(Ok((log, chains)), Err)
         });
         let mut batch = Vec::with_capacity(BATCH);
-        // LLDB keeps the previous instruction's symbol context while the
-        // address stays in its range; errors do not reset it.
-        let mut last_tag = None;
-        for step in history.steps() {
-            match step {
-                Step::Extra { id, extra: Extra::Error { .. } } => batch.push(Work::Error(id)),
-                Step::Extra { .. } => {}
-                Step::Block { id, block } => {
-                    let runs = sites.runs(&history.table, block, last_tag);
-                    for run in &sites.arena[runs.clone()] {
-                        let (first, last) = (id + run.offset as u64, id + run.last_offset as u64);
-                        // A run going on in the scope of the run before it
-                        // (not entering anything) only moves that run's
-                        // end, for the tracker: it is merged into it.
-                        if let Some(Work::Run { last: before, last_ip, last_site, .. }) = batch.last_mut() {
-                            if !run.first.entry && run.first.scope == last_site.scope {
-                                (*before, *last_ip, *last_site) = (last, run.last_ip, run.last);
-                                continue;
-                            }
-                        }
-                        batch.push(Work::Run { first, first_ip: run.first_ip, first_site: run.first, last, last_ip: run.last_ip, last_site: run.last });
-                    }
-                    if !runs.is_empty() {
-                        last_tag = Some(sites.arena[runs.end - 1].last.tag);
-                    }
-                }
+        for_each_work(history, sites, &mut |work, _| {
+            batch.push(work);
+            if batch.len() < BATCH {
+                return true;
             }
-            if batch.len() >= BATCH {
-                let next = returned.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
-                if to_tracker.send(std::mem::replace(&mut batch, next)).is_err() {
-                    break;
-                }
-            }
-        }
+            let next = returned.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+            to_tracker.send(std::mem::replace(&mut batch, next)).is_ok()
+        });
         let _ = to_tracker.send(batch);
         drop(to_tracker);
         tracker.join().expect("the call tracker does not panic")
@@ -465,11 +470,27 @@ struct LogState {
     offset: u64,
     /// Depth, last id and last address of the last segment.
     last: (u32, u64, u64),
-    /// The current tree (by number), its current root, and whether it is a
-    /// run of errors.
+    at: TreePosition,
+}
+
+/// Where a reader of call events is among the trees: the current tree (by
+/// number), its current root's place in its chain (0: the first), and
+/// whether the tree is a run of errors.
+#[derive(Debug, Clone, Copy, Default)]
+struct TreePosition {
     tree: Option<usize>,
     root: usize,
     error_tree: bool,
+}
+
+impl TreePosition {
+    fn follow(&mut self, event: &CallEvent) {
+        match event {
+            CallEvent::Tree { is_error } => *self = TreePosition { tree: Some(self.tree.map_or(0, |t| t + 1)), root: 0, error_tree: *is_error },
+            CallEvent::Reroot => self.root += 1,
+            CallEvent::Segment { .. } => {}
+        }
+    }
 }
 
 impl CallLog {
@@ -489,17 +510,10 @@ impl CallLog {
         self.events += 1;
         let bytes = &mut self.pending;
         let state = &mut self.state;
+        state.at.follow(event);
         match event {
-            CallEvent::Tree { is_error } => {
-                bytes.push(if *is_error { Self::ERROR_TREE } else { Self::TREE });
-                state.tree = Some(state.tree.map_or(0, |t| t + 1));
-                state.root = 0;
-                state.error_tree = *is_error;
-            }
-            CallEvent::Reroot => {
-                bytes.push(Self::REROOT);
-                state.root += 1;
-            }
+            CallEvent::Tree { is_error } => bytes.push(if *is_error { Self::ERROR_TREE } else { Self::TREE }),
+            CallEvent::Reroot => bytes.push(Self::REROOT),
             CallEvent::Segment { depth, segment, nests } => {
                 bytes.push(if *nests { Self::NESTING_SEGMENT } else { Self::SEGMENT });
                 let (last_depth, last_id, last_ip) = state.last;
@@ -591,7 +605,14 @@ impl CallLog {
 /// Prints a log's text on `workers` threads, a chunk of events each at a
 /// time, and gives the chunks' text to `out` in order. At most a few
 /// chunks wait to be written.
-fn print_text(out: &mut impl FnMut(super::Gathered) -> std::io::Result<()>, log: &CallLog, printer: &TextPrinter, contexts: &ContextTable, workers: usize) -> std::io::Result<()> {
+fn print_text(
+    out: &mut impl FnMut(super::Gathered) -> std::io::Result<()>,
+    log: &CallLog,
+    chains: &[Vec<u32>],
+    placements: &Placements,
+    contexts: &ContextTable,
+    workers: usize,
+) -> std::io::Result<()> {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{Condvar, Mutex};
     const AHEAD: usize = 6;
@@ -605,7 +626,7 @@ fn print_text(out: &mut impl FnMut(super::Gathered) -> std::io::Result<()>, log:
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
             let done = done.clone();
-            let mut printer = printer.fresh();
+            let mut printer = TextPrinter::new(chains, placements);
             let (next, written, moved, stop) = (&next, &written, &moved, &stop);
             scope.spawn(move || {
                 // A worker that panics stops the others, which would
@@ -627,7 +648,7 @@ fn print_text(out: &mut impl FnMut(super::Gathered) -> std::io::Result<()>, log:
                 }
                 let result = log.chunk(k).and_then(|(bytes, state)| {
                     let mut part = super::Gathered::default();
-                    printer.resume(state);
+                    printer.at = state.at;
                     CallLog::decode(&bytes, state, &mut |event| printer.event(&mut part, contexts, event))?;
                     Ok(part)
                 });
@@ -740,34 +761,22 @@ impl ChainsSink {
 struct TextPrinter<'a> {
     chains: &'a [Vec<u32>],
     placements: &'a Placements,
-    /// The current tree.
-    tree: Option<usize>,
-    /// The current root's place in its tree's chain (0: the first).
-    root: usize,
-    error_tree: bool,
+    at: TreePosition,
     /// Segments' texts by their ends' tags and addresses, and their size.
-    texts: HashMap<(u32, u32, u64, u64), Box<str>, BuildHasherDefault<AddressHasher>>,
+    texts: HashMap<(u32, u32, u64, u64), Box<[u8]>, BuildHasherDefault<AddressHasher>>,
     text_bytes: usize,
 }
 
-impl TextPrinter<'_> {
-    /// A printer like this one, with nothing remembered.
-    fn fresh(&self) -> Self {
-        TextPrinter { chains: self.chains, placements: self.placements, tree: self.tree, root: self.root, error_tree: self.error_tree, texts: HashMap::default(), text_bytes: 0 }
-    }
-
-    /// Takes up printing where a log's `state` is.
-    fn resume(&mut self, state: LogState) {
-        (self.tree, self.root, self.error_tree) = (state.tree, state.root, state.error_tree);
+impl<'a> TextPrinter<'a> {
+    fn new(chains: &'a [Vec<u32>], placements: &'a Placements) -> Self {
+        TextPrinter { chains, placements, at: TreePosition::default(), texts: HashMap::default(), text_bytes: 0 }
     }
 
     fn event(&mut self, out: &mut impl super::Indented, contexts: &ContextTable, event: CallEvent) -> std::io::Result<()> {
+        self.at.follow(&event);
         match event {
-            CallEvent::Tree { is_error } => {
-                let tree = self.tree.map_or(0, |t| t + 1);
-                self.tree = Some(tree);
-                self.root = 0;
-                self.error_tree = is_error;
+            CallEvent::Tree { .. } => {
+                let tree = self.at.tree.expect("a tree");
                 write!(out, "\n[call tree #{tree}]\n")?;
                 let chain = &self.chains[tree];
                 for (depth, &tag) in chain.iter().rev().enumerate() {
@@ -775,22 +784,21 @@ impl TextPrinter<'_> {
                     writeln!(out, "{}", call_name(contexts.get(tag)))?;
                 }
             }
-            CallEvent::Reroot => self.root += 1,
+            CallEvent::Reroot => {}
             CallEvent::Segment { depth, segment, .. } => {
-                let wrapping = self.tree.map_or(0, |t| self.chains[t].len()) - self.root;
+                let wrapping = self.at.tree.map_or(0, |t| self.chains[t].len()) - self.at.root;
                 out.indent(wrapping + depth as usize)?;
-                if self.error_tree {
+                if self.at.error_tree {
                     write!(out, "<tracing errors>")?;
                 } else {
                     self.cached_segment(out, contexts, &segment)?;
                 }
-                let mut ids = [0u8; 48];
-                let mut n = 0;
-                for piece in [b"  [".as_slice(), itoa::Buffer::new().format(segment.first).as_bytes(), b", ", itoa::Buffer::new().format(segment.last).as_bytes(), b"]\n"] {
-                    ids[n..n + piece.len()].copy_from_slice(piece);
-                    n += piece.len();
-                }
-                out.write_all(&ids[..n])?;
+                // `  [first, last]`, without the formatting machinery.
+                out.write_all(b"  [")?;
+                out.write_all(itoa::Buffer::new().format(segment.first).as_bytes())?;
+                out.write_all(b", ")?;
+                out.write_all(itoa::Buffer::new().format(segment.last).as_bytes())?;
+                out.write_all(b"]\n")?;
             }
         }
         Ok(())
@@ -802,14 +810,14 @@ impl TextPrinter<'_> {
         const BUDGET: usize = 4 << 20;
         let key = (segment.tags.0, segment.tags.1, segment.first_ip, segment.last_ip);
         if let Some(text) = self.texts.get(&key) {
-            return out.write_all(text.as_bytes());
+            return out.write_all(text);
         }
         let mut text = Vec::new();
         self.segment(&mut text, contexts, segment)?;
         out.write_all(&text)?;
         if self.text_bytes < BUDGET {
             self.text_bytes += text.len() + 48;
-            self.texts.insert(key, String::from_utf8_lossy(&text).into());
+            self.texts.insert(key, text.into());
         }
         Ok(())
     }
@@ -1063,10 +1071,10 @@ mod tests {
             contexts.intern(SymbolContext { module: Some(format!("m{k}").into()), function, ..SymbolContext::default() });
         }
         let placements = Placements::default();
-        let printer = TextPrinter { chains: &chains.chains, placements: &placements, tree: None, root: 0, error_tree: false, texts: HashMap::default(), text_bytes: 0 };
+
         let text = |part: &super::super::Gathered| part.to_bytes();
         let mut whole = super::super::Gathered::default();
-        let mut one = printer.fresh();
+        let mut one = TextPrinter::new(&chains.chains, &placements);
         for event in events.iter().cloned() {
             one.event(&mut whole, &contexts, event).unwrap();
         }
@@ -1074,7 +1082,7 @@ mod tests {
             let log = logged(&events, buffer);
             for workers in [1, 2, 3] {
                 let mut printed = Vec::new();
-                print_text(&mut |part| Ok(printed.extend(text(&part))), &log, &printer, &contexts, workers).unwrap();
+                print_text(&mut |part| Ok(printed.extend(text(&part))), &log, &chains.chains, &placements, &contexts, workers).unwrap();
                 assert!(printed == text(&whole), "{workers} workers, buffer {buffer}: the text differs");
             }
         }
