@@ -336,7 +336,7 @@ impl ProcessTarget {
     /// last (a thread alive now has not run its last), and those alive now
     /// that ran nothing recorded. (A thread created before that position
     /// but first run after it is missing.)
-    pub(super) fn past_threads(&self) -> Option<Vec<u64>> {
+    fn past_threads(&self) -> Option<Vec<u64>> {
         let position = self.past()?;
         let log = &self.full.as_ref()?.log;
         let mut threads: Vec<(u64, u64)> = log
@@ -352,6 +352,12 @@ impl ProcessTarget {
         threads.extend(self.threads.iter().map(|t| t.as_raw() as u64).filter(|&t| log.span_of_thread(t).is_none()).map(|t| (u64::MAX, t)));
         threads.sort_unstable();
         Some(threads.into_iter().map(|(_, tid)| tid).collect())
+    }
+
+    /// The threads the client is shown: in the past those there (some
+    /// gone by now), else the live ones.
+    pub(super) fn client_threads(&self) -> Vec<u64> {
+        self.past_threads().unwrap_or_else(|| self.threads.iter().map(|tid| tid.as_raw() as u64).collect())
     }
 
     /// Memory at the past `position`.

@@ -447,17 +447,11 @@ impl Inferior for ProcessTarget {
     }
 
     fn has_thread(&self, tid: u64) -> bool {
-        match self.past_threads() {
-            Some(threads) => threads.contains(&tid),
-            None => i32::try_from(tid).is_ok_and(|tid| self.threads.contains(&Pid::from_raw(tid))),
-        }
+        self.client_threads().contains(&tid)
     }
 
     fn any_thread(&self) -> Option<u64> {
-        match self.past_threads() {
-            Some(threads) => threads.first().copied(),
-            None => self.threads.first().map(|tid| tid.as_raw() as u64),
-        }
+        self.client_threads().first().copied()
     }
 
     fn stop_events(&self) -> Option<BorrowedFd<'_>> {
@@ -594,10 +588,8 @@ impl MultiThreadBase for ProcessTarget {
     }
 
     fn list_active_threads(&mut self, register: &mut dyn FnMut(Tid)) -> Result<(), Self::Error> {
-        // In the past: the threads there, some gone by now.
-        match self.past_threads() {
-            Some(threads) => threads.into_iter().for_each(|tid| register(tid_of(Pid::from_raw(tid as i32)))),
-            None => self.threads.iter().for_each(|tid| register(tid_of(*tid))),
+        for tid in self.client_threads() {
+            register(tid_of(Pid::from_raw(tid as i32)));
         }
         Ok(())
     }
