@@ -23,6 +23,7 @@ use gdbstub::target::Target;
 use crate::arch::X86_64Linux;
 pub use retrace_decoder::bundle::CpuInfo;
 
+pub mod frames;
 pub mod inert;
 pub mod live;
 pub mod saved_trace;
@@ -77,8 +78,55 @@ pub enum HistoryCommand {
         /// As JSON, for scripts.
         json: bool,
     },
-    /// `goto begin|end|ID [TID]` (also `record goto …`).
-    Goto(GotoTarget),
+    /// `goto begin|end|ID [TID] [--hold]` (also `record goto …`).
+    Goto {
+        /// Where.
+        target: GotoTarget,
+        /// The arming holds through single steps, and the next continue
+        /// uses it up ([`Armed::hold`]).
+        hold: bool,
+    },
+    /// `history [TID] [--before ID] [--max N]`: thread TID's instructions
+    /// before its instruction ID (default: the thread and instruction the
+    /// debugger stands at) in that frame, newest first
+    /// ([`frames::frame_history`]).
+    History {
+        /// The thread (default: the one standing at the position).
+        tid: Option<u64>,
+        /// The instruction id to look back from (default: the position).
+        before: Option<u64>,
+        /// At most this many lines.
+        max: usize,
+    },
+}
+
+/// `monitor history`'s line limit when none is given.
+pub const HISTORY_LINES: usize = 4096;
+
+/// A resume armed by `monitor goto`: wherever it was asked to go, it
+/// stops at `position`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Armed {
+    /// The position of the history.
+    pub position: u64,
+    /// Single steps land there without using the arming up; the next
+    /// continue (or reverse continue) does. For a debugger that steps off
+    /// a breakpoint before it continues (LLDB does, sometimes even after
+    /// the breakpoint is removed): the step-off must not be the move.
+    pub hold: bool,
+}
+
+/// The stop-reply words of an armed resume's stop: LLDB's `trace` stop
+/// (what a single step ends with), so that it shows `stop reason = trace`
+/// rather than a signal, and, at the start of an inlined function, stands
+/// in its caller as after a step.
+pub const ARMED_STOP_NOTE: &str = "reason:trace;";
+
+impl Armed {
+    /// Whether a resume (`stepping` or not) uses the arming up.
+    pub fn used_by(&self, stepping: bool) -> bool {
+        !(self.hold && stepping)
+    }
 }
 
 /// Where `monitor goto` sends the next resume.
@@ -105,9 +153,37 @@ impl HistoryCommand {
         match words.as_slice() {
             ["record", "status"] => Ok(HistoryCommand::Status { json: false }),
             ["record", "status", "--json"] => Ok(HistoryCommand::Status { json: true }),
-            ["goto", rest @ ..] | ["record", "goto", rest @ ..] => GotoTarget::parse(rest).map(HistoryCommand::Goto),
-            _ => Err(format!("unknown monitor command `{command}`; try `record status [--json]` or `goto begin|end|ID [TID]`")),
+            ["goto", rest @ ..] | ["record", "goto", rest @ ..] => {
+                let hold = rest.last() == Some(&"--hold");
+                let rest = if hold { &rest[..rest.len() - 1] } else { rest };
+                GotoTarget::parse(rest).map(|target| HistoryCommand::Goto { target, hold })
+            }
+            ["history", rest @ ..] => Self::parse_history(rest),
+            _ => Err(format!(
+                "unknown monitor command `{command}`; try `record status [--json]`, `goto begin|end|ID [TID] [--hold]` or `history [TID] [--before ID] [--max N]`"
+            )),
         }
+    }
+}
+
+impl HistoryCommand {
+    fn parse_history(args: &[&str]) -> Result<Self, String> {
+        const USAGE: &str = "usage: history [TID] [--before ID] [--max N]";
+        let (mut tid, mut before, mut max) = (None, None, HISTORY_LINES);
+        let mut args = args.iter();
+        while let Some(&arg) = args.next() {
+            let mut number = |what: &str| -> Result<u64, String> {
+                let value = args.next().ok_or_else(|| format!("{arg} needs {what}; {USAGE}"))?;
+                value.parse::<u64>().map_err(|_| format!("`{value}` is not {what}"))
+            };
+            match arg {
+                "--before" => before = Some(number("an instruction id")?),
+                "--max" => max = usize::try_from(number("a line count")?).unwrap_or(usize::MAX),
+                _ if tid.is_none() && !arg.starts_with('-') => tid = Some(arg.parse::<u64>().map_err(|_| format!("`{arg}` is not a thread id; {USAGE}"))?),
+                _ => return Err(USAGE.into()),
+            }
+        }
+        Ok(HistoryCommand::History { tid, before, max })
     }
 }
 
@@ -124,7 +200,7 @@ impl GotoTarget {
                 };
                 Ok(GotoTarget::Instruction { id, tid })
             }
-            _ => Err("usage: goto begin|end|ID [TID]".into()),
+            _ => Err("usage: goto begin|end|ID [TID] [--hold]".into()),
         }
     }
 }
@@ -391,13 +467,24 @@ mod tests {
     fn history_commands_parse_and_say_what_is_understood() {
         assert_eq!(HistoryCommand::parse("record status"), Ok(HistoryCommand::Status { json: false }));
         assert_eq!(HistoryCommand::parse(" record  status --json"), Ok(HistoryCommand::Status { json: true }));
-        assert_eq!(HistoryCommand::parse("goto begin"), Ok(HistoryCommand::Goto(GotoTarget::Begin)));
-        assert_eq!(HistoryCommand::parse("record goto end"), Ok(HistoryCommand::Goto(GotoTarget::End)));
-        assert_eq!(HistoryCommand::parse("goto 120"), Ok(HistoryCommand::Goto(GotoTarget::Instruction { id: 120, tid: None })));
-        assert_eq!(HistoryCommand::parse("goto 7 4242"), Ok(HistoryCommand::Goto(GotoTarget::Instruction { id: 7, tid: Some(4242) })));
+        assert_eq!(HistoryCommand::parse("goto begin"), Ok(HistoryCommand::Goto { target: GotoTarget::Begin, hold: false }));
+        assert_eq!(HistoryCommand::parse("record goto end"), Ok(HistoryCommand::Goto { target: GotoTarget::End, hold: false }));
+        assert_eq!(HistoryCommand::parse("goto 120"), Ok(HistoryCommand::Goto { target: GotoTarget::Instruction { id: 120, tid: None }, hold: false }));
+        assert_eq!(HistoryCommand::parse("goto 7 4242"), Ok(HistoryCommand::Goto { target: GotoTarget::Instruction { id: 7, tid: Some(4242) }, hold: false }));
         assert_eq!(HistoryCommand::parse("goto x"), Err("`x` is not an instruction id (a number, `begin` or `end`)".into()));
         assert_eq!(HistoryCommand::parse("goto 1 t"), Err("`t` is not a thread id".into()));
-        assert_eq!(HistoryCommand::parse("goto"), Err("usage: goto begin|end|ID [TID]".into()));
+        assert_eq!(HistoryCommand::parse("goto"), Err("usage: goto begin|end|ID [TID] [--hold]".into()));
+        assert_eq!(
+            HistoryCommand::parse("goto 7 4242 --hold"),
+            Ok(HistoryCommand::Goto { target: GotoTarget::Instruction { id: 7, tid: Some(4242) }, hold: true })
+        );
+        assert!(!Armed { position: 3, hold: true }.used_by(true) && Armed { position: 3, hold: true }.used_by(false));
+        assert!(Armed { position: 3, hold: false }.used_by(true));
+        assert_eq!(HistoryCommand::parse("history"), Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES }));
+        assert_eq!(HistoryCommand::parse("history 4242 --before 17 --max 3"), Ok(HistoryCommand::History { tid: Some(4242), before: Some(17), max: 3 }));
+        assert_eq!(HistoryCommand::parse("history --max"), Err("--max needs a line count; usage: history [TID] [--before ID] [--max N]".into()));
+        assert_eq!(HistoryCommand::parse("history --before x"), Err("`x` is not an instruction id".into()));
+        assert_eq!(HistoryCommand::parse("history 1 2"), Err("usage: history [TID] [--before ID] [--max N]".into()));
         assert!(HistoryCommand::parse("reverse").unwrap_err().starts_with("unknown monitor command `reverse`"));
     }
 }

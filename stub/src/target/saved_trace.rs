@@ -11,7 +11,7 @@
 //! (code, constants) — and everything else is refused, never guessed.
 //! Nothing can be written.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -37,10 +37,11 @@ use retrace_collector::process::Mapping;
 use retrace_decoder::bundle::load::LoadedBundle;
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 
+use super::frames::{frame_history, history_text, Executed, Flow};
 use super::live::libraries::{library_list_xml, memory_region_info, LinkMapEntry};
 use super::timeline::{RecordedThread, Timeline};
 use crate::arch::{RegNumber, Regs};
-use crate::target::{copy_window, GotoTarget, HistoryCommand, Inferior, StopReason};
+use crate::target::{copy_window, Armed, GotoTarget, HistoryCommand, Inferior, StopReason, ARMED_STOP_NOTE};
 
 /// A module of the saved process, as its ELF file says it was laid out.
 #[derive(Debug, Clone)]
@@ -88,8 +89,10 @@ pub struct SavedTrace {
     /// The thread the last resume actions single-step, if one steps.
     step: Option<u64>,
     /// Where the next resume stops, armed by `monitor goto`.
-    armed: Option<u64>,
+    armed: Option<Armed>,
     stop: Option<StopReason>,
+    /// Words for the next stop reply ([`Inferior::take_stop_note`]).
+    stop_note: Option<&'static str>,
     killed: bool,
 }
 
@@ -274,6 +277,7 @@ impl SavedTrace {
             step: None,
             armed: None,
             stop: None,
+            stop_note: None,
             killed: false,
         })
     }
@@ -383,10 +387,21 @@ impl SavedTrace {
         }
     }
 
-    /// A resume armed by `monitor goto` goes there, whatever it asked.
-    fn take_armed(&mut self) -> Option<StopReason> {
-        let position = self.armed.take()?;
+    /// A resume armed by `monitor goto` goes there, whatever it asked
+    /// (`stepping`: a single step).
+    fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
+        let armed = self.armed?;
+        if armed.used_by(stepping) {
+            self.armed = None;
+        }
+        let position = armed.position;
         self.position = position;
+        // Arriving where a breakpoint is: its stop, as on the processor
+        // (and a debugger then steps off it before it runs on).
+        if self.timeline.at(position).is_some_and(|i| self.is_breakpoint(i.ip)) {
+            return Some(self.breakpoint_stop(position));
+        }
+        self.stop_note = Some(ARMED_STOP_NOTE);
         Some(StopReason::SignalWithThread { tid: self.tid_at(position), signal: GdbSignal::SIGTRAP })
     }
 
@@ -426,8 +441,8 @@ impl SavedTrace {
         text
     }
 
-    /// `monitor goto begin|end|ID [TID]`.
-    fn goto(&mut self, target: GotoTarget) -> Result<String, String> {
+    /// `monitor goto begin|end|ID [TID] [--hold]`.
+    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<String, String> {
         let position = match target {
             GotoTarget::Begin => 0,
             GotoTarget::End => self.timeline.len() - 1,
@@ -436,16 +451,64 @@ impl SavedTrace {
                 self.timeline.position_of_item(tid, id)?
             }
         };
-        self.armed = Some(position);
+        self.armed = Some(Armed { position, hold });
         let here = self.timeline.at(position).expect("a position of the timeline");
         Ok(format!("The next resume stops at instruction {} of thread {} (pc {:#x}).\n", self.timeline.item_id(position).unwrap_or(0), here.tid, here.ip))
+    }
+
+    /// `monitor history [TID] [--before ID] [--max N]`. (Signal handler
+    /// entries are not marked: a trace shows them as plain branches.)
+    fn history(&self, tid: Option<u64>, before: Option<u64>, max: usize) -> Result<String, String> {
+        let here = self.timeline.at(self.position).expect("the position is in the timeline");
+        let tid = tid.unwrap_or(here.tid);
+        let thread = self.timeline.thread_of(tid).ok_or_else(|| format!("no thread {tid} in the history"))?;
+        let history = &self.timeline.threads()[thread].history;
+        // The thread's instruction index to look back from.
+        let index = match before {
+            Some(item) => self.timeline.at(self.timeline.position_of_item(tid, item)?).map_or(0, |i| i.index),
+            None if here.thread == thread => here.index,
+            None => self.timeline.next_of_thread(self.position, thread).and_then(|p| self.timeline.at(p)).map_or(history.instructions(), |i| i.index),
+        };
+        let id = history.cursor_at(index).map_or(history.items_len(), |c| c.item_id());
+        let mut cursor = index.checked_sub(1).and_then(|last| history.cursor_at(last));
+        let executed = std::iter::from_fn(|| {
+            let at = cursor?;
+            let step = Executed { id: at.item_id(), pc: at.ip(), interrupted: false };
+            let mut previous = at;
+            cursor = previous.prev().then_some(previous);
+            Some(step)
+        });
+        let mut kinds = HashMap::new();
+        let flow = |pc: u64| {
+            *kinds.entry(pc).or_insert_with(|| {
+                let mut code = [0u8; 15];
+                let n = self.unchanging_bytes(pc, &mut code).unwrap_or(0);
+                Flow::of(&code[..n], pc)
+            })
+        };
+        Ok(history_text(tid, id, &frame_history(executed, flow, max)))
+    }
+
+    /// Reads what cannot have changed (a read-only segment, from the file);
+    /// `None` elsewhere.
+    fn unchanging_bytes(&self, start: u64, data: &mut [u8]) -> Option<usize> {
+        let pages = self.unchanging.iter().find(|p| p.mapping.start <= start && start < p.mapping.end)?;
+        let (range, file) = (&pages.mapping, &pages.file);
+        let offset = usize::try_from(range.offset + (start - range.start)).ok()?;
+        // Past the file's end a page reads as zeros.
+        let n = data.len().min((range.end - start) as usize);
+        let from_file = n.min(file.len().saturating_sub(offset));
+        data[..from_file].copy_from_slice(&file[offset..offset + from_file]);
+        data[from_file..n].fill(0);
+        Some(n)
     }
 
     /// Answers a `monitor` command.
     pub fn monitor(&mut self, command: &str) -> Result<String, String> {
         match HistoryCommand::parse(command)? {
             HistoryCommand::Status { json } => Ok(self.status(json)),
-            HistoryCommand::Goto(target) => self.goto(target),
+            HistoryCommand::Goto { target, hold } => self.goto(target, hold),
+            HistoryCommand::History { tid, before, max } => self.history(tid, before, max),
         }
     }
 }
@@ -462,6 +525,10 @@ impl Inferior for SavedTrace {
 
     fn start_session(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+
+    fn take_stop_note(&mut self) -> Option<String> {
+        self.stop_note.take().map(str::to_string)
     }
 
     fn has_thread(&self, tid: u64) -> bool {
@@ -567,16 +634,8 @@ impl MultiThreadBase for SavedTrace {
     }
 
     fn read_addrs(&mut self, start: u64, data: &mut [u8], _thread: Tid) -> TargetResult<usize, Self> {
-        // Only what cannot have changed: a read-only segment, from the file.
-        let pages = self.unchanging.iter().find(|p| p.mapping.start <= start && start < p.mapping.end).ok_or(TargetError::NonFatal)?;
-        let (range, file) = (&pages.mapping, &pages.file);
-        let offset = usize::try_from(range.offset + (start - range.start)).map_err(|_| TargetError::NonFatal)?;
-        // Past the file's end a page reads as zeros.
-        let n = data.len().min((range.end - start) as usize);
-        let from_file = n.min(file.len().saturating_sub(offset));
-        data[..from_file].copy_from_slice(&file[offset..offset + from_file]);
-        data[from_file..n].fill(0);
-        Ok(n)
+        // Only what cannot have changed.
+        self.unchanging_bytes(start, data).ok_or(TargetError::NonFatal)
     }
 
     fn write_addrs(&mut self, _start: u64, _data: &[u8], _thread: Tid) -> TargetResult<(), Self> {
@@ -613,7 +672,7 @@ impl SingleRegisterAccess<Tid> for SavedTrace {
 
 impl MultiThreadResume for SavedTrace {
     fn resume(&mut self) -> Result<(), Self::Error> {
-        let stop = match self.take_armed() {
+        let stop = match self.take_armed(self.step.is_some()) {
             Some(stop) => stop,
             None => {
                 let step = self.step;
@@ -665,7 +724,7 @@ impl MultiThreadSchedulerLocking for SavedTrace {
 
 impl ReverseCont<Tid> for SavedTrace {
     fn reverse_cont(&mut self) -> Result<(), Self::Error> {
-        let stop = match self.take_armed() {
+        let stop = match self.take_armed(false) {
             Some(stop) => stop,
             None => self.run_backwards(),
         };
@@ -676,7 +735,7 @@ impl ReverseCont<Tid> for SavedTrace {
 
 impl ReverseStep<Tid> for SavedTrace {
     fn reverse_step(&mut self, thread: Tid) -> Result<(), Self::Error> {
-        let stop = match self.take_armed() {
+        let stop = match self.take_armed(true) {
             Some(stop) => stop,
             None => self.step_backwards(tid(thread)),
         };

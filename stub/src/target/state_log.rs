@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 use crate::arch::{register_size, Regs, REGISTER_COUNT};
+use crate::target::frames::Executed;
 
 /// How often (in a thread's own steps) its registers are copied whole.
 pub const CHECKPOINT_EVERY: usize = 64;
@@ -51,6 +52,10 @@ struct ThreadSteps {
     checkpoints: Vec<(usize, Regs)>,
     /// Registers after its last step.
     last: Option<Regs>,
+    /// Indices of its steps that are a signal handler's first instruction.
+    handler_entries: Vec<usize>,
+    /// Its next step is a signal handler's first instruction.
+    entering_handler: bool,
 }
 
 /// Bytes a step overwrote, before it did.
@@ -144,6 +149,9 @@ impl StateLog {
         let continues = thread.last.as_ref() == Some(before);
         if index % CHECKPOINT_EVERY == 0 || !continues {
             thread.checkpoints.push((index, before.clone()));
+        }
+        if std::mem::take(&mut thread.entering_handler) {
+            thread.handler_entries.push(index);
         }
         thread.positions.push(position);
         for n in 0..REGISTER_COUNT {
@@ -244,9 +252,7 @@ impl StateLog {
     /// readable now and never overwritten).
     pub fn read_at(&self, position: u64, address: u64, buf: &mut [u8], present: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> usize {
         // Only within one mapping in force then.
-        let Some(mapping) = self.mappings_at(position).iter().find(|m| m.start <= address && address < m.end) else {
-            return 0;
-        };
+        let Some(mapping) = self.mappings_at(position).iter().find(|m| m.start <= address && address < m.end) else { return 0 };
         let len = buf.len().min((mapping.end - address) as usize);
         let buf = &mut buf[..len];
         let from_present = present(address, buf);
@@ -283,6 +289,26 @@ impl StateLog {
         }
         // A byte is known if read now or put back.
         (0..len).find(|&i| i >= from_present && !restored[i]).unwrap_or(len)
+    }
+
+    /// Thread `tid` was stopped at a signal handler's entry: its next step
+    /// is the handler's first instruction.
+    pub fn entering_handler(&mut self, tid: u64) {
+        self.threads.entry(tid).or_default().entering_handler = true;
+    }
+
+    /// Thread `tid`'s steps before its step number `before`, newest first,
+    /// as [`crate::target::frames::frame_history`] reads them.
+    pub fn executed_before(&self, tid: u64, before: u64) -> impl Iterator<Item = Executed> + '_ {
+        let thread = self.threads.get(&tid);
+        let positions = thread.map_or(&[][..], |t| &t.positions[..]);
+        let entries = thread.map_or(&[][..], |t| &t.handler_entries[..]);
+        let before = usize::try_from(before).unwrap_or(usize::MAX).min(positions.len());
+        (0..before).rev().map(move |index| Executed {
+            id: index as u64,
+            pc: self.steps[positions[index] as usize].pc,
+            interrupted: entries.binary_search(&(index + 1)).is_ok(),
+        })
     }
 
     /// The positions of thread `tid`'s first and last steps.

@@ -38,8 +38,9 @@ use retrace_collector::{emulate, process};
 
 use super::{read_all_registers, tid_of, ProcessTarget};
 use crate::arch::Regs;
+use crate::target::frames::{frame_history, history_text, Flow};
 use crate::target::state_log::{Overwritten, StateLog};
-use crate::target::{GotoTarget, HistoryCommand, StopReason};
+use crate::target::{Armed, GotoTarget, HistoryCommand, StopReason, ARMED_STOP_NOTE};
 
 /// What a recording keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +103,7 @@ pub struct FullRecording {
     /// `None`: the present (the live process).
     position: Option<u64>,
     /// A `monitor goto` waiting for the next resume.
-    armed: Option<u64>,
+    armed: Option<Armed>,
     info: InstructionInfoFactory,
 }
 
@@ -257,6 +258,7 @@ impl ProcessTarget {
         };
         if prepared.entering_handler {
             // Stopped at the handler's entry: nothing ran yet.
+            full.log.entering_handler(tid.as_raw() as u64);
             self.prepare_step(tid, None);
             return;
         }
@@ -427,10 +429,22 @@ impl ProcessTarget {
         full.position = (position < full.log.len()).then_some(position);
     }
 
-    /// A resume armed by `monitor goto` goes there, whatever it asked.
-    pub(super) fn take_armed(&mut self) -> Option<StopReason> {
-        let position = self.full.as_mut()?.armed.take()?;
+    /// A resume armed by `monitor goto` goes there, whatever it asked
+    /// (`stepping`: a single step).
+    pub(super) fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
+        let full = self.full.as_mut()?;
+        let armed = full.armed?;
+        if armed.used_by(stepping) {
+            full.armed = None;
+        }
+        let position = armed.position;
         self.moved_to(position);
+        // Arriving where a breakpoint is: its stop, as on the processor
+        // (and a debugger then steps off it before it runs on).
+        if let Some(stop) = self.breakpoint_at(position) {
+            return Some(stop);
+        }
+        self.stop_note = Some(ARMED_STOP_NOTE.to_string());
         let tid = self.thread_at(position);
         Some(StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP })
     }
@@ -496,6 +510,15 @@ impl ProcessTarget {
             }
         }
         self.moved_to(len);
+        if step.is_none() && len > 0 {
+            // Arriving at the present where a breakpoint sits: the thread
+            // that ran last stops there before running it, as on the
+            // processor.
+            let tid = Pid::from_raw(self.thread_at(len - 1) as i32);
+            if super::recording::rip(tid).is_some_and(|pc| self.breakpoints.contains_key(&pc)) {
+                return Some(StopReason::SwBreak(tid_of(tid)));
+            }
+        }
         self.history_end_stops.then(|| self.boundary(len, ReplayLogPosition::End))
     }
 
@@ -539,8 +562,8 @@ impl ProcessTarget {
         text
     }
 
-    /// `monitor goto begin|end|ID [TID]`.
-    fn record_goto(&mut self, target: GotoTarget) -> Result<String, String> {
+    /// `monitor goto begin|end|ID [TID] [--hold]`.
+    fn record_goto(&mut self, target: GotoTarget, hold: bool) -> Result<String, String> {
         let full = self.full.as_ref().expect("recording");
         let len = full.log.len();
         if len == 0 {
@@ -555,13 +578,33 @@ impl ProcessTarget {
             }
         };
         let pc = full.log.at(position).map(|(_, pc)| pc);
-        self.full.as_mut().expect("recording").armed = Some(position);
+        self.full.as_mut().expect("recording").armed = Some(Armed { position, hold });
         let tid = self.thread_at(position);
         let id = self.full.as_ref().expect("recording").log.steps_of_thread_before(tid, position);
         Ok(match pc {
-            Some(pc) => format!("The next resume stops at instruction {id} of thread {tid} (pc {pc:#x}).\n"),
+            Some(pc) => {
+                format!("The next resume stops at instruction {id} of thread {tid} (pc {pc:#x}).\n")
+            }
             None => "The next resume stops at the present (the end of the history).\n".to_string(),
         })
+    }
+
+    /// `monitor history [TID] [--before ID] [--max N]`.
+    fn record_history(&self, tid: Option<u64>, before: Option<u64>, max: usize) -> String {
+        let full = self.full.as_ref().expect("recording");
+        let position = full.position.unwrap_or(full.log.len());
+        let tid = tid.unwrap_or_else(|| self.thread_at(position));
+        let id = before.unwrap_or_else(|| full.log.steps_of_thread_before(tid, position));
+        let mut kinds = HashMap::new();
+        let flow = |pc: u64| {
+            *kinds.entry(pc).or_insert_with(|| {
+                let mut code = [0u8; 15];
+                let n = self.program_memory(pc, &mut code);
+                Flow::of(&code[..n], pc)
+            })
+        };
+        let steps = frame_history(full.log.executed_before(tid, id), flow, max);
+        history_text(tid, id, &steps)
     }
 
     /// A `monitor` command of a recording.
@@ -571,7 +614,8 @@ impl ProcessTarget {
         }
         match HistoryCommand::parse(command)? {
             HistoryCommand::Status { json } => Ok(self.record_status(json)),
-            HistoryCommand::Goto(target) => self.record_goto(target),
+            HistoryCommand::Goto { target, hold } => self.record_goto(target, hold),
+            HistoryCommand::History { tid, before, max } => Ok(self.record_history(tid, before, max)),
         }
     }
 }

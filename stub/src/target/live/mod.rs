@@ -634,12 +634,12 @@ impl SingleRegisterAccess<Tid> for ProcessTarget {
 
 impl MultiThreadResume for ProcessTarget {
     fn resume(&mut self) -> Result<(), Self::Error> {
-        if let Some(stop) = self.take_armed() {
+        let step = self.actions.iter().find(|(_, action)| matches!(action, Action::Step(_))).map(|(tid, _)| *tid);
+        if let Some(stop) = self.take_armed(step.is_some()) {
             self.stop_now = Some(stop);
             return Ok(());
         }
         if self.past().is_some() {
-            let step = self.actions.iter().find(|(_, action)| matches!(action, Action::Step(_))).map(|(tid, _)| *tid);
             match self.replay_forwards(step) {
                 Some(stop) => {
                     self.stop_now = Some(stop);
@@ -682,7 +682,7 @@ impl MultiThreadResume for ProcessTarget {
 
 impl ReverseCont<Tid> for ProcessTarget {
     fn reverse_cont(&mut self) -> Result<(), Self::Error> {
-        let stop = match self.take_armed() {
+        let stop = match self.take_armed(false) {
             Some(stop) => stop,
             None => self.run_backwards(),
         };
@@ -693,7 +693,7 @@ impl ReverseCont<Tid> for ProcessTarget {
 
 impl ReverseStep<Tid> for ProcessTarget {
     fn reverse_step(&mut self, tid: Tid) -> Result<(), Self::Error> {
-        let stop = match self.take_armed() {
+        let stop = match self.take_armed(true) {
             Some(stop) => stop,
             None => self.step_backwards(pid_of(tid)),
         };
