@@ -1,0 +1,489 @@
+"""retrace's commands for LLDB: time travel over `retrace-stub`.
+
+Load it once per session, or from ~/.lldbinit:
+
+    (lldb) command script import /path/to/retrace/lldb-scripts/retrace.py
+    (lldb) help retrace
+
+Against a program run under `retrace-stub --record` (or a saved trace
+under `retrace-stub --replay`), the `retrace` command adds what LLDB 22
+lacks: reverse-stepi, reverse-step, reverse-next, reverse-finish,
+reverse-continue, `goto` to any instruction of the history, and `where`.
+
+How a reverse step works: the stub lists, newest first, the instructions
+the thread executed in its current frame (`monitor history`: callees
+skipped, their `ret`s and the call into the frame marked); the landing
+instruction is chosen from that list with LLDB's own line tables, then
+reached with `monitor goto ID TID --hold` and a real LLDB resume, so the frames,
+variables and registers LLDB shows next are those of the new position.
+The resume runs forwards (an armed goto lands whichever way it runs):
+after a reverse continue LLDB 22 runs the continues inside its own
+`thread step-over` backwards too, which would break the way back. The meaning is the inverse of LLDB's forward
+stepping: `thread step-over` right after `retrace reverse-next` comes back
+to where it started, likewise `thread step-in` after `reverse-step` and
+`thread step-inst` after `reverse-stepi`; `reverse-finish` stops at the
+call in the caller.
+
+After `retrace reverse-continue` (as after `process continue -R`) LLDB's
+base direction is reverse: a plain `process continue` goes on backwards,
+and so do the continues inside `thread step-over` and `finish`; `process
+continue -F` runs forwards again. The other reverse commands leave the
+direction forward.
+"""
+
+import json
+import re
+import shlex
+
+import lldb
+
+# Lines `monitor history` gives per request.
+HISTORY_BATCH = 4096
+
+
+class RetraceError(Exception):
+    """A command cannot do what was asked; the text says why."""
+
+
+def monitor(debugger, command):
+    """The text the stub answers to `monitor COMMAND`; its error as RetraceError."""
+    result = lldb.SBCommandReturnObject()
+    debugger.GetCommandInterpreter().HandleCommand("process plugin packet monitor " + command, result)
+    if not result.Succeeded():
+        raise RetraceError((result.GetError() or "").strip() or "the monitor command failed (is this process under retrace-stub?)")
+    lines = []
+    for line in (result.GetOutput() or "").splitlines():
+        # LLDB echoes the packet and the final reply after the text.
+        if line.startswith("  packet: ") or line.startswith("response: "):
+            continue
+        lines.append(line)
+    text = "\n".join(lines)
+    if text.startswith("error: ") or text.startswith("unknown monitor command"):
+        raise RetraceError(text[len("error: "):] if text.startswith("error: ") else text)
+    return text
+
+
+def status(debugger):
+    """`monitor record status --json`, parsed."""
+    text = monitor(debugger, "record status --json")
+    try:
+        return json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise RetraceError("this process has no history: start it under `retrace-stub --record` or `--replay` (%s)" % text.strip())
+
+
+class Step:
+    """An instruction of `monitor history`: its id, address and frame depth."""
+
+    __slots__ = ("id", "pc", "depth")
+
+    def __init__(self, id, pc, depth):
+        self.id, self.pc, self.depth = id, pc, depth
+
+
+def history(debugger, tid, before=None):
+    """Thread `tid`'s instructions before instruction `before` (default: the
+    position) in that frame, newest first, fetched as they are read."""
+    while True:
+        command = "history %d --max %d" % (tid, HISTORY_BATCH)
+        if before is not None:
+            command += " --before %d" % before
+        lines = monitor(debugger, command).splitlines()
+        steps = []
+        for line in lines[1:]:
+            fields = line.split()
+            if len(fields) == 3:
+                steps.append(Step(int(fields[0]), int(fields[1], 16), int(fields[2])))
+        if len(steps) < HISTORY_BATCH or steps[-1].depth < 0:
+            for step in steps:
+                yield step
+            return
+        # The next batch goes on from the oldest instruction of the frame
+        # listed (a list starts at a position of the frame looked from).
+        oldest = max(i for i, s in enumerate(steps) if s.depth == 0)
+        for step in steps[: oldest + 1]:
+            yield step
+        before = steps[oldest].id
+
+
+class Code:
+    """What LLDB knows of addresses: lines and functions. With
+    `over_inlined`, code inlined into a function counts as the line of the
+    call it was inlined for (as stepping over it treats it)."""
+
+    def __init__(self, target, over_inlined=False):
+        self.target = target
+        self.over_inlined = over_inlined
+        self.lines = {}
+        self.functions = {}
+
+    def line(self, pc):
+        """(file, line) of the code at `pc`, or None for no line (line 0)."""
+        if pc not in self.lines:
+            address = self.target.ResolveLoadAddress(pc)
+            entry = address.GetLineEntry()
+            line = (entry.GetFileSpec().fullpath, entry.GetLine()) if entry.IsValid() and entry.GetLine() != 0 else None
+            if self.over_inlined and line is not None:
+                inlined = address.GetBlock().GetContainingInlinedBlock()
+                while inlined.IsValid():
+                    line = (inlined.GetInlinedCallSiteFile().fullpath, inlined.GetInlinedCallSiteLine())
+                    inlined = inlined.GetParent().GetContainingInlinedBlock()
+            self.lines[pc] = line
+        return self.lines[pc]
+
+    def in_prologue(self, pc):
+        """Whether `pc` lies in its function's prologue (where LLDB's
+        stepping into a function never stops)."""
+        function = self.target.ResolveLoadAddress(pc).GetSymbolContext(lldb.eSymbolContextFunction).GetFunction()
+        if not function.IsValid():
+            return False
+        start = function.GetStartAddress().GetLoadAddress(self.target)
+        return start <= pc < start + function.GetPrologueByteSize()
+
+    def function(self, pc):
+        """(start, end) of the function holding `pc`, or None."""
+        if pc not in self.functions:
+            address = self.target.ResolveLoadAddress(pc)
+            context = address.GetSymbolContext(lldb.eSymbolContextFunction | lldb.eSymbolContextSymbol)
+            span = None
+            for whole in (context.GetFunction(), context.GetSymbol()):
+                if whole.IsValid():
+                    start = whole.GetStartAddress().GetLoadAddress(self.target)
+                    end = whole.GetEndAddress().GetLoadAddress(self.target)
+                    if start != lldb.LLDB_INVALID_ADDRESS and start <= pc < end:
+                        span = (start, end)
+                        break
+            self.functions[pc] = span
+        return self.functions[pc]
+
+
+class Landing(Exception):
+    """Where a reverse step lands: an instruction id (`None`: the history's
+    beginning)."""
+
+    def __init__(self, id):
+        Exception.__init__(self, id)
+        self.id = id
+
+
+def setting(debugger, name):
+    """An LLDB setting's value, as JSON gives it."""
+    stream = lldb.SBStream()
+    debugger.GetSetting(name).GetAsJSON(stream)
+    try:
+        return json.loads(stream.GetData())
+    except ValueError:
+        return None
+
+
+class Walk:
+    """One reverse-next or reverse-step: the frame's history read backwards,
+    with LLDB's line tables and its step-in settings."""
+
+    def __init__(self, debugger, thread, enter_callees):
+        self.debugger = debugger
+        self.tid = thread.GetThreadID()
+        self.code = Code(thread.GetProcess().GetTarget(), over_inlined=not enter_callees)
+        self.enter_callees = enter_callees
+        self.avoid_libraries = set(setting(debugger, "target.process.thread.step-avoid-libraries") or [])
+        avoid = setting(debugger, "target.process.thread.step-avoid-regexp")
+        self.avoid_names = re.compile(avoid) if avoid else None
+
+    def steps(self, before=None):
+        """The frame's history before `before`."""
+        return iter(history(self.debugger, self.tid, before))
+
+    def steps_into(self, pc):
+        """Whether `thread step-in` would stop in the function at `pc`: it
+        has lines and neither its library nor its name is to be avoided."""
+        if self.code.line(pc) is None:
+            return False
+        address = self.code.target.ResolveLoadAddress(pc)
+        if address.GetModule().GetFileSpec().GetFilename() in self.avoid_libraries:
+            return False
+        name = address.GetSymbolContext(lldb.eSymbolContextFunction).GetFunction().GetName() or ""
+        return not (self.avoid_names and self.avoid_names.search(name))
+
+    def callee(self, ret, returned_to):
+        """A callee's `ret`, met going back; `returned_to` is the instruction
+        it returned to (None: where we stand). `thread step-in` from the
+        callee's last line stops where it returns: so reverse-step enters
+        the callee if we stand there, and otherwise lands there. Raises
+        Landing (reverse-next steps over callees: nothing)."""
+        if not self.enter_callees or not self.steps_into(ret.pc):
+            return
+        if returned_to is not None:
+            raise Landing(returned_to.id)
+        self.run_start(self.steps(before=ret.id), self.code.line(ret.pc), ret.id)
+
+    def run_start(self, steps, line, landing, newest=None):
+        """From a run of `line` whose earliest instruction so far is
+        `landing` (the step `newest`), goes back to the run's first
+        instruction. Raises Landing."""
+        for step in steps:
+            if step.depth > 0:
+                self.callee(step, newest)
+                continue
+            if step.depth < 0:
+                break
+            newest = step
+            here = self.code.line(step.pc)
+            if here is None or self.code.in_prologue(step.pc):
+                continue
+            if here != line:
+                break
+            landing = step.id
+        raise Landing(landing)
+
+    def landing(self, pc):
+        """The id reverse-next/step lands on from `pc`, or None."""
+        current = self.code.line(pc)
+        function = self.code.function(pc)
+        steps = self.steps()
+        newest = None
+        try:
+            for step in steps:
+                if step.depth > 0:
+                    self.callee(step, newest)
+                    continue
+                if step.depth < 0:
+                    # Back out of the function's entry: the start of the
+                    # caller's line that called it.
+                    line = self.code.line(step.pc)
+                    if line is None:
+                        raise Landing(step.id)
+                    self.run_start(self.steps(before=step.id), line, step.id, step)
+                newest = step
+                if function is not None and self.code.function(step.pc) != function:
+                    # At the frame's depth but outside its function: a
+                    # signal handler's restorer.
+                    continue
+                here = self.code.line(step.pc)
+                if here is None or here == current or self.code.in_prologue(step.pc):
+                    # (Stepping into a function stops after its prologue:
+                    # before it, the call is next.)
+                    continue
+                self.run_start(steps, here, step.id, step)
+        except Landing as landing:
+            return landing.id
+        return None
+
+
+def reverse_line(debugger, thread, enter_callees):
+    """reverse-next (`enter_callees` False) or reverse-step: the landing id."""
+    return Walk(debugger, thread, enter_callees).landing(thread.GetFrameAtIndex(0).GetPC())
+
+
+def reverse_finish(debugger, thread):
+    """The call that entered the current frame, or None (the beginning)."""
+    for step in history(debugger, thread.GetThreadID()):
+        if step.depth < 0:
+            return step.id
+    return None
+
+
+def reverse_stepi(debugger, thread):
+    """The thread's previous instruction, or None (the beginning)."""
+    for step in history(debugger, thread.GetThreadID()):
+        return step.id
+    return None
+
+
+def go(debugger, result, where, tid=None):
+    """Arms `monitor goto WHERE [TID] --hold` and resumes LLDB forwards to it.
+    Forwards, so that LLDB's base direction stays forward and its own
+    stepping afterwards runs forwards. `--hold`: LLDB may first step off a
+    breakpoint at the current PC; that step lands without using the
+    arming up, and the continue after it lands again."""
+    monitor(debugger, "goto %s%s --hold" % (where, "" if tid is None else " %d" % tid))
+    debugger.GetCommandInterpreter().HandleCommand("process continue -F", result)
+
+
+def inlined_block_start(frame, block=None):
+    """The first address of the inlined block `block` (default: the
+    frame's), or None."""
+    block = block or frame.GetBlock().GetContainingInlinedBlock()
+    if not block.IsValid() or block.GetNumRanges() == 0:
+        return None
+    target = frame.GetThread().GetProcess().GetTarget()
+    return min(block.GetRangeStartAddress(i).GetLoadAddress(target) for i in range(block.GetNumRanges()))
+
+
+def selected_thread(debugger):
+    process = debugger.GetSelectedTarget().GetProcess()
+    if not process.IsValid() or process.GetState() != lldb.eStateStopped:
+        raise RetraceError("no stopped process: connect to retrace-stub --record or --replay first (gdb-remote PORT)")
+    return process.GetSelectedThread()
+
+
+class Command:
+    """A `retrace` subcommand."""
+
+    name = None
+    short = None
+    usage = None
+
+    def __init__(self, debugger, internal_dict):
+        pass
+
+    def get_short_help(self):
+        return self.short
+
+    def get_long_help(self):
+        return self.short + "\n\nSyntax: retrace " + self.usage + "\n\n" + (self.__doc__ or "")
+
+    def __call__(self, debugger, command, exe_ctx, result):
+        try:
+            self.run(debugger, shlex.split(command), result)
+        except RetraceError as error:
+            result.SetError("retrace %s: %s" % (self.name, error))
+
+
+class ReverseMove(Command):
+    """Moves the selected thread back; LLDB then shows where it stands."""
+
+    def landing(self, debugger, thread):
+        raise NotImplementedError
+
+    def run(self, debugger, args, result):
+        if args:
+            raise RetraceError("takes no arguments; usage: retrace " + self.usage)
+        thread = selected_thread(debugger)
+        id = self.landing(debugger, thread)
+        if id is None:
+            go(debugger, result, "begin")
+        else:
+            go(debugger, result, str(id), thread.GetThreadID())
+        self.landed(debugger, thread, result)
+
+    def landed(self, debugger, thread, result):
+        pass
+
+
+class ReverseStepi(ReverseMove):
+    """Un-executes the selected thread's last instruction. `thread step-inst`
+    from there comes back."""
+
+    name, usage = "reverse-stepi", "reverse-stepi"
+    short = "Step back one instruction."
+
+    def landing(self, debugger, thread):
+        return reverse_stepi(debugger, thread)
+
+
+class ReverseNext(ReverseMove):
+    """Goes back to the start of the previous source line of the current
+    function, stepping back over calls (and signal handlers). Before the
+    function's first line it goes to the start of the caller's line. `thread
+    step-over` from there comes back."""
+
+    name, usage = "reverse-next", "reverse-next"
+    short = "Step back one source line, over calls."
+
+    def landing(self, debugger, thread):
+        return reverse_line(debugger, thread, False)
+
+
+class ReverseStep(ReverseMove):
+    """Goes back to the start of the previous source line, entering a
+    function with line information that returned in between (at the start
+    of its last line). `thread step-in` from there comes back."""
+
+    name, usage = "reverse-step", "reverse-step"
+    short = "Step back one source line, into calls."
+
+    def landing(self, debugger, thread):
+        return reverse_line(debugger, thread, True)
+
+    def landed(self, debugger, thread, result):
+        # At the first instruction of an inlined function whose own line
+        # we stepped back to, LLDB (stopped, not stepping) shows the
+        # caller: its step-in moves into the function without running.
+        frame = thread.GetFrameAtIndex(0)
+        block = frame.GetPCAddress().GetBlock().GetContainingInlinedBlock()
+        if not frame.IsInlined() and block.IsValid() and inlined_block_start(frame, block) == frame.GetPC():
+            debugger.GetCommandInterpreter().HandleCommand("thread step-in", result)
+
+
+class ReverseFinish(ReverseMove):
+    """Goes back to the call instruction (in the caller) that entered the
+    current function."""
+
+    name, usage = "reverse-finish", "reverse-finish"
+    short = "Step back out of the current function, to its call."
+
+    def landing(self, debugger, thread):
+        return reverse_finish(debugger, thread)
+
+
+class ReverseContinue(Command):
+    """Runs backwards to the latest earlier breakpoint or watched change, or
+    to the beginning of the history (`process continue -R`)."""
+
+    name, usage = "reverse-continue", "reverse-continue"
+    short = "Run backwards to a breakpoint, a watchpoint or the history's beginning."
+
+    def run(self, debugger, args, result):
+        selected_thread(debugger)
+        debugger.GetCommandInterpreter().HandleCommand("process continue -R", result)
+
+
+class Goto(Command):
+    """Moves to instruction ID of the selected thread (ids as `thread trace
+    dump instructions` and `retrace where` number them), or to the
+    history's `begin` or `end`."""
+
+    name, usage = "goto", "goto ID|begin|end"
+    short = "Go to an instruction of the history."
+
+    def run(self, debugger, args, result):
+        if len(args) != 1 or not (args[0] in ("begin", "end") or args[0].isdigit()):
+            raise RetraceError("usage: retrace " + self.usage)
+        thread = selected_thread(debugger)
+        go(debugger, result, args[0], None if args[0] in ("begin", "end") else thread.GetThreadID())
+
+
+class Where(Command):
+    """Shows the instruction id the selected thread stands at and the
+    history's extent (`--json` for scripts)."""
+
+    name, usage = "where", "where [--json]"
+    short = "Show where in the history the process stands."
+
+    def run(self, debugger, args, result):
+        if args not in ([], ["--json"]):
+            raise RetraceError("usage: retrace " + self.usage)
+        thread = selected_thread(debugger)
+        state = status(debugger)
+        tid = thread.GetThreadID()
+        position = state["position"]
+        threads = {t["tid"]: t["instructions"] for t in state["threads"]}
+        here = {
+            "tid": tid,
+            "id": position["id"] if position["tid"] == tid else None,
+            "pc": thread.GetFrameAtIndex(0).GetPC(),
+            "present": position.get("present", False),
+            "instructions": threads.get(tid, 0),
+            "historyInstructions": state["instructions"],
+        }
+        if args:
+            result.AppendMessage(json.dumps(here))
+            return
+        at = "the present (the live process)" if here["present"] else "instruction %s" % here["id"]
+        result.AppendMessage(
+            "thread %d at %s, pc 0x%x; its history: instructions 0..%d; %d instructions in all threads (%s)"
+            % (tid, at, here["pc"], max(here["instructions"] - 1, 0), here["historyInstructions"], state.get("mode", "?"))
+        )
+
+
+COMMANDS = [ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, Goto, Where]
+
+
+def __lldb_init_module(debugger, internal_dict):
+    interpreter = debugger.GetCommandInterpreter()
+    result = lldb.SBCommandReturnObject()
+    interpreter.HandleCommand('command container add -h "Time travel over retrace-stub: reverse stepping and history navigation." retrace', result)
+    for command in COMMANDS:
+        interpreter.HandleCommand("command script add -o -c %s.%s retrace %s" % (__name__, command.__name__, command.name), result)
+        if not result.Succeeded():
+            print("retrace: could not add `retrace %s`: %s" % (command.name, result.GetError()))
