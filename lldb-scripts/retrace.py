@@ -14,12 +14,12 @@ How a reverse step works: the stub lists, newest first, the instructions
 the thread executed in its current frame (`monitor history`: callees
 skipped, their `ret`s and the call into the frame marked); the landing
 instruction is chosen from that list with LLDB's own line tables, then
-reached with `monitor goto ID TID --hold` and a real LLDB resume, so the frames,
-variables and registers LLDB shows next are those of the new position.
-The resume runs forwards (an armed goto lands whichever way it runs):
-after a reverse continue LLDB 22 runs the continues inside its own
-`thread step-over` backwards too, which would break the way back. The meaning is the inverse of LLDB's forward
-stepping: `thread step-over` right after `retrace reverse-next` comes back
+reached with `monitor goto ID TID --hold` and a real LLDB resume, so the
+frames, variables and registers LLDB shows next are those of the new
+position. The resume runs forwards (an armed goto lands whichever way it
+runs): after a reverse continue LLDB 22 runs the continues inside its own
+`thread step-over` backwards too, which would break the way back. The
+meaning is the inverse of LLDB's forward stepping: `thread step-over` right after `retrace reverse-next` comes back
 to where it started, likewise `thread step-in` after `reverse-step` and
 `thread step-inst` after `reverse-stepi`; `reverse-finish` stops at the
 call in the caller.
@@ -299,13 +299,10 @@ def go(debugger, result, where, tid=None):
     debugger.GetCommandInterpreter().HandleCommand("process continue -F", result)
 
 
-def inlined_block_start(frame, block=None):
-    """The first address of the inlined block `block` (default: the
-    frame's), or None."""
-    block = block or frame.GetBlock().GetContainingInlinedBlock()
+def inlined_block_start(block, target):
+    """The first address of the inlined block `block`, or None."""
     if not block.IsValid() or block.GetNumRanges() == 0:
         return None
-    target = frame.GetThread().GetProcess().GetTarget()
     return min(block.GetRangeStartAddress(i).GetLoadAddress(target) for i in range(block.GetNumRanges()))
 
 
@@ -401,7 +398,7 @@ class ReverseStep(ReverseMove):
         # caller: its step-in moves into the function without running.
         frame = thread.GetFrameAtIndex(0)
         block = frame.GetPCAddress().GetBlock().GetContainingInlinedBlock()
-        if not frame.IsInlined() and block.IsValid() and inlined_block_start(frame, block) == frame.GetPC():
+        if not frame.IsInlined() and inlined_block_start(block, thread.GetProcess().GetTarget()) == frame.GetPC():
             debugger.GetCommandInterpreter().HandleCommand("thread step-in", result)
 
 

@@ -13,6 +13,7 @@
 //! depth, outside its function.) `longjmp` and exception unwinding are not
 //! followed.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// How an executed instruction moves between frames.
@@ -37,6 +38,19 @@ impl Flow {
             Mnemonic::Ret | Mnemonic::Retf => Flow::Return,
             _ => Flow::Other,
         }
+    }
+}
+
+/// [`Flow::of`] by address, each address's code read once by `read`
+/// (which fills what it can of the buffer and says how much).
+pub fn flows_by_address(mut read: impl FnMut(u64, &mut [u8]) -> usize) -> impl FnMut(u64) -> Flow {
+    let mut kinds = HashMap::new();
+    move |pc| {
+        *kinds.entry(pc).or_insert_with(|| {
+            let mut code = [0u8; 15];
+            let n = read(pc, &mut code);
+            Flow::of(&code[..n], pc)
+        })
     }
 }
 

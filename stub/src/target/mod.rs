@@ -123,9 +123,14 @@ pub struct Armed {
 pub const ARMED_STOP_NOTE: &str = "reason:trace;";
 
 impl Armed {
-    /// Whether a resume (`stepping` or not) uses the arming up.
-    pub fn used_by(&self, stepping: bool) -> bool {
-        !(self.hold && stepping)
+    /// The position a resume (`stepping` or not) goes to, if `armed`
+    /// holds one; the arming is used up unless it holds through a step.
+    pub fn take(armed: &mut Option<Armed>, stepping: bool) -> Option<u64> {
+        let held = (*armed)?;
+        if !(held.hold && stepping) {
+            *armed = None;
+        }
+        Some(held.position)
     }
 }
 
@@ -478,8 +483,12 @@ mod tests {
             HistoryCommand::parse("goto 7 4242 --hold"),
             Ok(HistoryCommand::Goto { target: GotoTarget::Instruction { id: 7, tid: Some(4242) }, hold: true })
         );
-        assert!(!Armed { position: 3, hold: true }.used_by(true) && Armed { position: 3, hold: true }.used_by(false));
-        assert!(Armed { position: 3, hold: false }.used_by(true));
+        let mut held = Some(Armed { position: 3, hold: true });
+        assert_eq!((Armed::take(&mut held, true), held), (Some(3), Some(Armed { position: 3, hold: true })), "a step keeps a held arming");
+        assert_eq!((Armed::take(&mut held, false), held), (Some(3), None), "a continue uses it up");
+        let mut once = Some(Armed { position: 3, hold: false });
+        assert_eq!((Armed::take(&mut once, true), once), (Some(3), None), "a step uses up an arming not held");
+        assert_eq!(Armed::take(&mut once, false), None);
         assert_eq!(HistoryCommand::parse("history"), Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES }));
         assert_eq!(HistoryCommand::parse("history 4242 --before 17 --max 3"), Ok(HistoryCommand::History { tid: Some(4242), before: Some(17), max: 3 }));
         assert_eq!(HistoryCommand::parse("history --max"), Err("--max needs a line count; usage: history [TID] [--before ID] [--max N]".into()));

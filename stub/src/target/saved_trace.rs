@@ -11,7 +11,7 @@
 //! (code, constants) — and everything else is refused, never guessed.
 //! Nothing can be written.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ use retrace_collector::process::Mapping;
 use retrace_decoder::bundle::load::LoadedBundle;
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 
-use super::frames::{frame_history, history_text, Executed, Flow};
+use super::frames::{flows_by_address, frame_history, history_text, Executed};
 use super::live::libraries::{library_list_xml, memory_region_info, LinkMapEntry};
 use super::timeline::{RecordedThread, Timeline};
 use crate::arch::{RegNumber, Regs};
@@ -390,11 +390,7 @@ impl SavedTrace {
     /// A resume armed by `monitor goto` goes there, whatever it asked
     /// (`stepping`: a single step).
     fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
-        let armed = self.armed?;
-        if armed.used_by(stepping) {
-            self.armed = None;
-        }
-        let position = armed.position;
+        let position = Armed::take(&mut self.armed, stepping)?;
         self.position = position;
         // Arriving where a breakpoint is: its stop, as on the processor
         // (and a debugger then steps off it before it runs on).
@@ -478,14 +474,7 @@ impl SavedTrace {
             cursor = previous.prev().then_some(previous);
             Some(step)
         });
-        let mut kinds = HashMap::new();
-        let flow = |pc: u64| {
-            *kinds.entry(pc).or_insert_with(|| {
-                let mut code = [0u8; 15];
-                let n = self.unchanging_bytes(pc, &mut code).unwrap_or(0);
-                Flow::of(&code[..n], pc)
-            })
-        };
+        let flow = flows_by_address(|pc, code| self.unchanging_bytes(pc, code).unwrap_or(0));
         Ok(history_text(tid, id, &frame_history(executed, flow, max)))
     }
 

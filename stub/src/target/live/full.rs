@@ -38,7 +38,7 @@ use retrace_collector::{emulate, process};
 
 use super::{read_all_registers, tid_of, ProcessTarget};
 use crate::arch::Regs;
-use crate::target::frames::{frame_history, history_text, Flow};
+use crate::target::frames::{flows_by_address, frame_history, history_text};
 use crate::target::state_log::{Overwritten, StateLog};
 use crate::target::{Armed, GotoTarget, HistoryCommand, StopReason, ARMED_STOP_NOTE};
 
@@ -432,12 +432,7 @@ impl ProcessTarget {
     /// A resume armed by `monitor goto` goes there, whatever it asked
     /// (`stepping`: a single step).
     pub(super) fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
-        let full = self.full.as_mut()?;
-        let armed = full.armed?;
-        if armed.used_by(stepping) {
-            full.armed = None;
-        }
-        let position = armed.position;
+        let position = Armed::take(&mut self.full.as_mut()?.armed, stepping)?;
         self.moved_to(position);
         // Arriving where a breakpoint is: its stop, as on the processor
         // (and a debugger then steps off it before it runs on).
@@ -582,9 +577,7 @@ impl ProcessTarget {
         let tid = self.thread_at(position);
         let id = self.full.as_ref().expect("recording").log.steps_of_thread_before(tid, position);
         Ok(match pc {
-            Some(pc) => {
-                format!("The next resume stops at instruction {id} of thread {tid} (pc {pc:#x}).\n")
-            }
+            Some(pc) => format!("The next resume stops at instruction {id} of thread {tid} (pc {pc:#x}).\n"),
             None => "The next resume stops at the present (the end of the history).\n".to_string(),
         })
     }
@@ -595,14 +588,7 @@ impl ProcessTarget {
         let position = full.position.unwrap_or(full.log.len());
         let tid = tid.unwrap_or_else(|| self.thread_at(position));
         let id = before.unwrap_or_else(|| full.log.steps_of_thread_before(tid, position));
-        let mut kinds = HashMap::new();
-        let flow = |pc: u64| {
-            *kinds.entry(pc).or_insert_with(|| {
-                let mut code = [0u8; 15];
-                let n = self.program_memory(pc, &mut code);
-                Flow::of(&code[..n], pc)
-            })
-        };
+        let flow = flows_by_address(|pc, code| self.program_memory(pc, code));
         let steps = frame_history(full.log.executed_before(tid, id), flow, max);
         history_text(tid, id, &steps)
     }
