@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-pub use retrace_decoder::bundle::load::{BundleError, LoadedBundle, LoadedProcess, LoadedThread};
+pub use retrace_decoder::bundle::load::{BundleError, LoadedBundle, LoadedModule, LoadedProcess, LoadedThread};
 
 /// Loads `trace_json` and everything it refers to; damaged parts that were
 /// skipped are logged as warnings.
@@ -13,4 +13,35 @@ pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
         tracing::warn!("{warning}");
     }
     Ok(loaded)
+}
+
+/// A loaded bundle and its threads' decoded histories: decoded when first
+/// asked for, then kept (the LLDB shim dumps one bundle many times) or
+/// not (the CLI dumps each thread once, and frees it).
+pub struct DecodedBundle {
+    /// The bundle.
+    pub loaded: LoadedBundle,
+    options: retrace_decoder::flow::FlowOptions,
+    kept: Option<Vec<std::sync::OnceLock<retrace_decoder::history::History>>>,
+}
+
+impl DecodedBundle {
+    /// Loads `trace_json`; `keep` says whether decoded histories are kept.
+    pub fn open(trace_json: &Path, options: retrace_decoder::flow::FlowOptions, keep: bool) -> Result<DecodedBundle, BundleError> {
+        let loaded = load(trace_json)?;
+        let kept = keep.then(|| loaded.threads.iter().map(|_| std::sync::OnceLock::new()).collect());
+        Ok(DecodedBundle { loaded, options, kept })
+    }
+
+    /// The history of thread `thread` (its position in `loaded.threads`).
+    pub fn history(&self, thread: usize) -> std::borrow::Cow<'_, retrace_decoder::history::History> {
+        let decode = || {
+            let thread = &self.loaded.threads[thread];
+            retrace_decoder::flow::decode_parallel_with(&thread.trace, self.loaded.image_of(thread), crate::cli::dump::cores(), self.options)
+        };
+        match &self.kept {
+            Some(kept) => std::borrow::Cow::Borrowed(kept[thread].get_or_init(decode)),
+            None => std::borrow::Cow::Owned(decode()),
+        }
+    }
 }

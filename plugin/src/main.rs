@@ -3,12 +3,10 @@
 //! It lives in the plugin crate because it is the LLDB side's helper: the
 //! Python shim in `lldb-scripts/` drives the same decoder through it.
 
-mod bundle;
-mod cli;
-
 use std::process::ExitCode;
 
 use clap::Parser;
+use retrace_plugin::cli;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()

@@ -71,6 +71,23 @@ pub struct LoadedProcess {
     pub image: Image,
     /// Function names and source lines of its modules.
     pub symbols: Symbolizer,
+    /// Its modules: where their bytes were read from and where they were
+    /// loaded (for a debugger to create the process's target).
+    pub modules: Vec<LoadedModule>,
+}
+
+/// A module of a loaded process.
+#[derive(Debug, Clone)]
+pub struct LoadedModule {
+    /// The file its bytes were read from (the bundle's copy, or the path on
+    /// the traced system).
+    pub path: PathBuf,
+    /// Its path on the traced system.
+    pub system_path: String,
+    /// Where it was loaded.
+    pub load_address: u64,
+    /// LLDB's UUID string, when the bundle has one.
+    pub uuid: Option<String>,
 }
 
 /// A loaded bundle.
@@ -165,8 +182,15 @@ fn load_one(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
     for process in &description.processes {
         let mut image = Image::new();
         let mut symbols = Symbolizer::new();
+        let mut modules = Vec::new();
         for module in &process.modules {
             let path = resolve(module.file.as_deref().unwrap_or(&module.system_path));
+            modules.push(LoadedModule {
+                path: path.clone(),
+                system_path: module.system_path.clone(),
+                load_address: module.load_address.0,
+                uuid: module.uuid.clone(),
+            });
             let bytes = read(&path)?;
             let debug = separate_debug_file(&bytes);
             symbols.add_module(&path.to_string_lossy(), &bytes, module.load_address.0, debug.as_deref());
@@ -191,10 +215,10 @@ fn load_one(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
             };
             threads.push(LoadedThread { tid: thread.tid, trace, process: processes.len() });
         }
-        processes.push(LoadedProcess { pid: process.pid, image, symbols });
+        processes.push(LoadedProcess { pid: process.pid, image, symbols, modules });
     }
     if processes.is_empty() {
-        processes.push(LoadedProcess { pid: 0, image: Image::new(), symbols: Symbolizer::new() });
+        processes.push(LoadedProcess { pid: 0, image: Image::new(), symbols: Symbolizer::new(), modules: Vec::new() });
     }
     Ok(LoadedBundle { description, threads, processes, warnings })
 }

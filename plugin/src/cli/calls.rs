@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use retrace_decoder::calls::{CallEffect, CallEvent, CallTracker, Segment, Site};
-use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
+use retrace_decoder::flow::FlowOptions;
 use retrace_decoder::history::{AddressHasher, BlockTable, Extra, History, Step};
 use std::hash::BuildHasherDefault;
 use serde_json::ser::{CompactFormatter, Formatter, PrettyFormatter};
@@ -37,21 +37,26 @@ type Scope = (Option<Arc<str>>, Option<u64>, Option<u64>);
 
 /// Prints the call trees of every thread (or of `tid`).
 pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOptions) -> Result<ExitCode, CliError> {
-    let loaded = bundle::load(trace_json).map_err(|e| CliError::Message(e.to_string()))?;
-    if let Some(tid) = tid {
-        if !loaded.threads.iter().any(|t| t.tid == tid) {
-            return Err(CliError::Message(format!("no thread {tid} in {}", trace_json.display())));
-        }
-    }
+    let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
+    let threads = super::dump::threads_with_tid(&decoded.loaded, tid, trace_json)?;
     let mut out = super::bulk_stdout();
-    for thread in &loaded.threads {
-        if tid.is_some_and(|tid| tid != thread.tid) {
+    write_function_calls(&decoded, threads.as_deref(), format, &mut out)?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the call trees of `threads` (positions in the bundle's thread
+/// list; `None`: every thread) to `out`.
+pub fn write_function_calls(decoded: &bundle::DecodedBundle, threads: Option<&[usize]>, format: Format, out: &mut super::BulkOutput) -> Result<(), CliError> {
+    let loaded = &decoded.loaded;
+    for (position, thread) in loaded.threads.iter().enumerate() {
+        if threads.is_some_and(|threads| !threads.contains(&position)) {
             continue;
         }
         let started = std::time::Instant::now();
-        let history = decode_parallel_with(&thread.trace, loaded.image_of(thread), super::dump::cores(), options);
+        let history = decoded.history(position);
         tracing::debug!(tid = thread.tid, elapsed = ?started.elapsed(), "function-calls: decoded");
-        let mut sites = BlockSites::new(&loaded, thread);
+        let mut sites = BlockSites::new(loaded, thread);
         // One walk over the history records the call events compactly and
         // learns how each tree's roots chain (a return above the root wraps
         // the tree printed so far, so its depth is only known at the tree's
@@ -62,7 +67,7 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
         tracing::debug!(elapsed = ?started.elapsed(), trees = chains.chains.len(), "function-calls: walked");
         match format {
             Format::Text => {
-                if let Some(heading) = super::dump::image_heading(&loaded, thread) {
+                if let Some(heading) = super::dump::image_heading(loaded, thread) {
                     writeln!(out, "{heading}")?;
                 }
                 writeln!(out, "thread #{}: tid = {}", loaded.thread_index(thread), thread.tid)?;
@@ -72,16 +77,15 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
             Format::Json | Format::PrettyJson => {
                 // One array per thread, as LLDB prints for each thread.
                 let result = match format {
-                    Format::Json => write_json(&mut out, CompactFormatter, &log, &chains.chains),
-                    _ => write_json(&mut out, PrettyFormatter::new(), &log, &chains.chains),
+                    Format::Json => write_json(&mut *out, CompactFormatter, &log, &chains.chains),
+                    _ => write_json(&mut *out, PrettyFormatter::new(), &log, &chains.chains),
                 };
                 result?;
                 writeln!(out)?;
             }
         }
     }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 /// Walks a history a block at a time through a [`CallTracker`], giving
 /// each [`CallEvent`] (with the symbol contexts the segments' tags refer

@@ -15,14 +15,31 @@ use retrace_decoder::wallclock::WallClock;
 use super::CliError;
 use crate::bundle;
 
+/// What `dump instructions` shows: LLDB's options of `thread trace dump
+/// instructions`.
 pub struct InstructionsArgs {
+    /// Oldest first (LLDB's `-f`; default newest first).
     pub forwards: bool,
+    /// No count limit (`-a`).
     pub all: bool,
+    /// How many instructions per thread (`-c`).
     pub count: usize,
+    /// Addresses only (`-r`).
     pub raw: bool,
+    /// Include events (`-e`).
     pub events: bool,
-    pub tid: Option<u64>,
-    pub options: FlowOptions,
+    /// Only events, and errors, with no count limit (`-E`).
+    pub only_events: bool,
+    /// Each instruction's control-flow kind (`-k`).
+    pub kinds: bool,
+    /// Start at this item id (`-i`) instead of the first or last item.
+    pub start_id: Option<u64>,
+    /// Items (instructions, events and errors alike) skipped in the dump's
+    /// direction before the first shown (`-s`).
+    pub skip: u64,
+    /// The threads dumped, as positions in the bundle's thread list; `None`:
+    /// every thread.
+    pub threads: Option<Vec<usize>>,
     /// LLDB's `-j` (one line) or `-J` (indented) JSON instead of text.
     pub json: Option<JsonStyle>,
     /// Each item's time (LLDB's `-t`).
@@ -38,36 +55,69 @@ pub enum JsonStyle {
     Pretty,
 }
 
-pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCode, CliError> {
-    let loaded = bundle::load(trace_json).map_err(|e| CliError::Message(e.to_string()))?;
-    if let Some(tid) = args.tid {
-        if !loaded.threads.iter().any(|t| t.tid == tid) {
-            return Err(CliError::Message(format!("no thread {tid} in {}", trace_json.display())));
-        }
+/// Where the dump of one thread stopped.
+#[derive(Debug, Clone, Copy)]
+pub struct DumpedThread {
+    /// The thread's position in the bundle's thread list.
+    pub thread: usize,
+    /// The last item the dump went over, shown or not (`None`: none): LLDB's
+    /// `-C` continues from the item after it.
+    pub last_id: Option<u64>,
+}
+
+/// The positions of the threads with id `tid` (every thread for `None`),
+/// or why there is none.
+pub fn threads_with_tid(loaded: &bundle::LoadedBundle, tid: Option<u64>, trace_json: &Path) -> Result<Option<Vec<usize>>, CliError> {
+    let Some(tid) = tid else { return Ok(None) };
+    let positions: Vec<usize> = (0..loaded.threads.len()).filter(|&i| loaded.threads[i].tid == tid).collect();
+    if positions.is_empty() {
+        return Err(CliError::Message(format!("no thread {tid} in {}", trace_json.display())));
     }
+    Ok(Some(positions))
+}
+
+/// `retrace dump instructions`.
+pub fn instructions(trace_json: &Path, tid: Option<u64>, options: FlowOptions, mut args: InstructionsArgs) -> Result<ExitCode, CliError> {
+    let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
+    args.threads = threads_with_tid(&decoded.loaded, tid, trace_json)?;
     let mut out = super::bulk_stdout();
-    let history = |thread: &bundle::LoadedThread| decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), args.options);
+    write_instructions(&decoded, &args, &mut out)?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the dump of `args.threads` to `out`, as LLDB's `thread trace dump
+/// instructions` prints it (the image headings of a bundle with several
+/// programs aside), and says where each thread's dump stopped.
+pub fn write_instructions(decoded: &bundle::DecodedBundle, args: &InstructionsArgs, out: &mut super::BulkOutput) -> Result<Vec<DumpedThread>, CliError> {
+    let loaded = &decoded.loaded;
+    let chosen = |position: usize| args.threads.as_ref().is_none_or(|threads| threads.contains(&position));
     // With times: every thread decoded first, as LLDB's time zero is the
     // earliest first TSC of all threads.
-    let mut decoded: Vec<Option<History>> = loaded.threads.iter().map(|t| args.time.then(|| history(t))).collect();
+    let mut histories: Vec<Option<std::borrow::Cow<'_, History>>> = (0..loaded.threads.len()).map(|i| args.time.then(|| decoded.history(i))).collect();
     let conversion = loaded.description.tsc_perf_zero_conversion.clone().filter(|_| args.time);
     let begin = conversion.as_ref().and_then(|c| {
-        let first = decoded.iter().flatten().filter_map(WallClock::first_tsc_of).min()?;
+        let first = histories.iter().flatten().filter_map(|h| WallClock::first_tsc_of(h)).min()?;
         Some(c.to_nanos(first))
     });
+    let mut dumped = Vec::new();
     for (index, thread) in loaded.threads.iter().enumerate() {
-        if args.tid.is_some_and(|tid| tid != thread.tid) {
+        if !chosen(index) {
             continue;
         }
         // The selection streams from the compact history: no record per
         // item is kept, only the items shown (at most `-c` of them, with the
         // events and errors between); times come from the clock ticks alone.
-        let history = decoded[index].take().unwrap_or_else(|| history(thread));
-        let (selected, exhausted) = select_streaming(&history, args);
+        let history = histories[index].take().unwrap_or_else(|| decoded.history(index));
+        if args.start_id.is_some_and(|id| id >= history.items_len()) {
+            return Err(CliError::Message("invalid instruction id".into()));
+        }
+        let selection = select_streaming(&history, args);
+        dumped.push(DumpedThread { thread: index, last_id: selection.last_id });
         let clock = conversion.as_ref().map(|c| WallClock::of_history(&history, c));
         drop(history);
         let process = &loaded.processes[thread.process];
-        if let (Some(heading), None) = (image_heading(&loaded, thread), args.json) {
+        if let (Some(heading), None) = (image_heading(loaded, thread), args.json) {
             writeln!(out, "{heading}")?;
         }
         let time = |id: usize| -> Option<Option<f64>> {
@@ -77,7 +127,7 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
             Some(style) => {
                 let mut contexts = Contexts::default();
                 let array = serde_json::Value::Array(
-                    selected.iter().map(|(id, item)| item_json(process, &mut contexts, *id, item, args.raw, time(*id))).collect(),
+                    selection.items.iter().map(|(id, item)| item_json(process, &mut contexts, *id, item, args, time(*id))).collect(),
                 );
                 match style {
                     JsonStyle::Compact => writeln!(out, "{array}")?,
@@ -86,15 +136,14 @@ pub fn instructions(trace_json: &Path, args: &InstructionsArgs) -> Result<ExitCo
             }
             None => {
                 writeln!(out, "thread #{}: tid = {}", loaded.thread_index(thread), thread.tid)?;
-                write_text(&mut out, process, &selected, args.raw, &time)?;
-                if exhausted {
+                write_text(out, process, &selection.items, args, &time)?;
+                if selection.exhausted {
                     writeln!(out, "    no more data")?;
                 }
             }
         }
     }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(dumped)
 }
 
 /// `image #N: pid = P` before the first thread of each program image, when
@@ -104,38 +153,50 @@ pub(super) fn image_heading(loaded: &bundle::LoadedBundle, thread: &bundle::Load
         .then(|| format!("image #{}: pid = {}", thread.process, loaded.processes[thread.process].pid))
 }
 
-/// The items LLDB shows for these options, in dump order, with their ids,
-/// and whether the end (or the beginning, backwards) of the trace was
-/// reached. LLDB's dumper stops as soon as it has shown `count` instructions
-/// (events and errors beyond the last one are not shown) and says `no more
-/// data` when no item at all, shown or not, follows in its direction.
-fn take_shown(order: impl Iterator<Item = (usize, Item)>, args: &InstructionsArgs) -> (Vec<(usize, Item)>, bool) {
-    let mut selected = Vec::new();
-    let mut shown = 0usize;
-    for (id, item) in order {
-        if !args.all && shown == args.count {
-            return (selected, false);
-        }
-        if !args.events && matches!(item, Item::Event(_)) {
-            continue;
-        }
-        if matches!(item, Item::Instruction { .. }) {
-            shown += 1;
-        }
-        selected.push((id, item));
-    }
-    (selected, true)
+/// The items a dump shows, in dump order, with their ids.
+struct Selection {
+    items: Vec<(usize, Item)>,
+    /// The end (or the beginning, backwards) of the trace was reached.
+    exhausted: bool,
+    /// The last item gone over, shown or not.
+    last_id: Option<u64>,
 }
 
-/// [`take_shown`] over a decoded history: forwards from the first item,
-/// backwards from the last (read back a chunk at a time), keeping only the
-/// items shown.
-fn select_streaming(history: &History, args: &InstructionsArgs) -> (Vec<(usize, Item)>, bool) {
+/// The items LLDB shows for these options. LLDB's dumper stops as soon as
+/// it has shown `count` instructions (events and errors beyond the last one
+/// are not shown) and says `no more data` when no item at all, shown or
+/// not, follows in its direction. Errors are shown even with `-E`.
+fn take_shown(order: impl Iterator<Item = (usize, Item)>, args: &InstructionsArgs) -> Selection {
+    let mut items = Vec::new();
+    let mut shown = 0usize;
+    let mut last_id = None;
+    for (id, item) in order {
+        if !args.all && shown == args.count {
+            return Selection { items, exhausted: false, last_id };
+        }
+        last_id = Some(id as u64);
+        match item {
+            Item::Event(_) if !(args.events || args.only_events) => continue,
+            Item::Instruction { .. } if args.only_events => continue,
+            Item::Instruction { .. } => shown += 1,
+            _ => {}
+        }
+        items.push((id, item));
+    }
+    Selection { items, exhausted: true, last_id }
+}
+
+/// [`take_shown`] over a decoded history: forwards from the first item (or
+/// `-i`), backwards from the last (read back a chunk at a time), after
+/// `-s` items, keeping only the items shown.
+fn select_streaming(history: &History, args: &InstructionsArgs) -> Selection {
     let to_usize = |(id, item): (u64, Item)| (id as usize, item);
-    if args.forwards {
-        take_shown(history.items_with_ids().map(to_usize), args)
-    } else {
-        take_shown(history.items_rev().map(to_usize), args)
+    let skip = usize::try_from(args.skip).unwrap_or(usize::MAX);
+    match (args.forwards, args.start_id) {
+        (true, None) => take_shown(history.items_with_ids().skip(skip).map(to_usize), args),
+        (true, Some(start)) => take_shown(history.items_with_ids().skip_while(|(id, _)| *id < start).skip(skip).map(to_usize), args),
+        (false, None) => take_shown(history.items_rev().skip(skip).map(to_usize), args),
+        (false, Some(start)) => take_shown(history.items_rev().skip_while(|(id, _)| *id > start).skip(skip).map(to_usize), args),
     }
 }
 
@@ -145,7 +206,7 @@ fn write_text(
     out: &mut impl Write,
     loaded: &bundle::LoadedProcess,
     selected: &[(usize, Item)],
-    raw: bool,
+    args: &InstructionsArgs,
     time: &dyn Fn(usize) -> Option<Option<f64>>,
 ) -> std::io::Result<()> {
     let mut previous_was_error = false;
@@ -160,15 +221,20 @@ fn write_text(
         };
         match item {
             Item::Instruction { ip } => {
-                if raw {
+                if args.raw {
                     writeln!(out, "    {id}: {stamp}{ip:#018x}")?;
                 } else {
                     let (context, new_scope) = contexts.at(loaded, *ip);
                     if new_scope {
                         writeln!(out, "  {}", context.describe(*ip))?;
                     }
-                    let (_, text) = disassemble(&loaded.image, &loaded.symbols, *ip);
-                    writeln!(out, "    {id}: {stamp}{ip:#018x}    {text}")?;
+                    let instruction = disassemble(&loaded.image, &loaded.symbols, *ip);
+                    let text = &instruction.text;
+                    if args.kinds {
+                        writeln!(out, "    {id}: {stamp}{ip:#018x}    {:<12}{text}", instruction.kind)?;
+                    } else {
+                        writeln!(out, "    {id}: {stamp}{ip:#018x}    {text}")?;
+                    }
                 }
             }
             Item::Event(event) => writeln!(out, "    {id}: {stamp}(event) {event}")?,
@@ -218,7 +284,7 @@ fn item_json(
     contexts: &mut Contexts,
     id: usize,
     item: &Item,
-    raw: bool,
+    args: &InstructionsArgs,
     time: Option<Option<f64>>,
 ) -> serde_json::Value {
     use retrace_decoder::flow::Event;
@@ -232,13 +298,16 @@ fn item_json(
     match item {
         Item::Instruction { ip } => {
             object.insert("loadAddress".into(), format!("{ip:#x}").into());
-            if !raw {
+            if !args.raw {
                 let (context, _) = contexts.at(loaded, *ip);
                 let symbol = context.symbol_name();
-                let (mnemonic, _) = disassemble(&loaded.image, &loaded.symbols, *ip);
+                let instruction = disassemble(&loaded.image, &loaded.symbols, *ip);
                 object.insert("module".into(), json!(context.module.as_deref()));
                 object.insert("symbol".into(), json!(symbol.as_deref()));
-                object.insert("mnemonic".into(), json!(mnemonic));
+                object.insert("mnemonic".into(), json!(instruction.mnemonic));
+                if args.kinds {
+                    object.insert("controlFlowKind".into(), instruction.kind.into());
+                }
                 if let (Some((_, line, column)), Some(source)) = (&context.line, &context.source) {
                     object.insert("source".into(), json!(&**source));
                     object.insert("line".into(), json!(line));
@@ -269,9 +338,20 @@ pub(crate) fn cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+/// One instruction as LLDB shows it.
+struct Disassembled {
+    /// The mnemonic (`None`: the bytes are not an instruction).
+    mnemonic: Option<String>,
+    /// AT&T syntax, the mnemonic in 7 columns, and a comment naming branch
+    /// targets and RIP-relative data.
+    text: String,
+    /// LLDB's control-flow kind (`-k`).
+    kind: &'static str,
+}
+
 /// One instruction as LLDB prints it: AT&T syntax, the mnemonic in 7
 /// columns, and a comment naming branch targets and RIP-relative data.
-fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: u64) -> (Option<String>, String) {
+fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: u64) -> Disassembled {
     use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter, OpKind, Register};
     use retrace_decoder::image::Memory;
     let mut bytes = [0u8; 15];
@@ -279,7 +359,7 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
     let mut decoder = Decoder::with_ip(64, &bytes[..n], ip, DecoderOptions::NONE);
     let insn = decoder.decode();
     if insn.is_invalid() {
-        return (None, "<unknown>".into());
+        return Disassembled { mnemonic: None, text: "<unknown>".into(), kind: "unknown" };
     }
     let mut formatter = GasFormatter::new();
     let options = formatter.options_mut();
@@ -336,7 +416,30 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
         Some(comment) => format!("{mnemonic:<width$}{operands:<25} ; {comment}"),
         None => format!("{mnemonic:<width$}{operands}"),
     };
-    (Some(mnemonic), text)
+    Disassembled { mnemonic: Some(mnemonic), text, kind: control_flow_kind(&insn) }
+}
+
+/// LLDB's `InstructionControlFlowKind` of an instruction, by its name:
+/// system calls and software interrupts are far calls, their returns far
+/// returns.
+fn control_flow_kind(insn: &iced_x86::Instruction) -> &'static str {
+    use iced_x86::{Code, FlowControl, Mnemonic as M};
+    let far = matches!(insn.op0_kind(), iced_x86::OpKind::FarBranch16 | iced_x86::OpKind::FarBranch32)
+        || (insn.op_count() == 1 && insn.op0_kind() == iced_x86::OpKind::Memory && matches!(insn.code(), Code::Call_m1616 | Code::Call_m1632 | Code::Call_m1664 | Code::Jmp_m1616 | Code::Jmp_m1632 | Code::Jmp_m1664));
+    match insn.mnemonic() {
+        M::Syscall | M::Sysenter | M::Int | M::Int1 | M::Int3 | M::Into | M::Vmcall | M::Vmmcall | M::Vmlaunch | M::Vmresume => return "far call",
+        M::Sysret | M::Sysretq | M::Sysexit | M::Sysexitq | M::Iret | M::Iretd | M::Iretq | M::Retf => return "far return",
+        _ => {}
+    }
+    match insn.flow_control() {
+        FlowControl::Call | FlowControl::IndirectCall if far => "far call",
+        FlowControl::UnconditionalBranch | FlowControl::IndirectBranch if far => "far jump",
+        FlowControl::Call | FlowControl::IndirectCall => "call",
+        FlowControl::UnconditionalBranch | FlowControl::IndirectBranch => "jump",
+        FlowControl::ConditionalBranch => "cond jump",
+        FlowControl::Return => "return",
+        _ => "other",
+    }
 }
 
 /// Instruction operand `i` as LLVM's disassembler holds an immediate (LLDB
@@ -487,7 +590,7 @@ mod tests {
     fn ours(bytes: &[u8]) -> String {
         let mut image = retrace_decoder::image::Image::new();
         image.add_raw("code", 0x1000, bytes.to_vec());
-        disassemble(&image, &Symbolizer::new(), 0x1000).1
+        disassemble(&image, &Symbolizer::new(), 0x1000).text
     }
 
     #[test]

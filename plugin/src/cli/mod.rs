@@ -1,7 +1,7 @@
 //! Command-line parsing and dispatch.
 
-mod calls;
-mod dump;
+pub mod calls;
+pub mod dump;
 mod encode;
 mod export;
 mod jitdump;
@@ -208,6 +208,22 @@ enum DumpCommand {
         /// Include events (clock ticks, sync points, tracing disabled).
         #[arg(short, long)]
         events: bool,
+        /// Only events (and errors), with no count limit (LLDB's `-E`).
+        #[arg(short = 'E', long)]
+        only_events: bool,
+        /// Each instruction's control-flow kind, in 12 columns after the
+        /// address (LLDB's `-k`): other, jump, cond jump, call, return, far
+        /// call (syscall, int), far jump, far return.
+        #[arg(short = 'k', long)]
+        kinds: bool,
+        /// Start at this item id (decimal, or hex with 0x) instead of the
+        /// newest item (oldest with -f): ids as the dump shows them.
+        #[arg(short, long, value_parser = parse_id)]
+        id: Option<u64>,
+        /// Skip this many items (instructions, events and errors alike) in
+        /// the dump's direction before the first one shown.
+        #[arg(short, long, default_value_t = 0)]
+        skip: u64,
         /// JSON, one array per thread on one line (LLDB's `-j`): `id`,
         /// `loadAddress`, `module`, `symbol`, `mnemonic`, `source`/`line`/
         /// `column`; events as `event` (+ `hwClock`, `syncPointMetadata`);
@@ -273,6 +289,15 @@ enum DumpCommand {
     },
 }
 
+/// An item id as LLDB reads it: decimal, or hex after `0x`.
+fn parse_id(text: &str) -> Result<u64, String> {
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.map_err(|_| format!("invalid item id: {text}"))
+}
+
 /// How traces are decoded for the dump commands.
 #[derive(Debug, Clone, Copy, clap::Args)]
 pub struct DecodeFlags {
@@ -292,9 +317,20 @@ impl DecodeFlags {
     }
 }
 
-/// Standard output for bulk text (see [`BulkStdout`]).
-pub(crate) fn bulk_stdout() -> BulkStdout {
-    BulkStdout { gathered: Gathered { text: Vec::with_capacity(BulkStdout::TEXT_LIMIT + 4096), pieces: Vec::new() } }
+/// Standard output for bulk text (see [`BulkOutput`]).
+pub(crate) fn bulk_stdout() -> BulkOutput {
+    BulkOutput::new(Sink::Stdout)
+}
+
+/// Where a [`BulkOutput`] sends its text.
+pub enum Sink {
+    /// File descriptor 1.
+    Stdout,
+    /// A file (LLDB's `-F`).
+    File(std::fs::File),
+    /// Memory, for the caller to take ([`BulkOutput::into_text`]): the
+    /// LLDB shim's dumps shown in LLDB's console.
+    Memory(Vec<u8>),
 }
 
 /// Text that indents: two spaces per level.
@@ -303,20 +339,22 @@ pub(crate) trait Indented: std::io::Write {
     fn indent(&mut self, levels: usize) -> std::io::Result<()>;
 }
 
-/// Standard output for bulk text, written straight to file descriptor 1
-/// with `writev`: text is gathered in a 256 KiB buffer, and indentation
-/// ([`Indented::indent`]) is a pointer into one static buffer of spaces
-/// rather than copied (call trees nest thousands of levels deep: most of
-/// their bytes are indentation). Rust's `Stdout` is line-buffered and
-/// searches every byte written for a newline; this does not.
-pub(crate) struct BulkStdout {
+/// Output for bulk text, written straight to a file descriptor (standard
+/// output or a file) with `writev`: text is gathered in a 256 KiB buffer,
+/// and indentation ([`Indented::indent`]) is a pointer into one static
+/// buffer of spaces rather than copied (call trees nest thousands of levels
+/// deep: most of their bytes are indentation). Rust's `Stdout` is
+/// line-buffered and searches every byte written for a newline; this does
+/// not.
+pub struct BulkOutput {
     gathered: Gathered,
+    sink: Sink,
 }
 
-/// Text gathered for standard output, indentation as counts of spaces:
-/// what [`BulkStdout`] holds until it writes, or a part of the output
+/// Text gathered for output, indentation as counts of spaces:
+/// what [`BulkOutput`] holds until it writes, or a part of the output
 /// made elsewhere (another thread) and appended whole
-/// ([`BulkStdout::append`]).
+/// ([`BulkOutput::append`]).
 #[derive(Default)]
 pub(crate) struct Gathered {
     text: Vec<u8>,
@@ -372,8 +410,24 @@ impl Gathered {
         bytes
     }
 
-    /// Writes everything gathered to file descriptor 1, and empties it.
-    fn send(&mut self) -> std::io::Result<()> {
+    /// Writes everything gathered to `sink`, and empties it.
+    fn send(&mut self, sink: &mut Sink) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let descriptor = match sink {
+            Sink::Stdout => 1,
+            Sink::File(file) => file.as_raw_fd(),
+            Sink::Memory(text) => {
+                for piece in &self.pieces {
+                    match *piece {
+                        Piece::Text(start, end) => text.extend_from_slice(&self.text[start..end]),
+                        Piece::Spaces(n) => text.resize(text.len() + n, b' '),
+                    }
+                }
+                self.pieces.clear();
+                self.text.clear();
+                return Ok(());
+            }
+        };
         let mut slices: Vec<&[u8]> = Vec::with_capacity(self.pieces.len() * 2);
         for piece in &self.pieces {
             match *piece {
@@ -400,7 +454,7 @@ impl Gathered {
                 .collect();
             // SAFETY: every iovec points into `self.text` or `SPACES`, both
             // alive and unchanged during the call.
-            let written = unsafe { libc::writev(1, batch.as_ptr(), batch.len() as libc::c_int) };
+            let written = unsafe { libc::writev(descriptor, batch.as_ptr(), batch.len() as libc::c_int) };
             if written < 0 {
                 let error = std::io::Error::last_os_error();
                 if error.kind() == std::io::ErrorKind::Interrupted {
@@ -423,32 +477,46 @@ impl Gathered {
     }
 }
 
-impl BulkStdout {
+impl BulkOutput {
     const TEXT_LIMIT: usize = 256 * 1024;
     const PIECE_LIMIT: usize = 512;
 
+    /// Output to `sink`.
+    pub fn new(sink: Sink) -> BulkOutput {
+        BulkOutput { gathered: Gathered { text: Vec::with_capacity(Self::TEXT_LIMIT + 4096), pieces: Vec::new() }, sink }
+    }
+
+    /// The text written, for a [`Sink::Memory`] (empty for the others).
+    pub fn into_text(mut self) -> std::io::Result<Vec<u8>> {
+        self.gathered.send(&mut self.sink)?;
+        match std::mem::replace(&mut self.sink, Sink::Memory(Vec::new())) {
+            Sink::Memory(text) => Ok(text),
+            _ => Ok(Vec::new()),
+        }
+    }
+
     /// Writes `part` after what was written so far.
     pub(crate) fn append(&mut self, mut part: Gathered) -> std::io::Result<()> {
-        self.gathered.send()?;
-        part.send()
+        self.gathered.send(&mut self.sink)?;
+        part.send(&mut self.sink)
     }
 
     fn send_when_full(&mut self) -> std::io::Result<()> {
         if self.gathered.text.len() >= Self::TEXT_LIMIT || self.gathered.pieces.len() >= Self::PIECE_LIMIT {
-            self.gathered.send()?;
+            self.gathered.send(&mut self.sink)?;
         }
         Ok(())
     }
 }
 
-impl Indented for BulkStdout {
+impl Indented for BulkOutput {
     fn indent(&mut self, levels: usize) -> std::io::Result<()> {
         self.gathered.indent(levels)?;
         self.send_when_full()
     }
 }
 
-impl std::io::Write for BulkStdout {
+impl std::io::Write for BulkOutput {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         std::io::Write::write_all(&mut self.gathered, buf)?;
         self.send_when_full()?;
@@ -456,13 +524,13 @@ impl std::io::Write for BulkStdout {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.gathered.send()
+        self.gathered.send(&mut self.sink)
     }
 }
 
-impl Drop for BulkStdout {
+impl Drop for BulkOutput {
     fn drop(&mut self) {
-        let _ = self.gathered.send();
+        let _ = self.gathered.send(&mut self.sink);
     }
 }
 
@@ -503,14 +571,28 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Encode { script, output } => encode::run(&script, &output),
         Command::Jitdump { file, json } => jitdump::run(&file, json),
         Command::Dump(DumpCommand::Info { trace_json, json, decode }) => dump::info(&trace_json, json, decode.options()),
-        Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events, json, pretty_json, time, decode }) => {
+        Command::Dump(DumpCommand::Instructions { trace_json, tid, forwards, all, count, raw, events, only_events, kinds, id, skip, json, pretty_json, time, decode }) => {
             let options = decode.options();
             let json = match (json, pretty_json) {
                 (true, _) => Some(dump::JsonStyle::Compact),
                 (_, true) => Some(dump::JsonStyle::Pretty),
                 _ => None,
             };
-            dump::instructions(&trace_json, &dump::InstructionsArgs { forwards, all, count, raw, events, tid, options, json, time })
+            let args = dump::InstructionsArgs {
+                forwards,
+                all,
+                count,
+                raw,
+                events: events || only_events,
+                only_events,
+                kinds,
+                start_id: id,
+                skip,
+                threads: None,
+                json,
+                time,
+            };
+            dump::instructions(&trace_json, tid, options, args)
         }
         Command::Dump(DumpCommand::FunctionCalls { trace_json, binaries, tid, json, pretty_json, decode }) => {
             let format = match (json, pretty_json) {

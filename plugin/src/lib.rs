@@ -1,0 +1,7 @@
+//! The LLDB side of retrace as a library: the `retrace` command line's
+//! commands ([`cli`]) and bundles as they open them ([`bundle`]). The
+//! `retrace` binary and the Python bridge the LLDB shim imports
+//! (`plugin/python`) both call it, so the shim's dumps are the CLI's.
+
+pub mod bundle;
+pub mod cli;
