@@ -5,6 +5,14 @@ Load it once per session, or from ~/.lldbinit:
     (lldb) command script import /path/to/retrace/lldb-scripts/retrace.py
     (lldb) help retrace
 
+Post-mortem, without LLDB's intel-pt plugin: `retrace load FILE` opens an
+LLDB trace bundle (trace.json: ours, or LLDB's `trace save`) and creates
+its targets; `retrace dump instructions|function-calls` print what LLDB's
+`thread trace dump` prints, with every option of LLDB 22's. They run on
+the native bridge `retrace_native` (plugin/python), found in the build
+directory next to this script (`cargo build --release -p retrace-python`
+makes target/release/libretrace_native.so), or where RETRACE_NATIVE says.
+
 Against a program run under `retrace-stub --record` (or a saved trace
 under `retrace-stub --replay`), the `retrace` command adds what LLDB 22
 lacks: reverse-stepi, reverse-step, reverse-next, reverse-finish,
@@ -31,7 +39,12 @@ continue -F` runs forwards again. The other reverse commands leave the
 direction forward.
 """
 
+import argparse
+import glob
+import importlib.machinery
+import importlib.util
 import json
+import os
 import re
 import shlex
 
@@ -313,6 +326,116 @@ def selected_thread(debugger):
     return process.GetSelectedThread()
 
 
+def native():
+    """The `retrace_native` module: importable as is, or the file
+    RETRACE_NATIVE names, or the newest libretrace_native.so in this
+    checkout's target/{release,debug}/."""
+    try:
+        import retrace_native
+
+        return retrace_native
+    except ImportError:
+        pass
+    candidates = [os.environ["RETRACE_NATIVE"]] if os.environ.get("RETRACE_NATIVE") else []
+    if not candidates:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        built = glob.glob(os.path.join(root, "target", "*", "libretrace_native.so"))
+        candidates = sorted(built, key=os.path.getmtime, reverse=True)
+    for path in candidates:
+        if os.path.exists(path):
+            loader = importlib.machinery.ExtensionFileLoader("retrace_native", path)
+            spec = importlib.util.spec_from_file_location("retrace_native", path, loader=loader)
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            return module
+    raise RetraceError(
+        "the native bridge is not built: run `cargo build --release -p retrace-python` in the retrace checkout, "
+        "or set RETRACE_NATIVE to the path of libretrace_native.so"
+    )
+
+
+class LoadedTrace:
+    """The shim's current trace: a bundle opened by `retrace load`, its
+    processes and the targets made for them, and where each thread's last
+    dump stopped (for `-C`)."""
+
+    current = None
+
+    def __init__(self, path, bundle, processes, targets):
+        self.path = path
+        self.bundle = bundle
+        self.processes = processes
+        self.targets = targets
+        self.last_ids = {}
+
+    def thread(self, index=None, tid=None):
+        """The thread (dict of `tid`, `index`, `position`) by LLDB's index in
+        the first process, or by tid; default thread #1."""
+        threads = [t for p in self.processes for t in p["threads"]]
+        if tid is not None:
+            found = [t for t in threads if t["tid"] == tid]
+            if not found:
+                raise RetraceError("no thread with tid %d in %s" % (tid, self.path))
+            return found[0]
+        index = 1 if index is None else index
+        found = [t for t in self.processes[0]["threads"] if t["index"] == index] if self.processes else []
+        if not found:
+            raise RetraceError('no thread with index: "%d"' % index)
+        return found[0]
+
+
+def current_trace():
+    if LoadedTrace.current is None:
+        raise RetraceError("no trace loaded: `retrace load DIR/trace.json` first")
+    return LoadedTrace.current
+
+
+def load_bundle(debugger, path):
+    """Opens the bundle at `path` (a trace.json, or its directory) and
+    creates one target per process with its modules at their load
+    addresses, the first one selected."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "trace.json")
+    try:
+        bundle = native().Bundle(path)
+    except ValueError as error:
+        raise RetraceError(str(error))
+    processes = bundle.processes()
+    targets = []
+    for process in processes:
+        error = lldb.SBError()
+        target = debugger.CreateTarget("", process["triple"] or "", None, False, error)
+        if not target.IsValid():
+            raise RetraceError("cannot create a target: %s" % error.GetCString())
+        for module in process["modules"]:
+            added = target.AddModule(module["path"], process["triple"] or "", module["uuid"])
+            if not added.IsValid():
+                continue
+            header = added.GetObjectFileHeaderAddress().GetFileAddress()
+            slide = module["loadAddress"] - (header if header != lldb.LLDB_INVALID_ADDRESS else 0)
+            target.SetModuleLoadAddress(added, slide)
+        targets.append(target)
+    if targets:
+        debugger.SetSelectedTarget(targets[0])
+    LoadedTrace.current = LoadedTrace(path, bundle, processes, targets)
+    return LoadedTrace.current
+
+
+class Arguments(argparse.ArgumentParser):
+    """argparse that reports instead of exiting LLDB."""
+
+    def error(self, message):
+        raise RetraceError(message)
+
+
+def item_id(text):
+    """An item id as LLDB reads it: decimal, or hex after 0x."""
+    try:
+        return int(text, 16) if text.lower().startswith("0x") else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("invalid item id: %s" % text)
+
+
 class Command:
     """A `retrace` subcommand."""
 
@@ -333,7 +456,7 @@ class Command:
         try:
             self.run(debugger, shlex.split(command), result)
         except RetraceError as error:
-            result.SetError("retrace %s: %s" % (self.name, error))
+            result.SetError("retrace %s: %s" % (self.name.replace("dump-", "dump ", 1), error))
 
 
 class ReverseMove(Command):
@@ -473,14 +596,138 @@ class Where(Command):
         )
 
 
-COMMANDS = [ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, Goto, Where]
+class Load(Command):
+    """Opens an LLDB trace bundle (DIR/trace.json or DIR: ours, LLDB's
+    `trace save`, or one listing jitdumps) and makes it the shim's current
+    trace: one target per process, its modules loaded where the traced
+    process had them, so `image lookup`, `disassemble` and breakpoints
+    resolve as in the traced run. Unlike `trace load` it needs no
+    intel-pt plugin in LLDB: the decoding is retrace's."""
+
+    name, usage = "load", "load FILE"
+    short = "Load an LLDB trace bundle (trace.json) as the current trace."
+
+    def run(self, debugger, args, result):
+        if len(args) != 1:
+            raise RetraceError("usage: retrace " + self.usage)
+        trace = load_bundle(debugger, args[0])
+        threads = sum(len(p["threads"]) for p in trace.processes)
+        result.AppendMessage(
+            "loaded %s: %d process%s, %d thread%s"
+            % (trace.path, len(trace.processes), "" if len(trace.processes) == 1 else "es", threads, "" if threads == 1 else "s")
+        )
+
+
+def thread_arguments(parser):
+    parser.add_argument("thread_index", nargs="?", type=int, help="the thread's index (as `thread list` numbers it; default 1)")
+    parser.add_argument("--tid", type=int, help="the thread with this id instead")
+    parser.add_argument("-F", "--file", help="write to this file instead of the console")
+
+
+class DumpInstructions(Command):
+    """Prints the current trace's instructions of one thread as LLDB's
+    `thread trace dump instructions` does, option for option: newest first
+    (-f: oldest first), -c instructions (default 20; -a all) after skipping
+    -s items from the start or from item -i; -r addresses only; -e with
+    events, -E only events; -k control-flow kinds; -t times; -j/-J JSON;
+    -C continues where the previous dump of the thread stopped (pressing
+    Enter repeats the command with -C); -F writes to a file."""
+
+    name, usage = "dump-instructions", "dump instructions [-CEJaefjkrt] [-c COUNT] [-F FILE] [-i ID] [-s N] [--tid TID] [THREAD-INDEX]"
+    short = "Dump the instructions of a thread of the trace (LLDB's thread trace dump instructions)."
+
+    def __init__(self, debugger, internal_dict):
+        parser = Arguments(prog="retrace dump instructions", add_help=False)
+        parser.add_argument("-c", "--count", type=int, default=20)
+        parser.add_argument("-s", "--skip", type=int, default=0)
+        parser.add_argument("-i", "--id", type=item_id)
+        parser.add_argument("-f", "--forwards", action="store_true")
+        parser.add_argument("-a", "--all", action="store_true")
+        parser.add_argument("-r", "--raw", action="store_true")
+        parser.add_argument("-e", "--show-events", action="store_true")
+        parser.add_argument("-E", "--only-events", action="store_true")
+        parser.add_argument("-k", "--show-control-flow-kind", action="store_true")
+        parser.add_argument("-t", "--show-timestamps", action="store_true")
+        parser.add_argument("-j", "--json", action="store_true")
+        parser.add_argument("-J", "--pretty-json", action="store_true")
+        parser.add_argument("-C", "--continue", dest="resume", action="store_true")
+        thread_arguments(parser)
+        self.parser = parser
+
+    def get_repeat_command(self, command):
+        return command if " -C" in command or "--continue" in command else command + " -C"
+
+    def run(self, debugger, args, result):
+        options = self.parser.parse_args(args)
+        trace = current_trace()
+        thread = trace.thread(options.thread_index, options.tid)
+        position = thread["position"]
+        start, skip = options.id, options.skip
+        if options.resume and position in trace.last_ids:
+            start, skip = trace.last_ids[position], 1
+        json_style = "compact" if options.json else "pretty" if options.pretty_json else None
+        try:
+            text, stops = trace.bundle.dump_instructions(
+                threads=[position],
+                forwards=options.forwards,
+                count=options.count,
+                all=options.all,
+                raw=options.raw,
+                events=options.show_events,
+                only_events=options.only_events,
+                kinds=options.show_control_flow_kind,
+                start_id=start,
+                skip=skip,
+                json=json_style,
+                time=options.show_timestamps,
+                file=options.file,
+            )
+        except (ValueError, OSError) as error:
+            raise RetraceError(str(error))
+        for stopped, last_id in stops:
+            if last_id is not None:
+                trace.last_ids[stopped] = last_id
+        result.Print(text)
+
+
+class DumpFunctionCalls(Command):
+    """Prints the function-call trees of one thread of the current trace
+    as LLDB's `thread trace dump function-calls` does (-j/-J: JSON; -F:
+    to a file)."""
+
+    name, usage = "dump-function-calls", "dump function-calls [-jJ] [-F FILE] [--tid TID] [THREAD-INDEX]"
+    short = "Dump the function-call trees of a thread of the trace (LLDB's thread trace dump function-calls)."
+
+    def __init__(self, debugger, internal_dict):
+        parser = Arguments(prog="retrace dump function-calls", add_help=False)
+        parser.add_argument("-j", "--json", action="store_true")
+        parser.add_argument("-J", "--pretty-json", action="store_true")
+        thread_arguments(parser)
+        self.parser = parser
+
+    def run(self, debugger, args, result):
+        options = self.parser.parse_args(args)
+        trace = current_trace()
+        thread = trace.thread(options.thread_index, options.tid)
+        json_style = "compact" if options.json else "pretty" if options.pretty_json else None
+        try:
+            text = trace.bundle.dump_function_calls(threads=[thread["position"]], json=json_style, file=options.file)
+        except (ValueError, OSError) as error:
+            raise RetraceError(str(error))
+        result.Print(text)
+
+
+COMMANDS = [ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, Goto, Where, Load]
+DUMP_COMMANDS = [DumpInstructions, DumpFunctionCalls]
 
 
 def __lldb_init_module(debugger, internal_dict):
     interpreter = debugger.GetCommandInterpreter()
     result = lldb.SBCommandReturnObject()
-    interpreter.HandleCommand('command container add -h "Time travel over retrace-stub: reverse stepping and history navigation." retrace', result)
-    for command in COMMANDS:
-        interpreter.HandleCommand("command script add -o -c %s.%s retrace %s" % (__name__, command.__name__, command.name), result)
+    interpreter.HandleCommand('command container add -h "Time travel over retrace-stub, and traces without the intel-pt plugin." retrace', result)
+    interpreter.HandleCommand('command container add -h "Dump the current trace (as LLDB\'s thread trace dump)." retrace dump', result)
+    for command in COMMANDS + DUMP_COMMANDS:
+        words = command.name.replace("dump-", "dump ", 1) if command in DUMP_COMMANDS else command.name
+        interpreter.HandleCommand("command script add -o -c %s.%s retrace %s" % (__name__, command.__name__, words), result)
         if not result.Succeeded():
-            print("retrace: could not add `retrace %s`: %s" % (command.name, result.GetError()))
+            print("retrace: could not add `retrace %s`: %s" % (words, result.GetError()))

@@ -416,28 +416,54 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
         Some(comment) => format!("{mnemonic:<width$}{operands:<25} ; {comment}"),
         None => format!("{mnemonic:<width$}{operands}"),
     };
-    Disassembled { mnemonic: Some(mnemonic), text, kind: control_flow_kind(&insn) }
+    Disassembled { mnemonic: Some(mnemonic), text, kind: control_flow_kind(&bytes[..insn.len().min(n)]) }
 }
 
-/// LLDB's `InstructionControlFlowKind` of an instruction, by its name:
-/// system calls and software interrupts are far calls, their returns far
-/// returns.
-fn control_flow_kind(insn: &iced_x86::Instruction) -> &'static str {
-    use iced_x86::{Code, FlowControl, Mnemonic as M};
-    let far = matches!(insn.op0_kind(), iced_x86::OpKind::FarBranch16 | iced_x86::OpKind::FarBranch32)
-        || (insn.op_count() == 1 && insn.op0_kind() == iced_x86::OpKind::Memory && matches!(insn.code(), Code::Call_m1616 | Code::Call_m1632 | Code::Call_m1664 | Code::Jmp_m1616 | Code::Jmp_m1632 | Code::Jmp_m1664));
-    match insn.mnemonic() {
-        M::Syscall | M::Sysenter | M::Int | M::Int1 | M::Int3 | M::Into | M::Vmcall | M::Vmmcall | M::Vmlaunch | M::Vmresume => return "far call",
-        M::Sysret | M::Sysretq | M::Sysexit | M::Sysexitq | M::Iret | M::Iretd | M::Iretq | M::Retf => return "far return",
-        _ => {}
+/// LLDB's `InstructionControlFlowKind` of a 64-bit instruction's bytes, as
+/// LLDB 22 classifies them: by the primary opcode, its map (one-byte, 0F,
+/// 0F38/0F3A) and the ModR/M byte, after the legacy and REX prefixes. A
+/// VEX or EVEX prefix gives the map from its map-select bits, and LLDB
+/// reads an EVEX map-select of 1 as the one-byte map, so that e.g. the
+/// EVEX `vmovdqu64` (opcode 7F) is a `cond jump` there: reproduced.
+fn control_flow_kind(bytes: &[u8]) -> &'static str {
+    let byte = |i: usize| bytes.get(i).copied().unwrap_or(0);
+    let mut at = 0;
+    while matches!(byte(at), 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3 | 0x40..=0x4f) {
+        at += 1;
     }
-    match insn.flow_control() {
-        FlowControl::Call | FlowControl::IndirectCall if far => "far call",
-        FlowControl::UnconditionalBranch | FlowControl::IndirectBranch if far => "far jump",
-        FlowControl::Call | FlowControl::IndirectCall => "call",
-        FlowControl::UnconditionalBranch | FlowControl::IndirectBranch => "jump",
-        FlowControl::ConditionalBranch => "cond jump",
-        FlowControl::Return => "return",
+    if at >= bytes.len() {
+        return "unknown";
+    }
+    let (opcode, map, modrm) = match byte(at) {
+        0xc5 => (byte(at + 2), 2, byte(at + 3)),
+        0xc4 => (byte(at + 3), byte(at + 1) & 0x1f, byte(at + 4)),
+        0x62 => (byte(at + 4), byte(at + 1) & 0x03, byte(at + 5)),
+        0x0f => match byte(at + 1) {
+            0x38 | 0x3a => (byte(at + 2), 3, byte(at + 3)),
+            second if second & 0xf8 == 0x38 => (byte(at + 2), 0, byte(at + 3)),
+            0x0f => (0x0f, 3, byte(at + 2)),
+            second => (second, 2, byte(at + 2)),
+        },
+        first => (first, 1, byte(at + 1)),
+    };
+    match (map, opcode) {
+        (3.., _) => "other",
+        (1, 0x70..=0x7f | 0xe0..=0xe3) | (2, 0x80..=0x8f) => "cond jump",
+        (1, 0xe8) => "call",
+        (1, 0xe9 | 0xeb) => "jump",
+        (1, 0xc2 | 0xc3) => "return",
+        (1, 0xff) => match (modrm >> 3) & 7 {
+            2 => "call",
+            3 => "far call",
+            4 => "jump",
+            5 => "far jump",
+            _ => "other",
+        },
+        (1, 0x9a | 0xcc | 0xcd | 0xce | 0xf1) | (2, 0x05 | 0x34) => "far call",
+        (2, 0x01) if modrm == 0xc1 => "far call",
+        (1, 0xcf | 0xca | 0xcb) | (2, 0x07 | 0x35) => "far return",
+        (2, 0x01) if matches!(modrm, 0xc2 | 0xc3) => "far return",
+        (1, 0xea) => "far jump",
         _ => "other",
     }
 }
@@ -591,6 +617,26 @@ mod tests {
         let mut image = retrace_decoder::image::Image::new();
         image.add_raw("code", 0x1000, bytes.to_vec());
         disassemble(&image, &Symbolizer::new(), 0x1000).text
+    }
+
+    /// LLDB 22's `-k` kinds, as it printed them for these encodings.
+    #[test]
+    fn control_flow_kinds_are_lldbs() {
+        let cases: &[(&[u8], &str)] = &[
+            (&[0x0f, 0x05], "far call"),                                   // syscall
+            (&[0xe8, 0, 0, 0, 0], "call"),                                 // call rel32
+            (&[0xff, 0xd0], "call"),                                       // call *%rax
+            (&[0xff, 0xe0], "jump"),                                       // jmp *%rax
+            (&[0xf3, 0x0f, 0x1e, 0xfa], "other"),                          // endbr64
+            (&[0xc3], "return"),
+            (&[0x0f, 0x84, 0, 0, 0, 0], "cond jump"),                      // je rel32
+            (&[0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x07], "cond jump"),          // EVEX vmovdqu64: LLDB's reading
+            (&[0xc5, 0xfe, 0x7f, 0x07], "other"),                          // VEX vmovdqu
+            (&[0x48, 0x89, 0xe5], "other"),                                // movq %rsp, %rbp
+        ];
+        for (bytes, kind) in cases {
+            assert_eq!(control_flow_kind(bytes), *kind, "{bytes:02x?}");
+        }
     }
 
     #[test]
