@@ -382,12 +382,14 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
             Some(value) => {
                 operands.push_str(&if value < 0 { format!("$-0x{:x}", value.unsigned_abs()) } else { format!("$0x{value:x}") });
                 if !(-256..=255).contains(&value) {
+                    // LLVM's own comments end with a space in LLDB's text
+                    // (seen: `; imm = 0x401639 `), LLDB's symbol comments not.
                     immediate_comment = Some(if value == value as i16 as i64 {
-                        format!("imm = 0x{:X}", value as u16)
+                        format!("imm = 0x{:X} ", value as u16)
                     } else if value == value as i32 as i64 {
-                        format!("imm = 0x{:X}", value as u32)
+                        format!("imm = 0x{:X} ", value as u32)
                     } else {
-                        format!("imm = 0x{:X}", value as u64)
+                        format!("imm = 0x{:X} ", value as u64)
                     });
                 }
             }
@@ -596,21 +598,21 @@ mod tests {
     /// where it is installed (`immediates_agree_with_llvm_mc`).
     const IMMEDIATES: &[(&[u8], &str)] = &[
         (&[0x49, 0xc7, 0xc0, 0xb8, 0xff, 0xff, 0xff], "movq   $-0x48, %r8"),
-        (&[0xb8, 0xff, 0xff, 0xff, 0xff], "movl   $0xffffffff, %eax         ; imm = 0xFFFFFFFF"),
+        (&[0xb8, 0xff, 0xff, 0xff, 0xff], "movl   $0xffffffff, %eax         ; imm = 0xFFFFFFFF "),
         (&[0x83, 0xc0, 0xff], "addl   $-0x1, %eax"),
-        (&[0x81, 0xc1, 0x00, 0xf0, 0xff, 0xff], "addl   $0xfffff000, %ecx         ; imm = 0xFFFFF000"),
+        (&[0x81, 0xc1, 0x00, 0xf0, 0xff, 0xff], "addl   $0xfffff000, %ecx         ; imm = 0xFFFFF000 "),
         (&[0x48, 0xb8, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], "movabsq $-0x48, %rax"),
-        (&[0x66, 0xb8, 0xff, 0xff], "movw   $0xffff, %ax              ; imm = 0xFFFF"),
+        (&[0x66, 0xb8, 0xff, 0xff], "movw   $0xffff, %ax              ; imm = 0xFFFF "),
         (&[0x6a, 0xff], "pushq  $-0x1"),
-        (&[0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff], "cmpq   $-0x1000, %rax            ; imm = 0xF000"),
+        (&[0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff], "cmpq   $-0x1000, %rax            ; imm = 0xF000 "),
         (&[0xb0, 0xff], "movb   $-0x1, %al"),
         (&[0xcd, 0x80], "int    $0x80"),
         (&[0xc1, 0xe0, 0x04], "shll   $0x4, %eax"),
         (&[0xf6, 0xc1, 0x80], "testb  $-0x80, %cl"),
         (&[0x0f, 0xba, 0xe0, 0xff], "btl    $0xff, %eax"),
-        (&[0x48, 0x69, 0xc0, 0x00, 0xf0, 0xff, 0xff], "imulq  $-0x1000, %rax, %rax      ; imm = 0xF000"),
+        (&[0x48, 0x69, 0xc0, 0x00, 0xf0, 0xff, 0xff], "imulq  $-0x1000, %rax, %rax      ; imm = 0xF000 "),
         (&[0xc8, 0x10, 0x00, 0x80], "enter  $0x10, $-0x80"),
-        (&[0x48, 0x81, 0xec, 0x18, 0x01, 0x00, 0x00], "subq   $0x118, %rsp              ; imm = 0x118"),
+        (&[0x48, 0x81, 0xec, 0x18, 0x01, 0x00, 0x00], "subq   $0x118, %rsp              ; imm = 0x118 "),
     ];
 
     fn ours(bytes: &[u8]) -> String {
