@@ -135,7 +135,7 @@ impl Bundle {
             all,
             count,
             raw,
-            events: events || only_events,
+            events,
             only_events,
             kinds,
             start_id,

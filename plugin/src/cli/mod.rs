@@ -583,7 +583,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 all,
                 count,
                 raw,
-                events: events || only_events,
+                events,
                 only_events,
                 kinds,
                 start_id: id,
