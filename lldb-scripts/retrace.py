@@ -456,7 +456,7 @@ class Command:
         try:
             self.run(debugger, shlex.split(command), result)
         except RetraceError as error:
-            result.SetError("retrace %s: %s" % (self.name.replace("dump-", "dump ", 1), error))
+            result.SetError("retrace %s: %s" % (self.name, error))
 
 
 class ReverseMove(Command):
@@ -618,6 +618,11 @@ class Load(Command):
         )
 
 
+def json_style(options):
+    """The bridge's JSON layout for -j (compact) or -J (pretty), or None."""
+    return "compact" if options.json else "pretty" if options.pretty_json else None
+
+
 def thread_arguments(parser):
     parser.add_argument("thread_index", nargs="?", type=int, help="the thread's index (as `thread list` numbers it; default 1)")
     parser.add_argument("--tid", type=int, help="the thread with this id instead")
@@ -633,7 +638,7 @@ class DumpInstructions(Command):
     -C continues where the previous dump of the thread stopped (pressing
     Enter repeats the command with -C); -F writes to a file."""
 
-    name, usage = "dump-instructions", "dump instructions [-CEJaefjkrt] [-c COUNT] [-F FILE] [-i ID] [-s N] [--tid TID] [THREAD-INDEX]"
+    name, usage = "dump instructions", "dump instructions [-CEJaefjkrt] [-c COUNT] [-F FILE] [-i ID] [-s N] [--tid TID] [THREAD-INDEX]"
     short = "Dump the instructions of a thread of the trace (LLDB's thread trace dump instructions)."
 
     def __init__(self, debugger, internal_dict):
@@ -665,7 +670,6 @@ class DumpInstructions(Command):
         start, skip = options.id, options.skip
         if options.resume and position in trace.last_ids:
             start, skip = trace.last_ids[position], 1
-        json_style = "compact" if options.json else "pretty" if options.pretty_json else None
         try:
             text, stops = trace.bundle.dump_instructions(
                 threads=[position],
@@ -678,7 +682,7 @@ class DumpInstructions(Command):
                 kinds=options.show_control_flow_kind,
                 start_id=start,
                 skip=skip,
-                json=json_style,
+                json=json_style(options),
                 time=options.show_timestamps,
                 file=options.file,
             )
@@ -695,7 +699,7 @@ class DumpFunctionCalls(Command):
     as LLDB's `thread trace dump function-calls` does (-j/-J: JSON; -F:
     to a file)."""
 
-    name, usage = "dump-function-calls", "dump function-calls [-jJ] [-F FILE] [--tid TID] [THREAD-INDEX]"
+    name, usage = "dump function-calls", "dump function-calls [-jJ] [-F FILE] [--tid TID] [THREAD-INDEX]"
     short = "Dump the function-call trees of a thread of the trace (LLDB's thread trace dump function-calls)."
 
     def __init__(self, debugger, internal_dict):
@@ -709,16 +713,14 @@ class DumpFunctionCalls(Command):
         options = self.parser.parse_args(args)
         trace = current_trace()
         thread = trace.thread(options.thread_index, options.tid)
-        json_style = "compact" if options.json else "pretty" if options.pretty_json else None
         try:
-            text = trace.bundle.dump_function_calls(threads=[thread["position"]], json=json_style, file=options.file)
+            text = trace.bundle.dump_function_calls(threads=[thread["position"]], json=json_style(options), file=options.file)
         except (ValueError, OSError) as error:
             raise RetraceError(str(error))
         result.Print(text)
 
 
-COMMANDS = [ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, Goto, Where, Load]
-DUMP_COMMANDS = [DumpInstructions, DumpFunctionCalls]
+COMMANDS = [ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, Goto, Where, Load, DumpInstructions, DumpFunctionCalls]
 
 
 def __lldb_init_module(debugger, internal_dict):
@@ -726,8 +728,7 @@ def __lldb_init_module(debugger, internal_dict):
     result = lldb.SBCommandReturnObject()
     interpreter.HandleCommand('command container add -h "Time travel over retrace-stub, and traces without the intel-pt plugin." retrace', result)
     interpreter.HandleCommand('command container add -h "Dump the current trace (as LLDB\'s thread trace dump)." retrace dump', result)
-    for command in COMMANDS + DUMP_COMMANDS:
-        words = command.name.replace("dump-", "dump ", 1) if command in DUMP_COMMANDS else command.name
-        interpreter.HandleCommand("command script add -o -c %s.%s retrace %s" % (__name__, command.__name__, words), result)
+    for command in COMMANDS:
+        interpreter.HandleCommand("command script add -o -c %s.%s retrace %s" % (__name__, command.__name__, command.name), result)
         if not result.Succeeded():
-            print("retrace: could not add `retrace %s`: %s" % (words, result.GetError()))
+            print("retrace: could not add `retrace %s`: %s" % (command.name, result.GetError()))

@@ -37,14 +37,14 @@ def guarded(self, command, *args):
     return original(self, command, *args)
 
 
-def debugger(with_shim):
+def debugger():
     d = lldb.SBDebugger.Create(False)
     d.SetAsync(False)
     return d
 
 
-builtin = debugger(False)
-shimmed = debugger(True)
+builtin = debugger()
+shimmed = debugger()
 
 
 def run(d, command):

@@ -38,6 +38,17 @@ fn output(file: Option<PathBuf>) -> PyResult<BulkOutput> {
     }))
 }
 
+/// The JSON layout a dump's `json` argument names: None, "compact" (LLDB's
+/// `-j`) or "pretty" (`-J`).
+fn json_style(json: Option<&str>) -> PyResult<Option<dump::JsonStyle>> {
+    match json {
+        None => Ok(None),
+        Some("compact") => Ok(Some(dump::JsonStyle::Compact)),
+        Some("pretty") => Ok(Some(dump::JsonStyle::Pretty)),
+        Some(other) => Err(PyValueError::new_err(format!("json must be None, 'compact' or 'pretty', not {other:?}"))),
+    }
+}
+
 fn text(out: BulkOutput) -> PyResult<String> {
     let bytes = out.into_text().map_err(|e| PyOSError::new_err(e.to_string()))?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
@@ -124,12 +135,7 @@ impl Bundle {
         time: bool,
         file: Option<PathBuf>,
     ) -> PyResult<(String, Vec<(usize, Option<u64>)>)> {
-        let json = match json {
-            None => None,
-            Some("compact") => Some(dump::JsonStyle::Compact),
-            Some("pretty") => Some(dump::JsonStyle::Pretty),
-            Some(other) => return Err(PyValueError::new_err(format!("json must be None, 'compact' or 'pretty', not {other:?}"))),
-        };
+        let json = json_style(json)?;
         let args = dump::InstructionsArgs {
             forwards,
             all,
@@ -155,11 +161,10 @@ impl Bundle {
     /// "pretty"; `file` as for `dump_instructions`.
     #[pyo3(signature = (threads = None, json = None, file = None))]
     fn dump_function_calls(&self, py: Python<'_>, threads: Option<Vec<usize>>, json: Option<&str>, file: Option<PathBuf>) -> PyResult<String> {
-        let format = match json {
+        let format = match json_style(json)? {
             None => calls::Format::Text,
-            Some("compact") => calls::Format::Json,
-            Some("pretty") => calls::Format::PrettyJson,
-            Some(other) => return Err(PyValueError::new_err(format!("json must be None, 'compact' or 'pretty', not {other:?}"))),
+            Some(dump::JsonStyle::Compact) => calls::Format::Json,
+            Some(dump::JsonStyle::Pretty) => calls::Format::PrettyJson,
         };
         let mut out = output(file)?;
         py.detach(|| calls::write_function_calls(&self.decoded(), threads.as_deref(), format, &mut out)).map_err(error)?;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use std::collections::HashMap;
 
-use retrace_decoder::flow::{decode_parallel_with, FlowOptions, Item};
+use retrace_decoder::flow::{FlowOptions, Item};
 use retrace_decoder::history::{Extra, History};
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 use retrace_decoder::wallclock::WallClock;
@@ -550,14 +550,15 @@ fn branch_comment(symbols: &Symbolizer, ip: u64, target: u64) -> Option<String> 
 
 /// `retrace dump info`: per thread, the trace size and what it decodes to.
 pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitCode, CliError> {
-    let loaded = bundle::load(trace_json).map_err(|e| CliError::Message(e.to_string()))?;
+    let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
+    let loaded = &decoded.loaded;
     let cpu = &loaded.description.cpu_info;
     let mut threads = Vec::new();
     let mut headings = Vec::new();
-    for thread in &loaded.threads {
-        headings.push(image_heading(&loaded, thread));
+    for (position, thread) in loaded.threads.iter().enumerate() {
+        headings.push(image_heading(loaded, thread));
         let start = std::time::Instant::now();
-        let history = decode_parallel_with(&thread.trace, loaded.image_of(thread), cores(), options);
+        let history = decoded.history(position);
         let seconds = start.elapsed().as_secs_f64();
         let instructions = history.instructions();
         let events = history.extras().filter(|e| matches!(e, Extra::Event(_))).count();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use retrace_decoder::calls::CallEvent;
-use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
+use retrace_decoder::flow::FlowOptions;
 use retrace_decoder::history::History;
 use retrace_decoder::wallclock::WallClock;
 use serde_json::{json, Value};
@@ -77,14 +77,11 @@ impl<W: Write> EventWriter<W> {
 /// are LLDB's (`dump instructions -t`) in µs when the bundle has timing;
 /// otherwise the item id is the time in µs.
 fn pt_events(trace_json: &Path, options: FlowOptions, out: &mut EventWriter<impl Write>) -> Result<(), CliError> {
-    let loaded = bundle::load(trace_json).map_err(|e| CliError::Message(e.to_string()))?;
-    let histories: Vec<History> = loaded
-        .threads
-        .iter()
-        .map(|thread| decode_parallel_with(&thread.trace, loaded.image_of(thread), super::dump::cores(), options))
-        .collect();
+    let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
+    let loaded = &decoded.loaded;
+    let histories: Vec<std::borrow::Cow<'_, History>> = (0..loaded.threads.len()).map(|position| decoded.history(position)).collect();
     let conversion = loaded.description.tsc_perf_zero_conversion.clone();
-    let begin = histories.iter().filter_map(WallClock::first_tsc_of).min();
+    let begin = histories.iter().filter_map(|history| WallClock::first_tsc_of(history)).min();
     let pid = loaded.description.processes.first().map(|p| p.pid).unwrap_or(0);
     for (thread, history) in loaded.threads.iter().zip(&histories) {
         let tid = thread.tid;
