@@ -319,11 +319,29 @@ def inlined_block_start(block, target):
     return min(block.GetRangeStartAddress(i).GetLoadAddress(target) for i in range(block.GetNumRanges()))
 
 
-def selected_thread(debugger):
+def selected_thread(debugger, tid=None):
+    """The selected thread, after selecting thread `tid` if given."""
     process = debugger.GetSelectedTarget().GetProcess()
     if not process.IsValid() or process.GetState() != lldb.eStateStopped:
         raise RetraceError("no stopped process: connect to retrace-stub --record or --replay first (gdb-remote PORT)")
+    if tid is not None and not process.SetSelectedThreadByID(tid):
+        raise RetraceError("the process has no thread %d" % tid)
     return process.GetSelectedThread()
+
+
+def take_tid(args, usage):
+    """`args` without `--tid TID` (or `-t TID`), and TID (None without)."""
+    rest, tid = [], None
+    words = iter(args)
+    for word in words:
+        if word in ("--tid", "-t"):
+            value = next(words, None)
+            if value is None or not value.isdigit():
+                raise RetraceError("--tid takes a thread id; usage: retrace " + usage)
+            tid = int(value)
+        else:
+            rest.append(word)
+    return rest, tid
 
 
 def native():
@@ -442,6 +460,12 @@ class Command:
     name = None
     short = None
     usage = None
+    # How LLDB runs the command: `synchronous` waits for any resume it
+    # makes to stop; `current` follows the debugger, so that in lldb-dap
+    # (asynchronous) a resume is seen by lldb-dap itself, which then sends
+    # its `stopped` event and shows the new position's frames and
+    # variables, as after its own steps.
+    synchronicity = "synchronous"
 
     def __init__(self, debugger, internal_dict):
         pass
@@ -462,13 +486,16 @@ class Command:
 class ReverseMove(Command):
     """Moves the selected thread back; LLDB then shows where it stands."""
 
+    synchronicity = "current"
+
     def landing(self, debugger, thread):
         raise NotImplementedError
 
     def run(self, debugger, args, result):
+        args, tid = take_tid(args, self.usage)
         if args:
-            raise RetraceError("takes no arguments; usage: retrace " + self.usage)
-        thread = selected_thread(debugger)
+            raise RetraceError("takes no arguments but --tid; usage: retrace " + self.usage)
+        thread = selected_thread(debugger, tid)
         id = self.landing(debugger, thread)
         if id is None:
             go(debugger, result, "begin")
@@ -484,7 +511,7 @@ class ReverseStepi(ReverseMove):
     """Un-executes the selected thread's last instruction. `thread step-inst`
     from there comes back."""
 
-    name, usage = "reverse-stepi", "reverse-stepi"
+    name, usage = "reverse-stepi", "reverse-stepi [--tid TID]"
     short = "Step back one instruction."
 
     def landing(self, debugger, thread):
@@ -497,7 +524,7 @@ class ReverseNext(ReverseMove):
     function's first line it goes to the start of the caller's line. `thread
     step-over` from there comes back."""
 
-    name, usage = "reverse-next", "reverse-next"
+    name, usage = "reverse-next", "reverse-next [--tid TID]"
     short = "Step back one source line, over calls."
 
     def landing(self, debugger, thread):
@@ -509,8 +536,11 @@ class ReverseStep(ReverseMove):
     function with line information that returned in between (at the start
     of its last line). `thread step-in` from there comes back."""
 
-    name, usage = "reverse-step", "reverse-step"
+    name, usage = "reverse-step", "reverse-step [--tid TID]"
     short = "Step back one source line, into calls."
+    # Waits for the landing: at an inlined function's first instruction it
+    # steps into it (without running) after the stop.
+    synchronicity = "synchronous"
 
     def landing(self, debugger, thread):
         return reverse_line(debugger, thread, True)
@@ -529,7 +559,7 @@ class ReverseFinish(ReverseMove):
     """Goes back to the call instruction (in the caller) that entered the
     current function."""
 
-    name, usage = "reverse-finish", "reverse-finish"
+    name, usage = "reverse-finish", "reverse-finish [--tid TID]"
     short = "Step back out of the current function, to its call."
 
     def landing(self, debugger, thread):
@@ -540,11 +570,15 @@ class ReverseContinue(Command):
     """Runs backwards to the latest earlier breakpoint or watched change, or
     to the beginning of the history (`process continue -R`)."""
 
-    name, usage = "reverse-continue", "reverse-continue"
+    name, usage = "reverse-continue", "reverse-continue [--tid TID]"
+    synchronicity = "current"
     short = "Run backwards to a breakpoint, a watchpoint or the history's beginning."
 
     def run(self, debugger, args, result):
-        selected_thread(debugger)
+        args, tid = take_tid(args, self.usage)
+        if args:
+            raise RetraceError("takes no arguments but --tid; usage: retrace " + self.usage)
+        selected_thread(debugger, tid)
         debugger.GetCommandInterpreter().HandleCommand("process continue -R", result)
 
 
@@ -553,13 +587,15 @@ class Goto(Command):
     dump instructions` and `retrace where` number them), or to the
     history's `begin` or `end`."""
 
-    name, usage = "goto", "goto ID|begin|end"
+    name, usage = "goto", "goto ID|begin|end [--tid TID]"
+    synchronicity = "current"
     short = "Go to an instruction of the history."
 
     def run(self, debugger, args, result):
+        args, tid = take_tid(args, self.usage)
         if len(args) != 1 or not (args[0] in ("begin", "end") or args[0].isdigit()):
             raise RetraceError("usage: retrace " + self.usage)
-        thread = selected_thread(debugger)
+        thread = selected_thread(debugger, tid)
         go(debugger, result, args[0], None if args[0] in ("begin", "end") else thread.GetThreadID())
 
 
@@ -729,6 +765,8 @@ def __lldb_init_module(debugger, internal_dict):
     interpreter.HandleCommand('command container add -h "Time travel over retrace-stub, and traces without the intel-pt plugin." retrace', result)
     interpreter.HandleCommand('command container add -h "Dump the current trace (as LLDB\'s thread trace dump)." retrace dump', result)
     for command in COMMANDS:
-        interpreter.HandleCommand("command script add -o -c %s.%s retrace %s" % (__name__, command.__name__, command.name), result)
+        interpreter.HandleCommand(
+            "command script add -o -s %s -c %s.%s retrace %s" % (command.synchronicity, __name__, command.__name__, command.name), result
+        )
         if not result.Succeeded():
             print("retrace: could not add `retrace %s`: %s" % (command.name, result.GetError()))

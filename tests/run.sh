@@ -10,6 +10,9 @@ missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
+# npm (the VS Code extension's tests and .vsix): Debian's package, unless
+# the installed Node.js brings its own.
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
     echo "installing: ${missing[*]}"
     sudo=""

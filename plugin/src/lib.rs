@@ -5,3 +5,4 @@
 
 pub mod bundle;
 pub mod cli;
+pub mod dap;

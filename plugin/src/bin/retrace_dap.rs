@@ -1,0 +1,86 @@
+//! `retrace-dap`: a Debug Adapter Protocol server on standard input and
+//! output — lldb-dap with Step Back and Reverse Continue over retrace-stub.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+use retrace_plugin::dap::{serve, AdapterConfig};
+
+/// lldb-dap with time travel: a Debug Adapter Protocol server on standard
+/// input and output for VS Code (the retrace extension starts it) or any
+/// other DAP client.
+///
+/// It runs lldb-dap behind it and passes every message through, adding:
+///
+///   stepBack           reverse-next (granularity "instruction": reverse-stepi)
+///   reverseContinue    back to the previous breakpoint hit, or the history's start
+///   supportsStepBack   in the initialize response, so the client shows the buttons
+///
+/// Launch configurations (request "launch"): lldb-dap's own keys (program,
+/// args, cwd, env, stopOnEntry, initCommands, …) plus
+///
+///   "record": "full" | "branch"   how retrace-stub records (default full)
+///   "replay": "path/trace.json"    post-mortem: a saved trace instead of a live program
+///
+/// The adapter starts retrace-stub for the session and ends it (and the
+/// program) with the session. Request "attach" with lldb-dap's
+/// "gdb-remote-port" (and "gdb-remote-hostname") connects to a stub you
+/// started yourself. Logging: RUST_LOG=debug (to standard error).
+#[derive(Debug, Parser)]
+#[command(name = "retrace-dap", version, about, long_about)]
+struct Args {
+    /// The lldb-dap to run [default: $RETRACE_LLDB_DAP, else lldb-dap-22 or lldb-dap on PATH].
+    #[arg(long, value_name = "PATH")]
+    lldb_dap: Option<PathBuf>,
+    /// The retrace-stub to start [default: $RETRACE_STUB, else the one next to this program].
+    #[arg(long, value_name = "PATH")]
+    stub: Option<PathBuf>,
+    /// The LLDB shim, retrace.py [default: $RETRACE_SHIM, else lldb-scripts/retrace.py of the checkout this program was built in].
+    #[arg(long, value_name = "PATH")]
+    shim: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let here = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)).unwrap_or_default();
+    let lldb_dap = args.lldb_dap.or_else(|| env_path("RETRACE_LLDB_DAP")).or_else(|| on_path(&["lldb-dap-22", "lldb-dap"]));
+    let Some(lldb_dap) = lldb_dap else {
+        eprintln!("retrace-dap: no lldb-dap found (install lldb-22, or give --lldb-dap PATH)");
+        return ExitCode::from(1);
+    };
+    let stub = args.stub.or_else(|| env_path("RETRACE_STUB")).unwrap_or_else(|| here.join("retrace-stub"));
+    let shim = args.shim.or_else(|| env_path("RETRACE_SHIM")).unwrap_or_else(|| {
+        // target/{debug,release}/retrace-dap → lldb-scripts/retrace.py
+        let checkout = here.ancestors().nth(2).unwrap_or(&here);
+        checkout.join("lldb-scripts").join("retrace.py")
+    });
+    if !shim.exists() {
+        eprintln!("retrace-dap: the LLDB shim {} is missing (give --shim PATH)", shim.display());
+        return ExitCode::from(1);
+    }
+    let config = AdapterConfig { lldb_dap, stub, shim };
+    let input = Box::new(std::io::BufReader::new(std::io::stdin()));
+    let output = Box::new(std::io::stdout());
+    match serve(config, input, output) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("retrace-dap: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// The first of `names` found on PATH.
+fn on_path(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|name| std::env::split_paths(&path).map(|dir| dir.join(name)).find(|candidate| candidate.is_file()))
+}

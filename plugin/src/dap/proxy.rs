@@ -1,0 +1,416 @@
+//! The adapter between a DAP client (VS Code) and `lldb-dap`: every
+//! message is passed on byte for byte, except the few this adapter adds
+//! to or answers itself.
+//!
+//! - `initialize`'s response gains `supportsStepBack`.
+//! - `stepBack` and `reverseContinue` become an `evaluate` of the shim's
+//!   `retrace reverse-next|reverse-stepi|reverse-continue` in LLDB's
+//!   console. The shim resumes the process in LLDB's asynchronous mode, so
+//!   lldb-dap itself sends the `continued` and `stopped` events (reason
+//!   `step`, `breakpoint`, `history boundary`) and refreshes what it shows,
+//!   as after a forward step.
+//! - `launch` starts `retrace-stub --record` (or `--replay` of a saved
+//!   trace) and becomes lldb-dap's `attach` to it; `attach` connects to a
+//!   running stub. Both load the shim first (`initCommands`).
+//! - `disconnect` from a stub this adapter started ends its program unless
+//!   the client asks otherwise.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Map, Value};
+
+use super::stub::{StubEnvironment, StubError, StubProcess, StubRun};
+use super::wire::{read_message, write_message, Message, WireError};
+
+/// What the adapter runs.
+#[derive(Debug, Clone)]
+pub struct AdapterConfig {
+    /// lldb-dap (22).
+    pub lldb_dap: PathBuf,
+    /// retrace-stub.
+    pub stub: PathBuf,
+    /// lldb-scripts/retrace.py.
+    pub shim: PathBuf,
+}
+
+/// Why the adapter stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum DapError {
+    #[error("cannot run {}: {source}", path.display())]
+    LldbDap { path: PathBuf, source: std::io::Error },
+    #[error("reading lldb-dap's messages: {0}")]
+    FromLldbDap(WireError),
+}
+
+/// What a response from lldb-dap to a request of this adapter answers.
+#[derive(Debug)]
+struct Pending {
+    /// The client's request.
+    request_seq: i64,
+    command: String,
+}
+
+/// The session's state, shared by the two directions.
+struct Session {
+    config: AdapterConfig,
+    client: Arc<Mutex<Box<dyn Write + Send>>>,
+    lldb_dap: Mutex<Option<std::process::ChildStdin>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// This adapter's requests to lldb-dap, by their `seq`.
+    pending: HashMap<i64, Pending>,
+    next_seq: i64,
+    /// Client requests answered under another name (`launch` answered by
+    /// lldb-dap's `attach`).
+    renamed: HashMap<i64, String>,
+    /// lldb-dap's prefix for LLDB commands in `evaluate` (its
+    /// `commandEscapePrefix`).
+    escape: String,
+    /// The stub this adapter started.
+    stub: Option<StubProcess>,
+}
+
+/// `seq` of this adapter's own requests to lldb-dap: far above any client's.
+const FIRST_OWN_SEQ: i64 = 1 << 40;
+
+/// Serves one client on `input`/`output` until it or lldb-dap leaves.
+pub fn serve(config: AdapterConfig, input: Box<dyn BufRead + Send>, output: Box<dyn Write + Send>) -> Result<(), DapError> {
+    let mut command = Command::new(&config.lldb_dap);
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut lldb_dap = command.spawn().map_err(|source| DapError::LldbDap { path: config.lldb_dap.clone(), source })?;
+    let from_lldb_dap = BufReader::new(lldb_dap.stdout.take().expect("stdout is piped"));
+    let session = Arc::new(Session {
+        config,
+        client: Arc::new(Mutex::new(output)),
+        lldb_dap: Mutex::new(lldb_dap.stdin.take()),
+        state: Mutex::new(State { next_seq: FIRST_OWN_SEQ, escape: "`".to_string(), ..State::default() }),
+    });
+    {
+        let session = Arc::clone(&session);
+        std::thread::spawn(move || session.from_client(input));
+    }
+    let ended = session.from_lldb_dap(from_lldb_dap);
+    let _ = lldb_dap.wait();
+    if let Some(mut stub) = session.state.lock().unwrap().stub.take() {
+        // After lldb-dap's `k` the stub ends by itself; otherwise end it.
+        if !stub.wait_for_end(std::time::Duration::from_secs(2)) {
+            tracing::debug!("the stub outlived lldb-dap: killing it");
+        }
+        stub.kill();
+    }
+    ended
+}
+
+impl Session {
+    /// Client → lldb-dap, until the client leaves (then lldb-dap's input
+    /// closes and it ends).
+    fn from_client(&self, mut input: Box<dyn BufRead + Send>) {
+        loop {
+            match read_message(&mut input) {
+                Ok(Some(message)) => {
+                    if let Some(to_lldb_dap) = self.from_client_message(message) {
+                        self.to_lldb_dap(&to_lldb_dap);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!("reading the client's messages: {e}");
+                    self.to_client(&output_event(&format!("retrace-dap: a message from the client could not be read ({e}); the session ends\n")));
+                    break;
+                }
+            }
+        }
+        self.lldb_dap.lock().unwrap().take();
+    }
+
+    /// What to pass to lldb-dap for a client message (`None`: answered here).
+    fn from_client_message(&self, message: Message) -> Option<Message> {
+        if message.kind() != Some("request") {
+            return Some(message);
+        }
+        let seq = message.seq().unwrap_or(0);
+        let arguments = message.arguments().cloned().unwrap_or(Value::Null);
+        match message.command() {
+            Some("launch") => match self.launch(seq, &arguments) {
+                Ok(attach) => Some(attach),
+                Err(reason) => {
+                    self.to_client(&error_response(seq, "launch", &reason));
+                    None
+                }
+            },
+            Some("attach") => {
+                let mut arguments = object(arguments);
+                self.remember_escape(&arguments);
+                self.load_shim(&mut arguments);
+                Some(request(seq, "attach", Value::Object(arguments)))
+            }
+            Some("stepBack") => {
+                let verb = if arguments.get("granularity").and_then(Value::as_str) == Some("instruction") { "reverse-stepi" } else { "reverse-next" };
+                Some(self.shim_command(seq, "stepBack", verb, &arguments))
+            }
+            Some("reverseContinue") => Some(self.shim_command(seq, "reverseContinue", "reverse-continue", &arguments)),
+            Some("disconnect") => {
+                let mut arguments = object(arguments);
+                if self.state.lock().unwrap().stub.is_some() && !arguments.contains_key("terminateDebuggee") {
+                    // Started here: ending the session ends the program.
+                    arguments.insert("terminateDebuggee".into(), Value::Bool(true));
+                    return Some(request(seq, "disconnect", Value::Object(arguments)));
+                }
+                Some(message)
+            }
+            _ => Some(message),
+        }
+    }
+
+    /// `launch`: starts the stub, and answers with lldb-dap's `attach` to it.
+    fn launch(&self, seq: i64, arguments: &Value) -> Result<Message, String> {
+        let mut arguments = object(arguments.clone());
+        let text = |key: &str| arguments.get(key).and_then(Value::as_str).map(str::to_string);
+        let cwd = text("cwd").map(PathBuf::from);
+        let run = match text("replay") {
+            Some(trace_json) => {
+                let trace_json = relative_to(cwd.as_deref(), Path::new(&trace_json));
+                if text("program").is_none() {
+                    let program = bundle_program(&trace_json)?;
+                    arguments.insert("program".into(), Value::String(program.to_string_lossy().into_owned()));
+                }
+                StubRun::Replay { trace_json }
+            }
+            None => {
+                let program = text("program").ok_or("launch needs `program` (or `replay`: a saved trace's trace.json)")?;
+                let mode = text("record").unwrap_or_else(|| "full".to_string());
+                if mode != "full" && mode != "branch" {
+                    return Err(format!("`record` is \"full\" or \"branch\", not {mode:?}"));
+                }
+                let args = match arguments.get("args") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Array(args)) => args.iter().map(|a| a.as_str().map(OsString::from).ok_or("`args` must be strings")).collect::<Result<_, _>>()?,
+                    Some(_) => return Err("`args` must be an array of strings".to_string()),
+                };
+                StubRun::Record { mode, program: relative_to(cwd.as_deref(), Path::new(&program)), args }
+            }
+        };
+        let environment = StubEnvironment { cwd, env: environment(arguments.get("env"))? };
+        let client = self.client_writer();
+        let stub = StubProcess::start(&self.config.stub, &run, &environment, move |line| {
+            if let Ok(mut out) = client.lock() {
+                let _ = write_message(&mut *out, &output_event(&line));
+            }
+        })
+        .map_err(|e| match e {
+            StubError::Refused(said) if said.is_empty() => "retrace-stub ended without saying why".to_string(),
+            StubError::Refused(said) => said,
+            e => e.to_string(),
+        })?;
+        for key in ["args", "env", "record", "replay", "launchCommands", "runInTerminal", "console", "disableASLR", "shellExpandArguments", "detachOnError"] {
+            arguments.remove(key);
+        }
+        arguments.insert("gdb-remote-port".into(), json!(stub.port));
+        arguments.insert("gdb-remote-hostname".into(), json!("127.0.0.1"));
+        self.remember_escape(&arguments);
+        self.load_shim(&mut arguments);
+        let mut state = self.state.lock().unwrap();
+        state.stub = Some(stub);
+        state.renamed.insert(seq, "launch".to_string());
+        Ok(request(seq, "attach", Value::Object(arguments)))
+    }
+
+    /// Puts `command script import SHIM` first in `initCommands`.
+    fn load_shim(&self, arguments: &mut Map<String, Value>) {
+        let import = Value::String(format!("command script import {}", quoted(&self.config.shim)));
+        match arguments.get_mut("initCommands") {
+            Some(Value::Array(commands)) => commands.insert(0, import),
+            _ => {
+                arguments.insert("initCommands".into(), Value::Array(vec![import]));
+            }
+        }
+    }
+
+    fn remember_escape(&self, arguments: &Map<String, Value>) {
+        if let Some(escape) = arguments.get("commandEscapePrefix").and_then(Value::as_str) {
+            self.state.lock().unwrap().escape = escape.to_string();
+        }
+    }
+
+    /// An `evaluate` of `retrace VERB --tid THREAD` standing for the
+    /// client's request `seq`.
+    fn shim_command(&self, seq: i64, command: &str, verb: &str, arguments: &Value) -> Message {
+        let mut state = self.state.lock().unwrap();
+        let mut line = format!("{}retrace {verb}", state.escape);
+        if let Some(thread) = arguments.get("threadId").and_then(Value::as_i64) {
+            line += &format!(" --tid {thread}");
+        }
+        let own = state.next_seq;
+        state.next_seq += 1;
+        state.pending.insert(own, Pending { request_seq: seq, command: command.to_string() });
+        tracing::debug!("{command} (request {seq}) as `{line}`");
+        request(own, "evaluate", json!({"expression": line, "context": "repl"}))
+    }
+
+    /// lldb-dap → client, until lldb-dap ends.
+    fn from_lldb_dap(&self, mut input: BufReader<std::process::ChildStdout>) -> Result<(), DapError> {
+        loop {
+            let message = match read_message(&mut input) {
+                Ok(Some(message)) => message,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(DapError::FromLldbDap(e)),
+            };
+            let message = self.from_lldb_dap_message(message);
+            self.to_client(&message);
+        }
+    }
+
+    fn from_lldb_dap_message(&self, message: Message) -> Message {
+        if message.kind() != Some("response") {
+            return message;
+        }
+        let request_seq = message.request_seq().unwrap_or(-1);
+        let mut state = self.state.lock().unwrap();
+        if let Some(pending) = state.pending.remove(&request_seq) {
+            return answer(&pending, &message);
+        }
+        let renamed = state.renamed.remove(&request_seq);
+        drop(state);
+        let Some(mut json) = message.json.clone() else { return message };
+        if let Some(command) = renamed {
+            json["command"] = Value::String(command);
+        } else if message.command() == Some("initialize") && json.get("success") == Some(&Value::Bool(true)) {
+            if !json.get("body").is_some_and(Value::is_object) {
+                json["body"] = json!({});
+            }
+            json["body"]["supportsStepBack"] = Value::Bool(true);
+        } else {
+            return message;
+        }
+        Message::new(json)
+    }
+
+    fn to_client(&self, message: &Message) {
+        let mut out = self.client.lock().unwrap();
+        if let Err(e) = write_message(&mut *out, message) {
+            tracing::debug!("writing to the client: {e}");
+        }
+    }
+
+    fn to_lldb_dap(&self, message: &Message) {
+        if let Some(input) = self.lldb_dap.lock().unwrap().as_mut() {
+            if let Err(e) = write_message(input, message) {
+                tracing::debug!("writing to lldb-dap: {e}");
+            }
+        }
+    }
+
+    /// The client's output, for another thread (the stub's log).
+    fn client_writer(&self) -> Arc<Mutex<Box<dyn Write + Send>>> {
+        Arc::clone(&self.client)
+    }
+}
+
+/// The client's answer to its request, from lldb-dap's answer to the
+/// `evaluate` standing for it.
+fn answer(pending: &Pending, evaluated: &Message) -> Message {
+    let json = evaluated.json.as_ref();
+    let success = json.and_then(|j| j.get("success")).and_then(Value::as_bool).unwrap_or(false);
+    if success {
+        return Message::new(json!({"seq": 0, "type": "response", "request_seq": pending.request_seq, "command": pending.command, "success": true}));
+    }
+    let reason = json
+        .and_then(|j| j.pointer("/body/error/format").or_else(|| j.get("message")))
+        .and_then(Value::as_str)
+        .unwrap_or("the shim's command failed")
+        .trim()
+        .to_string();
+    error_response(pending.request_seq, &pending.command, &reason)
+}
+
+fn request(seq: i64, command: &str, arguments: Value) -> Message {
+    Message::new(json!({"seq": seq, "type": "request", "command": command, "arguments": arguments}))
+}
+
+fn error_response(request_seq: i64, command: &str, reason: &str) -> Message {
+    Message::new(json!({
+        "seq": 0, "type": "response", "request_seq": request_seq, "command": command, "success": false, "message": reason,
+        "body": {"error": {"id": 1, "format": reason, "showUser": true}}
+    }))
+}
+
+fn output_event(text: &str) -> Message {
+    Message::new(json!({"seq": 0, "type": "event", "event": "output", "body": {"category": "console", "output": text}}))
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// `path` as LLDB's command line reads it: in double quotes.
+fn quoted(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn relative_to(cwd: Option<&Path>, path: &Path) -> PathBuf {
+    match cwd {
+        Some(cwd) if path.is_relative() => cwd.join(path),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// `env` as lldb-dap takes it: `{"K": "V"}` or `["K=V"]`.
+fn environment(env: Option<&Value>) -> Result<Vec<(OsString, OsString)>, String> {
+    let pair = |text: &str| match text.split_once('=') {
+        Some((k, v)) => Ok((OsString::from(k), OsString::from(v))),
+        None => Err(format!("`env` entry {text:?} is not NAME=VALUE")),
+    };
+    match env {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| v.as_str().map(|v| (OsString::from(k), OsString::from(v))).ok_or_else(|| format!("`env` value of {k} must be a string")))
+            .collect(),
+        Some(Value::Array(list)) => list.iter().map(|v| v.as_str().ok_or_else(|| "`env` entries must be strings".to_string()).and_then(pair)).collect(),
+        Some(_) => Err("`env` must be an object or an array of NAME=VALUE strings".to_string()),
+    }
+}
+
+/// The traced program of a saved trace: the first module of its first
+/// process (the bundle's copy if it has one, else the path it was traced at).
+fn bundle_program(trace_json: &Path) -> Result<PathBuf, String> {
+    let text = std::fs::read_to_string(trace_json).map_err(|e| format!("cannot read {}: {e}", trace_json.display()))?;
+    let bundle: Value = serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", trace_json.display()))?;
+    let module = bundle
+        .pointer("/processes/0/modules/0")
+        .ok_or_else(|| format!("{} lists no module to debug: give `program`", trace_json.display()))?;
+    let directory = trace_json.parent().unwrap_or(Path::new("."));
+    if let Some(file) = module.get("file").and_then(Value::as_str) {
+        let copy = directory.join(file);
+        if copy.exists() {
+            return Ok(copy);
+        }
+    }
+    module
+        .get("systemPath")
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+        .ok_or_else(|| format!("{}'s first module has no path: give `program`", trace_json.display()))
+}

@@ -1,0 +1,147 @@
+//! A `retrace-stub` started for one debug session: recording a program, or
+//! replaying a saved trace. It listens on a port the system picks; it dies
+//! with the adapter (and its program with it: the stub traces it with
+//! `PTRACE_O_EXITKILL`).
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// What the stub serves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StubRun {
+    /// `retrace-stub --record=MODE -- PROGRAM ARGS`.
+    Record { mode: String, program: PathBuf, args: Vec<OsString> },
+    /// `retrace-stub --replay TRACE_JSON`.
+    Replay { trace_json: PathBuf },
+}
+
+/// Where the program runs: its working directory and environment
+/// (added to the adapter's own).
+#[derive(Debug, Clone, Default)]
+pub struct StubEnvironment {
+    pub cwd: Option<PathBuf>,
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// Why a stub could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StubError {
+    #[error("cannot run {}: {source}", path.display())]
+    Spawn { path: PathBuf, source: std::io::Error },
+    #[error("retrace-stub did not start: {0}")]
+    Refused(String),
+}
+
+/// A running stub.
+#[derive(Debug)]
+pub struct StubProcess {
+    child: Child,
+    /// The port it listens on (loopback).
+    pub port: u16,
+}
+
+impl StubProcess {
+    /// Starts the stub and waits until it listens. The lines it writes
+    /// after that go to `log`, one at a time.
+    pub fn start(stub: &Path, run: &StubRun, environment: &StubEnvironment, log: impl FnMut(String) + Send + 'static) -> Result<StubProcess, StubError> {
+        let mut command = Command::new(stub);
+        command.arg("--listen").arg("127.0.0.1:0");
+        match run {
+            StubRun::Record { mode, program, args } => {
+                command.arg(format!("--record={mode}")).arg("--").arg(program).args(args);
+            }
+            StubRun::Replay { trace_json } => {
+                command.arg("--replay").arg(trace_json);
+            }
+        }
+        if let Some(cwd) = &environment.cwd {
+            command.current_dir(cwd);
+        }
+        command.envs(environment.env.iter().map(|(k, v)| (k, v)));
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|source| StubError::Spawn { path: stub.to_path_buf(), source })?;
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr is piped"));
+        let mut said = String::new();
+        let mut line = String::new();
+        let port = loop {
+            line.clear();
+            match stderr.read_line(&mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(StubError::Refused(said.trim().to_string()));
+                }
+                Ok(_) => {}
+            }
+            said.push_str(&line);
+            if let Some(port) = listening_port(&line) {
+                break port;
+            }
+        };
+        let mut log = log;
+        log(said);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while matches!(stderr.read_line(&mut line), Ok(n) if n > 0) {
+                log(std::mem::take(&mut line));
+            }
+        });
+        Ok(StubProcess { child, port })
+    }
+
+    /// Whether it has ended, waiting at most `patience` for it.
+    pub fn wait_for_end(&mut self, patience: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            if matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Ends it (and so its program) now.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for StubProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The port in the stub's `… listening on 127.0.0.1:PORT` line.
+fn listening_port(line: &str) -> Option<u16> {
+    let (_, address) = line.split_once("listening on ")?;
+    address.trim().rsplit_once(':')?.1.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_port_is_read_from_the_stubs_line() {
+        assert_eq!(listening_port("retrace-stub: process 4341 stopped at entry; listening on 127.0.0.1:35009\n"), Some(35009));
+        assert_eq!(listening_port("retrace-stub: replaying t/trace.json (12 instructions, at the end of history); listening on 127.0.0.1:7"), Some(7));
+        assert_eq!(listening_port("retrace-stub: recording (Full) for reverse execution"), None);
+    }
+}

@@ -1,0 +1,178 @@
+// retrace-dap driven as VS Code drives it (DebugClient of
+// @vscode/debugadapter-testsupport), on tests/programs/step_back.c.
+//
+// The truth is plain lldb-dap-22 running the same program forwards,
+// natively (lldb-server, no retrace): its stops at the program's entry and
+// at the breakpoint, and one loop iteration walked an instruction at a
+// time, each with the top frame's PC, line and locals. Every stop of
+// retrace-dap — forwards, after Step Back and after Reverse Continue — must
+// show what the forward run showed at the same point.
+"use strict";
+const assert = require("node:assert/strict");
+const { test } = require("node:test");
+const { execFileSync } = require("node:child_process");
+const { PROGRAM, markedLine, client, start, stopAfter, place } = require("./common.js");
+
+const CALL = markedLine("call");
+const ADD = markedLine("add");
+const TRACE_JSON = process.env.RETRACE_DAP_TRACE_JSON;
+
+/** Plain lldb-dap, forwards: entry, the breakpoint's hits for i = 0 and 1, then every instruction up to its hit for i = 2. */
+async function forwardRun() {
+  const { dc } = await client("lldb-dap");
+  try {
+    const first = await start(dc, "launch", { program: PROGRAM, stopOnEntry: true }, [CALL]);
+    const thread = first.threadId;
+    const entry = await place(dc, thread);
+    const hits = [];
+    for (let i = 0; i < 2; i++) {
+      const stopped = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
+      assert.equal(stopped.reason, "breakpoint");
+      hits.push(await place(dc, thread));
+    }
+    const walk = [hits[1]];
+    while (walk.length === 1 || walk[walk.length - 1].pc !== hits[1].pc) {
+      await stopAfter(dc, () => dc.nextRequest({ threadId: thread, granularity: "instruction" }));
+      walk.push(await place(dc, thread));
+      assert.ok(walk.length < 200, "one loop iteration is not 200 instructions");
+    }
+    return { entry, hits, walk };
+  } finally {
+    await dc.disconnectRequest({ terminateDebuggee: true });
+    dc.stopAdapter();
+  }
+}
+
+/** The forward run's record of the instruction at `pc` in the walk (the first one). */
+function at(walk, pc) {
+  const index = walk.findIndex((p) => p.pc === pc);
+  assert.ok(index >= 0, `0x${pc.toString(16)} is not in the forward walk`);
+  return index;
+}
+
+/** Same point: PC, function, line; and with `values`, the same locals. */
+function assertSamePlace(actual, expected, values, what) {
+  const view = (p) => ({ pc: `0x${p.pc.toString(16)}`, name: p.name, line: p.line, ...(values ? { variables: p.variables } : {}) });
+  assert.deepEqual(view(actual), view(expected), what);
+}
+
+/** No process of PROGRAM (the program, or a stub running it) within a few seconds. */
+async function assertNothingLeft() {
+  for (let tries = 0; ; tries++) {
+    let left = "";
+    try {
+      left = execFileSync("pgrep", ["-af", PROGRAM], { encoding: "utf8" });
+    } catch (e) {
+      if (e.status === 1) return; // pgrep: no match
+      throw e;
+    }
+    if (tries === 50) assert.fail(`processes left behind:\n${left}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+let truth;
+test("forward truth from plain lldb-dap-22", async () => {
+  truth = await forwardRun();
+  assert.equal(truth.hits[0].line, CALL);
+  assert.ok(truth.hits[1].variables.includes("i=1") && truth.hits[1].variables.includes("total=0"), `locals at the second hit: ${truth.hits[1].variables}`);
+  assert.ok(truth.walk.some((p) => p.line === ADD));
+  await assertNothingLeft();
+});
+
+test("launch under recording: breakpoints, next, stepBack, reverseContinue", async () => {
+  assert.ok(truth, "the forward truth ran");
+  const { dc, capabilities } = await client("retrace");
+  assert.equal(capabilities.supportsStepBack, true, "initialize announces Step Back");
+  try {
+    const first = await start(dc, "launch", { program: PROGRAM, record: "full" }, [CALL]);
+    assert.equal(first.reason, "breakpoint");
+    const thread = first.threadId;
+    assertSamePlace(await place(dc, thread), truth.hits[0], true, "first breakpoint hit");
+    let stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    assertSamePlace(await place(dc, thread), truth.hits[1], true, "second breakpoint hit");
+
+    // Forwards: next, next.
+    const nexts = [];
+    for (let n = 0; n < 2; n++) {
+      stop = await stopAfter(dc, () => dc.nextRequest({ threadId: thread }));
+      assert.equal(stop.reason, "step");
+      const here = await place(dc, thread);
+      assertSamePlace(here, truth.walk[at(truth.walk, here.pc)], true, `next ${n + 1}`);
+      nexts.push(here);
+    }
+    assert.equal(nexts[0].line, ADD);
+    assert.notEqual(nexts[1].line, ADD);
+
+    // Step Back (a line): where the first next stopped.
+    stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread }));
+    assert.equal(stop.reason, "step");
+    let here = await place(dc, thread);
+    assertSamePlace(here, nexts[0], true, "stepBack: the line before");
+    assertSamePlace(here, truth.walk[at(truth.walk, here.pc)], true, "stepBack against the forward run");
+
+    // Step Back (an instruction): the instruction executed before.
+    stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread, granularity: "instruction" }));
+    assert.equal(stop.reason, "step");
+    const previous = truth.walk[at(truth.walk, here.pc) - 1];
+    here = await place(dc, thread);
+    assertSamePlace(here, previous, true, "stepBack instruction: the previous instruction");
+
+    // Reverse Continue: the breakpoint's hit for i = 1, then for i = 0, then the start of the history.
+    stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    assertSamePlace(await place(dc, thread), truth.hits[1], true, "reverseContinue: hit for i = 1");
+    stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    assertSamePlace(await place(dc, thread), truth.hits[0], true, "reverseContinue: hit for i = 0");
+    stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "history boundary");
+    assertSamePlace(await place(dc, thread), truth.entry, true, "reverseContinue: the history's start is the program's entry");
+  } finally {
+    await dc.disconnectRequest({});
+  }
+  // The stub ends the program, then itself; retrace-dap ends with lldb-dap.
+  await assertNothingLeft();
+  dc.stopAdapter();
+});
+
+test("replay of a saved trace: breakpoints, reverseContinue, stepBack", { skip: !TRACE_JSON && "RETRACE_DAP_TRACE_JSON not set" }, async () => {
+  assert.ok(truth, "the forward truth ran");
+  const { dc } = await client("retrace");
+  try {
+    // At the end of the history; the configuration's continue stops there again.
+    const first = await start(dc, "launch", { replay: TRACE_JSON, program: PROGRAM }, [CALL]);
+    const thread = first.threadId;
+    // Back to the breakpoint's last hit (i = 2): the end of the walk.
+    let stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    const last = truth.walk[truth.walk.length - 1];
+    assertSamePlace(await place(dc, thread), last, false, "replay reverseContinue: hit for i = 2");
+    // Step Back a line: the start of the loop's increment line, as the forward run went.
+    stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread }));
+    assert.equal(stop.reason, "step");
+    let here = await place(dc, thread);
+    let lineStart = truth.walk.length - 2;
+    while (truth.walk[lineStart - 1].line === truth.walk[lineStart].line) lineStart--;
+    assertSamePlace(here, truth.walk[lineStart], false, "replay stepBack: the start of the line before");
+    // Step Back an instruction.
+    stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread, granularity: "instruction" }));
+    assert.equal(stop.reason, "step");
+    here = await place(dc, thread);
+    assertSamePlace(here, truth.walk[lineStart - 1], false, "replay stepBack instruction");
+    // The hits for i = 1 and 0, then the start.
+    for (const hit of [truth.hits[1], truth.hits[0]]) {
+      stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+      assert.equal(stop.reason, "breakpoint");
+      assertSamePlace(await place(dc, thread), hit, false, "replay reverseContinue");
+    }
+    stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "history boundary");
+    assertSamePlace(await place(dc, thread), truth.entry, false, "replay: the history's start");
+  } finally {
+    await dc.disconnectRequest({});
+  }
+  await assertNothingLeft();
+  dc.stopAdapter();
+});
