@@ -35,8 +35,9 @@ call in the caller.
 After `retrace reverse-continue` (as after `process continue -R`) LLDB's
 base direction is reverse: a plain `process continue` goes on backwards,
 and so do the continues inside `thread step-over` and `finish`; `process
-continue -F` runs forwards again. The other reverse commands leave the
-direction forward.
+continue -F` runs forwards again, and `retrace forward-direction` makes
+the direction forward without moving. The other reverse commands leave
+the direction forward.
 """
 
 import argparse
@@ -582,6 +583,44 @@ class ReverseContinue(Command):
         debugger.GetCommandInterpreter().HandleCommand("process continue -R", result)
 
 
+class ForwardDirection(Command):
+    """After `process continue -R` (and `retrace reverse-continue`) LLDB 22
+    keeps running backwards: a plain `process continue` goes on backwards,
+    and so do the continues inside `thread step-over` and `finish`. This
+    makes LLDB's direction forward again without moving the thread: it
+    resumes forwards to the very instruction it stands on (breakpoints
+    set aside meanwhile, so that LLDB does not step off one). retrace-dap
+    runs it before a forward step or continue that follows a reverse
+    continue."""
+
+    name, usage = "forward-direction", "forward-direction"
+    short = "Make LLDB run forwards again after a reverse continue, without moving."
+
+    def run(self, debugger, args, result):
+        if args:
+            raise RetraceError("takes no arguments; usage: retrace " + self.usage)
+        thread = selected_thread(debugger)
+        position = status(debugger)["position"]
+        where = "end" if position.get("present") or position.get("id") is None else "%d %d" % (position["id"], position["tid"])
+        target = debugger.GetSelectedTarget()
+        enabled = [b for b in target.breakpoint_iter() if b.IsEnabled()]
+        for breakpoint in enabled:
+            breakpoint.SetEnabled(False)
+        try:
+            monitor(debugger, "goto %s --hold" % where)
+            resumed = lldb.SBCommandReturnObject()
+            debugger.GetCommandInterpreter().HandleCommand("process continue -F", resumed)
+            if not resumed.Succeeded():
+                raise RetraceError((resumed.GetError() or "process continue -F failed").strip())
+        finally:
+            for breakpoint in enabled:
+                breakpoint.SetEnabled(True)
+        after = status(debugger)["position"]
+        if (after.get("id"), after.get("tid"), after.get("present")) != (position.get("id"), position.get("tid"), position.get("present")):
+            raise RetraceError("the thread moved from %s to %s" % (position, after))
+        result.AppendMessage("LLDB runs forwards again; thread %d stays at pc 0x%x" % (thread.GetThreadID(), thread.GetFrameAtIndex(0).GetPC()))
+
+
 class Goto(Command):
     """Moves to instruction ID of the selected thread (ids as `thread trace
     dump instructions` and `retrace where` number them), or to the
@@ -756,7 +795,7 @@ class DumpFunctionCalls(Command):
         result.Print(text)
 
 
-COMMANDS = [ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, Goto, Where, Load, DumpInstructions, DumpFunctionCalls]
+COMMANDS = [ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, ForwardDirection, Goto, Where, Load, DumpInstructions, DumpFunctionCalls]
 
 
 def __lldb_init_module(debugger, internal_dict):

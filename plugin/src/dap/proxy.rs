@@ -50,10 +50,11 @@ pub enum DapError {
 
 /// What a response from lldb-dap to a request of this adapter answers.
 #[derive(Debug)]
-struct Pending {
-    /// The client's request.
-    request_seq: i64,
-    command: String,
+enum Pending {
+    /// The client's request `request_seq`.
+    Answer { request_seq: i64, command: String },
+    /// Nothing the client asked: only a failure is shown (in its console).
+    Quiet { what: String },
 }
 
 /// The session's state, shared by the two directions.
@@ -77,6 +78,10 @@ struct State {
     escape: String,
     /// The stub this adapter started.
     stub: Option<StubProcess>,
+    /// LLDB's base direction is reverse (after a reverse continue): its
+    /// next continue, and the continues inside its steps, would run
+    /// backwards.
+    reversed: bool,
 }
 
 /// `seq` of this adapter's own requests to lldb-dap: far above any client's.
@@ -164,9 +169,33 @@ impl Session {
             }
             Some("stepBack") => {
                 let verb = if arguments.get("granularity").and_then(Value::as_str) == Some("instruction") { "reverse-stepi" } else { "reverse-next" };
+                // (It lands by a forward resume: the direction is forward after it.)
+                self.state.lock().unwrap().reversed = false;
                 Some(self.shim_command(seq, "stepBack", verb, &arguments))
             }
-            Some("reverseContinue") => Some(self.shim_command(seq, "reverseContinue", "reverse-continue", &arguments)),
+            Some("reverseContinue") => {
+                self.state.lock().unwrap().reversed = true;
+                Some(self.shim_command(seq, "reverseContinue", "reverse-continue", &arguments))
+            }
+            Some("continue" | "next" | "stepIn" | "stepOut") => {
+                if std::mem::take(&mut self.state.lock().unwrap().reversed) {
+                    // Forwards again first, then the request (lldb-dap
+                    // handles requests in order).
+                    let line = format!("{}retrace forward-direction", self.state.lock().unwrap().escape);
+                    self.to_lldb_dap(&self.own_request("evaluate", json!({"expression": line, "context": "repl"}), |_| Pending::Quiet { what: line.clone() }));
+                }
+                Some(message)
+            }
+            Some("evaluate") => {
+                // A reverse continue typed in the console.
+                let typed = arguments.get("expression").and_then(Value::as_str).unwrap_or("");
+                if ["continue -R", "continue --reverse", "reverse-continue"].iter().any(|c| typed.contains(c)) {
+                    self.state.lock().unwrap().reversed = true;
+                } else if typed.contains("continue -F") || typed.contains("continue --forward") {
+                    self.state.lock().unwrap().reversed = false;
+                }
+                Some(message)
+            }
             Some("disconnect") => {
                 let mut arguments = object(arguments);
                 if self.state.lock().unwrap().stub.is_some() && !arguments.contains_key("terminateDebuggee") {
@@ -253,16 +282,23 @@ impl Session {
     /// An `evaluate` of `retrace VERB --tid THREAD` standing for the
     /// client's request `seq`.
     fn shim_command(&self, seq: i64, command: &str, verb: &str, arguments: &Value) -> Message {
-        let mut state = self.state.lock().unwrap();
+        let state = self.state.lock().unwrap();
         let mut line = format!("{}retrace {verb}", state.escape);
         if let Some(thread) = arguments.get("threadId").and_then(Value::as_i64) {
             line += &format!(" --tid {thread}");
         }
+        drop(state);
+        tracing::debug!("{command} (request {seq}) as `{line}`");
+        self.own_request("evaluate", json!({"expression": line, "context": "repl"}), |_| Pending::Answer { request_seq: seq, command: command.to_string() })
+    }
+
+    /// A request of this adapter's own to lldb-dap, with what its response answers.
+    fn own_request(&self, command: &str, arguments: Value, pending: impl FnOnce(i64) -> Pending) -> Message {
+        let mut state = self.state.lock().unwrap();
         let own = state.next_seq;
         state.next_seq += 1;
-        state.pending.insert(own, Pending { request_seq: seq, command: command.to_string() });
-        tracing::debug!("{command} (request {seq}) as `{line}`");
-        request(own, "evaluate", json!({"expression": line, "context": "repl"}))
+        state.pending.insert(own, pending(own));
+        request(own, command, arguments)
     }
 
     /// lldb-dap → client, until lldb-dap ends.
@@ -273,23 +309,30 @@ impl Session {
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(DapError::FromLldbDap(e)),
             };
-            let message = self.from_lldb_dap_message(message);
-            self.to_client(&message);
+            if let Some(message) = self.from_lldb_dap_message(message) {
+                self.to_client(&message);
+            }
         }
     }
 
-    fn from_lldb_dap_message(&self, message: Message) -> Message {
+    /// What to pass to the client for a message of lldb-dap's (`None`: nothing).
+    fn from_lldb_dap_message(&self, message: Message) -> Option<Message> {
         if message.kind() != Some("response") {
-            return message;
+            return Some(message);
         }
         let request_seq = message.request_seq().unwrap_or(-1);
         let mut state = self.state.lock().unwrap();
-        if let Some(pending) = state.pending.remove(&request_seq) {
-            return answer(&pending, &message);
+        match state.pending.remove(&request_seq) {
+            Some(Pending::Answer { request_seq, command }) => return Some(answer(request_seq, &command, &message)),
+            Some(Pending::Quiet { what }) => {
+                let succeeded = message.json.as_ref().and_then(|j| j.get("success")).and_then(Value::as_bool) == Some(true);
+                return (!succeeded).then(|| output_event(&format!("retrace-dap: `{what}` failed: {}\n", failure(&message))));
+            }
+            None => {}
         }
         let renamed = state.renamed.remove(&request_seq);
         drop(state);
-        let Some(mut json) = message.json.clone() else { return message };
+        let Some(mut json) = message.json.clone() else { return Some(message) };
         if let Some(command) = renamed {
             json["command"] = Value::String(command);
         } else if message.command() == Some("initialize") && json.get("success") == Some(&Value::Bool(true)) {
@@ -298,9 +341,9 @@ impl Session {
             }
             json["body"]["supportsStepBack"] = Value::Bool(true);
         } else {
-            return message;
+            return Some(message);
         }
-        Message::new(json)
+        Some(Message::new(json))
     }
 
     fn to_client(&self, message: &Message) {
@@ -326,19 +369,24 @@ impl Session {
 
 /// The client's answer to its request, from lldb-dap's answer to the
 /// `evaluate` standing for it.
-fn answer(pending: &Pending, evaluated: &Message) -> Message {
-    let json = evaluated.json.as_ref();
-    let success = json.and_then(|j| j.get("success")).and_then(Value::as_bool).unwrap_or(false);
+fn answer(request_seq: i64, command: &str, evaluated: &Message) -> Message {
+    let success = evaluated.json.as_ref().and_then(|j| j.get("success")).and_then(Value::as_bool).unwrap_or(false);
     if success {
-        return Message::new(json!({"seq": 0, "type": "response", "request_seq": pending.request_seq, "command": pending.command, "success": true}));
+        return Message::new(json!({"seq": 0, "type": "response", "request_seq": request_seq, "command": command, "success": true}));
     }
-    let reason = json
+    error_response(request_seq, command, &failure(evaluated))
+}
+
+/// Why lldb-dap's `evaluate` failed, as it said.
+fn failure(evaluated: &Message) -> String {
+    evaluated
+        .json
+        .as_ref()
         .and_then(|j| j.pointer("/body/error/format").or_else(|| j.get("message")))
         .and_then(Value::as_str)
         .unwrap_or("the shim's command failed")
         .trim()
-        .to_string();
-    error_response(pending.request_seq, &pending.command, &reason)
+        .to_string()
 }
 
 fn request(seq: i64, command: &str, arguments: Value) -> Message {

@@ -129,6 +129,18 @@ test("launch under recording: breakpoints, next, stepBack, reverseContinue", asy
     stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
     assert.equal(stop.reason, "history boundary");
     assertSamePlace(await place(dc, thread), truth.entry, true, "reverseContinue: the history's start is the program's entry");
+
+    // Forwards again (LLDB would keep running backwards after a reverse
+    // continue; retrace-dap turns it forwards first): the hits for i = 0
+    // and 1, and the next line after the latter.
+    for (const hit of truth.hits) {
+      stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
+      assert.equal(stop.reason, "breakpoint");
+      assertSamePlace(await place(dc, thread), hit, true, "continue after reverse continues");
+    }
+    stop = await stopAfter(dc, () => dc.nextRequest({ threadId: thread }));
+    assert.equal(stop.reason, "step");
+    assertSamePlace(await place(dc, thread), nexts[0], true, "next after reverse continues");
   } finally {
     await dc.disconnectRequest({});
   }
