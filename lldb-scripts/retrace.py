@@ -479,7 +479,11 @@ class Command:
 
     def __call__(self, debugger, command, exe_ctx, result):
         try:
-            self.run(debugger, shlex.split(command), result)
+            try:
+                words = shlex.split(command)
+            except ValueError as error:  # an unclosed quote
+                raise RetraceError("cannot read the arguments: %s" % error)
+            self.run(debugger, words, result)
         except RetraceError as error:
             result.SetError("retrace %s: %s" % (self.name, error))
 

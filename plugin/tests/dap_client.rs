@@ -37,13 +37,16 @@ fn npm_packages() {
     *installed = true;
 }
 
-/// retrace-stub next to retrace-dap, where retrace-dap looks for it.
-fn build_stub() {
+/// retrace-stub, built (debug) into the target directory; its path.
+fn build_stub() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo).args(["build", "-p", "retrace-stub", "--bin", "retrace-stub"]).output().expect("run cargo");
     assert!(out.status.success(), "cargo build -p retrace-stub: {}", String::from_utf8_lossy(&out.stderr));
-    let stub = Path::new(env!("CARGO_BIN_EXE_retrace-dap")).with_file_name("retrace-stub");
+    // target/<profile>/retrace-dap → target/debug/retrace-stub
+    let target = Path::new(env!("CARGO_BIN_EXE_retrace-dap")).parent().and_then(Path::parent).unwrap();
+    let stub = target.join("debug").join("retrace-stub");
     assert!(stub.is_file(), "{} was not built", stub.display());
+    stub
 }
 
 #[test]
@@ -55,12 +58,13 @@ fn step_back_through_retrace_dap_as_vs_code_drives_it() {
     let _ = std::fs::remove_dir_all(&dir);
     let program = build("step_back", &dir, &["-O0"]);
     let trace_json = record_bundle(&program, &[], StepMode::Step, &dir.join("bundle"));
-    build_stub();
+    let stub = build_stub();
     npm_packages();
     let out = Command::new("node")
-        .args(["--test", "test/dap.test.js"])
+        .args(["--test", "--test-reporter=tap", "test/dap.test.js"])
         .current_dir(extension_dir())
         .env("RETRACE_DAP", env!("CARGO_BIN_EXE_retrace-dap"))
+        .env("RETRACE_STUB", stub)
         .env("RETRACE_LLDB_DAP", which("lldb-dap-22").unwrap())
         .env("RETRACE_DAP_PROGRAM", &program)
         .env("RETRACE_DAP_SOURCE", programs_dir().join("step_back.c"))
@@ -70,8 +74,8 @@ fn step_back_through_retrace_dap_as_vs_code_drives_it() {
     let report = String::from_utf8_lossy(&out.stdout);
     println!("{report}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the DAP client test failed (report above)");
-    // All three cases ran (none skipped).
-    assert!(report.contains("# pass 3") && report.contains("# skipped 0"), "expected 3 passing cases: {report}");
+    // All four cases ran (none skipped).
+    assert!(report.contains("# pass 4") && report.contains("# skipped 0"), "expected 4 passing cases: {report}");
 }
 
 #[test]

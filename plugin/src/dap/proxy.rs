@@ -21,7 +21,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 
 use serde_json::{json, Map, Value};
 
@@ -63,6 +63,35 @@ struct Session {
     client: Arc<Mutex<Box<dyn Write + Send>>>,
     lldb_dap: Mutex<Option<std::process::ChildStdin>>,
     state: Mutex<State>,
+    spawner: Spawner,
+}
+
+/// Runs jobs (starting the stub) on one thread that lives as long as the
+/// adapter: a child's `PR_SET_PDEATHSIG` fires when the thread that forked
+/// it ends, and the client's thread ends before the session does.
+struct Spawner {
+    jobs: Mutex<mpsc::Sender<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Spawner {
+    fn new() -> Spawner {
+        let (jobs, queue) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        std::thread::spawn(move || queue.into_iter().for_each(|job| job()));
+        Spawner { jobs: Mutex::new(jobs) }
+    }
+
+    /// `job`'s result, run on the spawner's thread.
+    fn run<T: Send + 'static>(&self, job: impl FnOnce() -> T + Send + 'static) -> T {
+        let (result, answer) = mpsc::channel();
+        self.jobs
+            .lock()
+            .unwrap()
+            .send(Box::new(move || {
+                let _ = result.send(job());
+            }))
+            .expect("the spawner thread lives as long as the session");
+        answer.recv().expect("the spawner thread answers every job")
+    }
 }
 
 #[derive(Default)]
@@ -107,14 +136,21 @@ pub fn serve(config: AdapterConfig, input: Box<dyn BufRead + Send>, output: Box<
         client: Arc::new(Mutex::new(output)),
         lldb_dap: Mutex::new(lldb_dap.stdin.take()),
         state: Mutex::new(State { next_seq: FIRST_OWN_SEQ, escape: "`".to_string(), ..State::default() }),
+        spawner: Spawner::new(),
     });
     {
         let session = Arc::clone(&session);
         std::thread::spawn(move || session.from_client(input));
     }
     let ended = session.from_lldb_dap(from_lldb_dap);
+    if ended.is_err() {
+        // lldb-dap's output is unreadable: end it (its input may still be open).
+        session.lldb_dap.lock().unwrap().take();
+        let _ = lldb_dap.kill();
+    }
     let _ = lldb_dap.wait();
-    if let Some(mut stub) = session.state.lock().unwrap().stub.take() {
+    let stub = session.state.lock().unwrap().stub.take();
+    if let Some(mut stub) = stub {
         // After lldb-dap's `k` the stub ends by itself; otherwise end it.
         if !stub.wait_for_end(std::time::Duration::from_secs(2)) {
             tracing::debug!("the stub outlived lldb-dap: killing it");
@@ -138,7 +174,7 @@ impl Session {
                 Ok(None) => break,
                 Err(e) => {
                     tracing::warn!("reading the client's messages: {e}");
-                    self.to_client(&output_event(&format!("retrace-dap: a message from the client could not be read ({e}); the session ends\n")));
+                    self.to_client(&output_event("console", &format!("retrace-dap: a message from the client could not be read ({e}); the session ends\n")));
                     break;
                 }
             }
@@ -169,8 +205,6 @@ impl Session {
             }
             Some("stepBack") => {
                 let verb = if arguments.get("granularity").and_then(Value::as_str) == Some("instruction") { "reverse-stepi" } else { "reverse-next" };
-                // (It lands by a forward resume: the direction is forward after it.)
-                self.state.lock().unwrap().reversed = false;
                 Some(self.shim_command(seq, "stepBack", verb, &arguments))
             }
             Some("reverseContinue") => {
@@ -189,9 +223,10 @@ impl Session {
             Some("evaluate") => {
                 // A reverse continue typed in the console.
                 let typed = arguments.get("expression").and_then(Value::as_str).unwrap_or("");
-                if ["continue -R", "continue --reverse", "reverse-continue"].iter().any(|c| typed.contains(c)) {
+                let words: Vec<&str> = typed.split_whitespace().collect();
+                if words.iter().any(|w| *w == "-R" || *w == "--reverse" || *w == "reverse-continue") {
                     self.state.lock().unwrap().reversed = true;
-                } else if typed.contains("continue -F") || typed.contains("continue --forward") {
+                } else if words.iter().any(|w| *w == "-F" || *w == "--forward" || *w == "forward-direction") {
                     self.state.lock().unwrap().reversed = false;
                 }
                 Some(message)
@@ -212,19 +247,24 @@ impl Session {
     /// `launch`: starts the stub, and answers with lldb-dap's `attach` to it.
     fn launch(&self, seq: i64, arguments: &Value) -> Result<Message, String> {
         let mut arguments = object(arguments.clone());
-        let text = |key: &str| arguments.get(key).and_then(Value::as_str).map(str::to_string);
+        let given = arguments.clone();
+        let text = |key: &str| given.get(key).and_then(Value::as_str).map(str::to_string);
         let cwd = text("cwd").map(PathBuf::from);
         let run = match text("replay") {
             Some(trace_json) => {
                 let trace_json = relative_to(cwd.as_deref(), Path::new(&trace_json));
-                if text("program").is_none() {
-                    let program = bundle_program(&trace_json)?;
-                    arguments.insert("program".into(), Value::String(program.to_string_lossy().into_owned()));
-                }
+                let program = match text("program") {
+                    Some(program) => relative_to(cwd.as_deref(), Path::new(&program)),
+                    None => bundle_program(&trace_json)?,
+                };
+                arguments.insert("program".into(), Value::String(program.to_string_lossy().into_owned()));
                 StubRun::Replay { trace_json }
             }
             None => {
                 let program = text("program").ok_or("launch needs `program` (or `replay`: a saved trace's trace.json)")?;
+                let program = relative_to(cwd.as_deref(), Path::new(&program));
+                // lldb-dap reads it for the symbols: the same file.
+                arguments.insert("program".into(), Value::String(program.to_string_lossy().into_owned()));
                 let mode = text("record").unwrap_or_else(|| "full".to_string());
                 if mode != "full" && mode != "branch" {
                     return Err(format!("`record` is \"full\" or \"branch\", not {mode:?}"));
@@ -234,21 +274,26 @@ impl Session {
                     Some(Value::Array(args)) => args.iter().map(|a| a.as_str().map(OsString::from).ok_or("`args` must be strings")).collect::<Result<_, _>>()?,
                     Some(_) => return Err("`args` must be an array of strings".to_string()),
                 };
-                StubRun::Record { mode, program: relative_to(cwd.as_deref(), Path::new(&program)), args }
+                StubRun::Record { mode, program, args }
             }
         };
         let environment = StubEnvironment { cwd, env: environment(arguments.get("env"))? };
         let client = self.client_writer();
-        let stub = StubProcess::start(&self.config.stub, &run, &environment, move |line| {
-            if let Ok(mut out) = client.lock() {
-                let _ = write_message(&mut *out, &output_event(&line));
-            }
-        })
-        .map_err(|e| match e {
-            StubError::Refused(said) if said.is_empty() => "retrace-stub ended without saying why".to_string(),
-            StubError::Refused(said) => said,
-            e => e.to_string(),
-        })?;
+        let stub_path = self.config.stub.clone();
+        let stub = self
+            .spawner
+            .run(move || {
+                StubProcess::start(&stub_path, &run, &environment, move |category, text| {
+                    if let Ok(mut out) = client.lock() {
+                        let _ = write_message(&mut *out, &output_event(category, &text));
+                    }
+                })
+            })
+            .map_err(|e| match e {
+                StubError::Refused(said) if said.is_empty() => "retrace-stub ended without saying why".to_string(),
+                StubError::Refused(said) => said,
+                e => e.to_string(),
+            })?;
         for key in ["args", "env", "record", "replay", "launchCommands", "runInTerminal", "console", "disableASLR", "shellExpandArguments", "detachOnError"] {
             arguments.remove(key);
         }
@@ -323,10 +368,17 @@ impl Session {
         let request_seq = message.request_seq().unwrap_or(-1);
         let mut state = self.state.lock().unwrap();
         match state.pending.remove(&request_seq) {
-            Some(Pending::Answer { request_seq, command }) => return Some(answer(request_seq, &command, &message)),
+            Some(Pending::Answer { request_seq, command }) => {
+                let answered = answer(request_seq, &command, &message);
+                if command == "stepBack" && answered.json.as_ref().and_then(|j| j.get("success")) == Some(&Value::Bool(true)) {
+                    // It lands by a forward resume: the direction is forward after it.
+                    state.reversed = false;
+                }
+                return Some(answered);
+            }
             Some(Pending::Quiet { what }) => {
                 let succeeded = message.json.as_ref().and_then(|j| j.get("success")).and_then(Value::as_bool) == Some(true);
-                return (!succeeded).then(|| output_event(&format!("retrace-dap: `{what}` failed: {}\n", failure(&message))));
+                return (!succeeded).then(|| output_event("console", &format!("retrace-dap: `{what}` failed: {}\n", failure(&message))));
             }
             None => {}
         }
@@ -340,6 +392,9 @@ impl Session {
                 json["body"] = json!({});
             }
             json["body"]["supportsStepBack"] = Value::Bool(true);
+            // lldb-dap cannot restart an attach (every session is one to
+            // it); the client then restarts by disconnect and a new launch.
+            json["body"]["supportsRestartRequest"] = Value::Bool(false);
         } else {
             return Some(message);
         }
@@ -400,8 +455,8 @@ fn error_response(request_seq: i64, command: &str, reason: &str) -> Message {
     }))
 }
 
-fn output_event(text: &str) -> Message {
-    Message::new(json!({"seq": 0, "type": "event", "event": "output", "body": {"category": "console", "output": text}}))
+fn output_event(category: &str, text: &str) -> Message {
+    Message::new(json!({"seq": 0, "type": "event", "event": "output", "body": {"category": category, "output": text}}))
 }
 
 fn object(value: Value) -> Map<String, Value> {

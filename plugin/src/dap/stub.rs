@@ -44,9 +44,19 @@ pub struct StubProcess {
 }
 
 impl StubProcess {
-    /// Starts the stub and waits until it listens. The lines it writes
-    /// after that go to `log`, one at a time.
-    pub fn start(stub: &Path, run: &StubRun, environment: &StubEnvironment, log: impl FnMut(String) + Send + 'static) -> Result<StubProcess, StubError> {
+    /// Starts the stub and waits until it listens. What it and its program
+    /// write after that goes to `output`, as (category, text): `console`
+    /// for the stub's own lines, `stdout` and `stderr` for the program's.
+    ///
+    /// The stub gets SIGKILL when the thread calling this ends (a child's
+    /// `PR_SET_PDEATHSIG` follows the thread that forked it): call it from
+    /// a thread that lives as long as the session.
+    pub fn start(
+        stub: &Path,
+        run: &StubRun,
+        environment: &StubEnvironment,
+        output: impl Fn(&'static str, String) + Send + Sync + 'static,
+    ) -> Result<StubProcess, StubError> {
         let mut command = Command::new(stub);
         command.arg("--listen").arg("127.0.0.1:0");
         match run {
@@ -61,7 +71,7 @@ impl StubProcess {
             command.current_dir(cwd);
         }
         command.envs(environment.env.iter().map(|(k, v)| (k, v)));
-        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
             command.pre_exec(|| {
@@ -90,12 +100,21 @@ impl StubProcess {
                 break port;
             }
         };
-        let mut log = log;
-        log(said);
+        let output = std::sync::Arc::new(output);
+        output("console", said);
+        let stderr_output = std::sync::Arc::clone(&output);
         std::thread::spawn(move || {
             let mut line = String::new();
             while matches!(stderr.read_line(&mut line), Ok(n) if n > 0) {
-                log(std::mem::take(&mut line));
+                let category = if line.starts_with("retrace-stub:") { "console" } else { "stderr" };
+                stderr_output(category, std::mem::take(&mut line));
+            }
+        });
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut stdout, &mut chunk) {
+                output("stdout", String::from_utf8_lossy(&chunk[..n]).into_owned());
             }
         });
         Ok(StubProcess { child, port })

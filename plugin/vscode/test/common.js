@@ -43,7 +43,8 @@ async function client(kind) {
 async function start(dc, request, args, lines) {
   const initialized = dc.waitForEvent("initialized");
   const started = request === "launch" ? dc.launchRequest(args) : dc.attachRequest(args);
-  await initialized;
+  // (A refused launch rejects `started` before any `initialized`.)
+  await Promise.race([initialized, started.then(() => initialized)]);
   const set = await dc.setBreakpointsRequest({ source: { path: SOURCE }, breakpoints: lines.map((line) => ({ line })) });
   for (const breakpoint of set.body.breakpoints) {
     if (!breakpoint.verified) throw new Error(`breakpoint not verified: ${JSON.stringify(breakpoint)}`);

@@ -10,7 +10,7 @@
 "use strict";
 const assert = require("node:assert/strict");
 const { test } = require("node:test");
-const { execFileSync } = require("node:child_process");
+const { execFileSync, spawn } = require("node:child_process");
 const { PROGRAM, markedLine, client, start, stopAfter, place } = require("./common.js");
 
 const CALL = markedLine("call");
@@ -36,9 +36,9 @@ async function forwardRun() {
       walk.push(await place(dc, thread));
       assert.ok(walk.length < 200, "one loop iteration is not 200 instructions");
     }
+    await dc.disconnectRequest({ terminateDebuggee: true });
     return { entry, hits, walk };
   } finally {
-    await dc.disconnectRequest({ terminateDebuggee: true });
     dc.stopAdapter();
   }
 }
@@ -56,12 +56,12 @@ function assertSamePlace(actual, expected, values, what) {
   assert.deepEqual(view(actual), view(expected), what);
 }
 
-/** No process of PROGRAM (the program, or a stub running it) within a few seconds. */
-async function assertNothingLeft() {
+/** No process whose command line names `path` (the program, or a stub running or replaying it) within a few seconds. */
+async function assertNothingLeft(path = PROGRAM) {
   for (let tries = 0; ; tries++) {
     let left = "";
     try {
-      left = execFileSync("pgrep", ["-af", PROGRAM], { encoding: "utf8" });
+      left = execFileSync("pgrep", ["-af", path], { encoding: "utf8" });
     } catch (e) {
       if (e.status === 1) return; // pgrep: no match
       throw e;
@@ -141,12 +141,43 @@ test("launch under recording: breakpoints, next, stepBack, reverseContinue", asy
     stop = await stopAfter(dc, () => dc.nextRequest({ threadId: thread }));
     assert.equal(stop.reason, "step");
     assertSamePlace(await place(dc, thread), nexts[0], true, "next after reverse continues");
-  } finally {
     await dc.disconnectRequest({});
+    // The stub ends the program, then itself.
+    await assertNothingLeft();
+  } finally {
+    dc.stopAdapter();
   }
-  // The stub ends the program, then itself; retrace-dap ends with lldb-dap.
-  await assertNothingLeft();
-  dc.stopAdapter();
+});
+
+test("attach to a retrace-stub started by hand: breakpoint, next, stepBack", { skip: !process.env.RETRACE_STUB && "RETRACE_STUB not set" }, async () => {
+  assert.ok(truth, "the forward truth ran");
+  const stub = spawn(process.env.RETRACE_STUB, ["--record", "--listen", "127.0.0.1:0", "--", PROGRAM], { stdio: ["ignore", "ignore", "pipe"] });
+  const { dc } = await client("retrace");
+  try {
+    const port = await new Promise((resolve, reject) => {
+      let said = "";
+      stub.stderr.on("data", (data) => {
+        said += data;
+        const listening = /listening on [^\s]*:(\d+)/.exec(said);
+        if (listening) resolve(Number(listening[1]));
+      });
+      stub.on("exit", () => reject(new Error(`retrace-stub ended: ${said}`)));
+    });
+    const first = await start(dc, "attach", { program: PROGRAM, "gdb-remote-port": port }, [CALL]);
+    assert.equal(first.reason, "breakpoint");
+    const thread = first.threadId;
+    assertSamePlace(await place(dc, thread), truth.hits[0], true, "attach: first breakpoint hit");
+    await stopAfter(dc, () => dc.nextRequest({ threadId: thread }));
+    const stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread }));
+    // Landing on the breakpoint's address, LLDB reports the breakpoint (as GDB does).
+    assert.equal(stop.reason, "breakpoint");
+    assertSamePlace(await place(dc, thread), truth.hits[0], true, "attach: stepBack to the breakpoint's line");
+    await dc.disconnectRequest({ terminateDebuggee: true });
+    await assertNothingLeft();
+  } finally {
+    dc.stopAdapter();
+    stub.kill("SIGKILL");
+  }
 });
 
 test("replay of a saved trace: breakpoints, reverseContinue, stepBack", { skip: !TRACE_JSON && "RETRACE_DAP_TRACE_JSON not set" }, async () => {
@@ -182,9 +213,10 @@ test("replay of a saved trace: breakpoints, reverseContinue, stepBack", { skip: 
     stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
     assert.equal(stop.reason, "history boundary");
     assertSamePlace(await place(dc, thread), truth.entry, false, "replay: the history's start");
-  } finally {
     await dc.disconnectRequest({});
+    await assertNothingLeft(PROGRAM);
+    await assertNothingLeft(TRACE_JSON);
+  } finally {
+    dc.stopAdapter();
   }
-  await assertNothingLeft();
-  dc.stopAdapter();
 });
