@@ -51,8 +51,13 @@ import shlex
 
 import lldb
 
-# Lines `monitor history` gives per request.
+# Lines `monitor history` gives per request: few at first (a reverse step
+# mostly needs few), more for each further request.
+HISTORY_FIRST_BATCH = 64
 HISTORY_BATCH = 4096
+
+# Code.line_ranges's answers, by (process, function, line).
+LINE_RANGES = {}
 
 
 class RetraceError(Exception):
@@ -95,20 +100,27 @@ class Step:
         self.id, self.pc, self.depth = id, pc, depth
 
 
-def history(debugger, tid, before=None):
+def history(debugger, tid, before=None, within=()):
     """Thread `tid`'s instructions before instruction `before` (default: the
-    position) in that frame, newest first, fetched as they are read."""
+    position) in that frame, newest first, fetched as they are read. With
+    `within` (address ranges), the run of the frame's instructions inside
+    them just before `before` comes as its earliest instruction only (the
+    stub passes over it: a long loop on one line is one answer)."""
+    batch = HISTORY_FIRST_BATCH
     while True:
-        command = "history %d --max %d" % (tid, HISTORY_BATCH)
+        command = "history %d --max %d" % (tid, batch)
         if before is not None:
             command += " --before %d" % before
+        if within:
+            command += " --within " + ",".join("%x-%x" % r for r in within)
+            within = ()
         lines = monitor(debugger, command).splitlines()
         steps = []
         for line in lines[1:]:
             fields = line.split()
             if len(fields) == 3:
                 steps.append(Step(int(fields[0]), int(fields[1], 16), int(fields[2])))
-        if len(steps) < HISTORY_BATCH or steps[-1].depth < 0:
+        if len(steps) < batch or steps[-1].depth < 0:
             for step in steps:
                 yield step
             return
@@ -118,6 +130,7 @@ def history(debugger, tid, before=None):
         for step in steps[: oldest + 1]:
             yield step
         before = steps[oldest].id
+        batch = HISTORY_BATCH
 
 
 class Code:
@@ -144,6 +157,36 @@ class Code:
                     inlined = inlined.GetParent().GetContainingInlinedBlock()
             self.lines[pc] = line
         return self.lines[pc]
+
+    def line_ranges(self, pc):
+        """The address ranges of the function at `pc` whose rows are the
+        line of `pc` (the line table's own rows: inlined code not
+        included), merged; empty if unknown."""
+        line = self.line(pc)
+        span = self.function(pc)
+        if line is None or span is None:
+            return []
+        key = (self.target.GetProcess().GetUniqueID(), span, line)
+        if key not in LINE_RANGES:
+            unit = self.target.ResolveLoadAddress(pc).GetCompileUnit()
+            spec = lldb.SBFileSpec(line[0], False)
+            rows = []
+            index = unit.FindLineEntryIndex(0, line[1], spec, True) if unit.IsValid() else lldb.UINT32_MAX
+            while index != lldb.UINT32_MAX:
+                entry = unit.GetLineEntryAtIndex(index)
+                start = entry.GetStartAddress().GetLoadAddress(self.target)
+                end = entry.GetEndAddress().GetLoadAddress(self.target)
+                if span[0] <= start < end <= span[1]:
+                    rows.append((start, end))
+                index = unit.FindLineEntryIndex(index + 1, line[1], spec, True)
+            merged = []
+            for start, end in sorted(rows):
+                if merged and start <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+                else:
+                    merged.append((start, end))
+            LINE_RANGES[key] = merged
+        return LINE_RANGES[key]
 
     def in_prologue(self, pc):
         """Whether `pc` lies in its function's prologue (where LLDB's
@@ -207,6 +250,16 @@ class Walk:
         """The frame's history before `before`."""
         return iter(history(self.debugger, self.tid, before))
 
+    def run_steps(self, step, steps):
+        """The frame's history before `step`, which starts a run of its
+        line going back (`steps`: the history being read, at `step`).
+        Stepping over callees, the stub passes over the run (callees
+        included) itself; stepping into them, each callee's return is
+        needed, and `steps` goes on."""
+        if self.enter_callees:
+            return steps
+        return iter(history(self.debugger, self.tid, step.id, self.code.line_ranges(step.pc)))
+
     def steps_into(self, pc):
         """Whether `thread step-in` would stop in the function at `pc`: it
         has lines and neither its library nor its name is to be avoided."""
@@ -266,7 +319,7 @@ class Walk:
                     line = self.code.line(step.pc)
                     if line is None:
                         raise Landing(step.id)
-                    self.run_start(self.steps(before=step.id), line, step.id, step)
+                    self.run_start(self.run_steps(step, self.steps(before=step.id)), line, step.id, step)
                 newest = step
                 if function is not None and self.code.function(step.pc) != function:
                     # At the frame's depth but outside its function: a
@@ -277,7 +330,7 @@ class Walk:
                     # (Stepping into a function stops after its prologue:
                     # before it, the call is next.)
                     continue
-                self.run_start(steps, here, step.id, step)
+                self.run_start(self.run_steps(step, steps), here, step.id, step)
         except Landing as landing:
             return landing.id
         return None

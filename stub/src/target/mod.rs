@@ -71,7 +71,7 @@ pub(crate) fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8
 }
 
 /// A `monitor` command of a target with a history (`--record`, `--replay`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HistoryCommand {
     /// `record status [--json]`.
     Status {
@@ -97,6 +97,11 @@ pub enum HistoryCommand {
         before: Option<u64>,
         /// At most this many lines.
         max: usize,
+        /// `--within START-END[,START-END…]` (hex): the run of the frame's
+        /// instructions inside these ranges just before the point is listed
+        /// as its earliest instruction only
+        /// ([`state_log::StateLog::frame_history`]).
+        within: Vec<std::ops::Range<u64>>,
     },
 }
 
@@ -165,7 +170,7 @@ impl HistoryCommand {
             }
             ["history", rest @ ..] => Self::parse_history(rest),
             _ => Err(format!(
-                "unknown monitor command `{command}`; try `record status [--json]`, `goto begin|end|ID [TID] [--hold]` or `history [TID] [--before ID] [--max N]`"
+                "unknown monitor command `{command}`; try `record status [--json]`, `goto begin|end|ID [TID] [--hold]` or `history [TID] [--before ID] [--max N] [--within RANGES]`"
             )),
         }
     }
@@ -173,8 +178,8 @@ impl HistoryCommand {
 
 impl HistoryCommand {
     fn parse_history(args: &[&str]) -> Result<Self, String> {
-        const USAGE: &str = "usage: history [TID] [--before ID] [--max N]";
-        let (mut tid, mut before, mut max) = (None, None, HISTORY_LINES);
+        const USAGE: &str = "usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]]";
+        let (mut tid, mut before, mut max, mut within) = (None, None, HISTORY_LINES, Vec::new());
         let mut args = args.iter();
         while let Some(&arg) = args.next() {
             let mut number = |what: &str| -> Result<u64, String> {
@@ -184,12 +189,28 @@ impl HistoryCommand {
             match arg {
                 "--before" => before = Some(number("an instruction id")?),
                 "--max" => max = usize::try_from(number("a line count")?).unwrap_or(usize::MAX),
+                "--within" => within = parse_ranges(args.next().ok_or_else(|| format!("--within needs address ranges; {USAGE}"))?)?,
                 _ if tid.is_none() && !arg.starts_with('-') => tid = Some(arg.parse::<u64>().map_err(|_| format!("`{arg}` is not a thread id; {USAGE}"))?),
                 _ => return Err(USAGE.into()),
             }
         }
-        Ok(HistoryCommand::History { tid, before, max })
+        Ok(HistoryCommand::History { tid, before, max, within })
     }
+}
+
+/// `START-END[,START-END…]` in hex (`0x` optional): address ranges, END excluded.
+fn parse_ranges(text: &str) -> Result<Vec<std::ops::Range<u64>>, String> {
+    let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| format!("`{t}` is not a hex address"));
+    text.split(',')
+        .map(|range| {
+            let (start, end) = range.split_once('-').ok_or_else(|| format!("`{range}` is not START-END"))?;
+            let (start, end) = (hex(start)?, hex(end)?);
+            if start >= end {
+                return Err(format!("`{range}` is empty"));
+            }
+            Ok(start..end)
+        })
+        .collect()
 }
 
 impl GotoTarget {
@@ -489,11 +510,17 @@ mod tests {
         let mut once = Some(Armed { position: 3, hold: false });
         assert_eq!((Armed::take(&mut once, true), once), (Some(3), None), "a step uses up an arming not held");
         assert_eq!(Armed::take(&mut once, false), None);
-        assert_eq!(HistoryCommand::parse("history"), Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES }));
-        assert_eq!(HistoryCommand::parse("history 4242 --before 17 --max 3"), Ok(HistoryCommand::History { tid: Some(4242), before: Some(17), max: 3 }));
-        assert_eq!(HistoryCommand::parse("history --max"), Err("--max needs a line count; usage: history [TID] [--before ID] [--max N]".into()));
+        assert_eq!(HistoryCommand::parse("history"), Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES, within: vec![] }));
+        assert_eq!(HistoryCommand::parse("history 4242 --before 17 --max 3"), Ok(HistoryCommand::History { tid: Some(4242), before: Some(17), max: 3, within: vec![] }));
+        assert_eq!(
+            HistoryCommand::parse("history --within 0x10-0x20,30-38"),
+            Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES, within: vec![0x10..0x20, 0x30..0x38] })
+        );
+        assert_eq!(HistoryCommand::parse("history --within 20-10"), Err("`20-10` is empty".into()));
+        assert_eq!(HistoryCommand::parse("history --within x-1"), Err("`x` is not a hex address".into()));
+        assert_eq!(HistoryCommand::parse("history --max"), Err("--max needs a line count; usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]]".into()));
         assert_eq!(HistoryCommand::parse("history --before x"), Err("`x` is not an instruction id".into()));
-        assert_eq!(HistoryCommand::parse("history 1 2"), Err("usage: history [TID] [--before ID] [--max N]".into()));
+        assert_eq!(HistoryCommand::parse("history 1 2"), Err("usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]]".into()));
         assert!(HistoryCommand::parse("reverse").unwrap_err().starts_with("unknown monitor command `reverse`"));
     }
 }

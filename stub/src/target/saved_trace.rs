@@ -497,7 +497,8 @@ impl SavedTrace {
         match HistoryCommand::parse(command)? {
             HistoryCommand::Status { json } => Ok(self.status(json)),
             HistoryCommand::Goto { target, hold } => self.goto(target, hold),
-            HistoryCommand::History { tid, before, max } => self.history(tid, before, max),
+            // (`--within` only shortens the answer: a saved trace lists every step.)
+            HistoryCommand::History { tid, before, max, .. } => self.history(tid, before, max),
         }
     }
 }

@@ -25,7 +25,22 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 use crate::arch::{register_size, Regs, REGISTER_COUNT};
-use crate::target::frames::Executed;
+use crate::target::frames::{Executed, Flow, FrameStep};
+
+/// A thread's steps per [`FrameBlock`].
+const FRAME_BLOCK: usize = 4096;
+
+/// What [`FRAME_BLOCK`] consecutive steps of a thread ran at: their
+/// lowest and highest call depth and address, so that a walk back through
+/// the history can pass over a whole block of a callee, or of a run of one
+/// source line, at once.
+#[derive(Debug, Clone, Copy)]
+struct FrameBlock {
+    min_depth: i32,
+    max_depth: i32,
+    min_pc: u64,
+    max_pc: u64,
+}
 
 /// How often (in a thread's own steps) its registers are copied whole.
 pub const CHECKPOINT_EVERY: usize = 64;
@@ -56,6 +71,16 @@ struct ThreadSteps {
     handler_entries: Vec<usize>,
     /// Its next step is a signal handler's first instruction.
     entering_handler: bool,
+    /// The call depth each step ran at (its first step's is 0): one more
+    /// after a `call` and at a signal handler's first instruction, one less
+    /// after a `ret`.
+    depths: Vec<i32>,
+    /// How each step moved between frames.
+    flows: Vec<Flow>,
+    /// The depth of its next step.
+    depth_next: i32,
+    /// Summaries of its steps, [`FRAME_BLOCK`] at a time.
+    blocks: Vec<FrameBlock>,
 }
 
 /// Bytes a step overwrote, before it did.
@@ -141,7 +166,7 @@ impl StateLog {
     /// Records a step of `tid`: its registers `before` and `after` it ran,
     /// what it overwrote (in order), and the mappings after it if it
     /// changed them.
-    pub fn push(&mut self, tid: u64, before: &Regs, after: &Regs, overwritten: Vec<Overwritten>, mappings: Option<Vec<Range<u64>>>) {
+    pub fn push(&mut self, tid: u64, before: &Regs, after: &Regs, overwritten: Vec<Overwritten>, mappings: Option<Vec<Range<u64>>>, flow: Flow) {
         let position = self.steps.len() as u64;
         let step = Step { tid, pc: before.rip, registers: self.register_bytes.len(), memory: self.memory_bytes.len() };
         let thread = self.threads.entry(tid).or_default();
@@ -152,8 +177,26 @@ impl StateLog {
         }
         if std::mem::take(&mut thread.entering_handler) {
             thread.handler_entries.push(index);
+            thread.depth_next += 1;
         }
         thread.positions.push(position);
+        let depth = thread.depth_next;
+        thread.depths.push(depth);
+        thread.flows.push(flow);
+        thread.depth_next += match flow {
+            Flow::Call => 1,
+            Flow::Return => -1,
+            Flow::Other => 0,
+        };
+        let pc = before.rip;
+        if index % FRAME_BLOCK == 0 {
+            thread.blocks.push(FrameBlock { min_depth: depth, max_depth: depth, min_pc: pc, max_pc: pc });
+        } else if let Some(block) = thread.blocks.last_mut() {
+            block.min_depth = block.min_depth.min(depth);
+            block.max_depth = block.max_depth.max(depth);
+            block.min_pc = block.min_pc.min(pc);
+            block.max_pc = block.max_pc.max(pc);
+        }
         for n in 0..REGISTER_COUNT {
             let new = after.register_bytes(n).expect("every register");
             if before.register_bytes(n).expect("every register") != new {
@@ -330,6 +373,93 @@ impl StateLog {
         thread.positions.get(thread.positions.partition_point(|&p| p < position)).copied()
     }
 
+    /// Thread `tid`'s history seen from its step `before` (its count of
+    /// steps: the present): what [`crate::target::frames::frame_history`]
+    /// lists from the same steps, found through the depth index instead of
+    /// walking callees step by step.
+    ///
+    /// With `within`, the run of steps of the starting frame at addresses
+    /// inside those ranges that ends just before `before` (one source
+    /// line's code, say), callees included, is listed as its earliest step
+    /// only — what a reverse `next` needs to pass over a long loop on one
+    /// line in one answer.
+    pub fn frame_history(&self, tid: u64, before: u64, max: usize, within: &[Range<u64>]) -> Vec<FrameStep> {
+        let Some(thread) = self.threads.get(&tid) else { return Vec::new() };
+        let count = thread.positions.len();
+        let before = usize::try_from(before).unwrap_or(usize::MAX).min(count);
+        let frame = if before == count { thread.depth_next } else { thread.depths[before] };
+        let pc = |i: usize| self.steps[thread.positions[i] as usize].pc;
+        let inside = |pc: u64| within.iter().any(|r| r.contains(&pc));
+        let step = |i: usize| FrameStep { id: i as u64, pc: pc(i), depth: thread.depths[i] - frame };
+        let mut listed = Vec::new();
+        // In the run `within` passes over, and its earliest step so far.
+        let mut in_run = !within.is_empty();
+        let mut run_start = None;
+        let mut i = before;
+        while i > 0 && listed.len() < max {
+            if in_run && i % FRAME_BLOCK == 0 {
+                // A whole block of the run: the frame's depth throughout, its
+                // addresses inside one of the ranges.
+                let block = thread.blocks[i / FRAME_BLOCK - 1];
+                if block.min_depth == frame && block.max_depth == frame && within.iter().any(|r| r.contains(&block.min_pc) && r.contains(&block.max_pc)) {
+                    i -= FRAME_BLOCK;
+                    run_start = Some(step(i));
+                    continue;
+                }
+            }
+            i -= 1;
+            let here = step(i);
+            if here.depth == 1 && thread.flows[i] == Flow::Return {
+                // A callee's return: listed (not within a run), then the
+                // callee is passed over, back to the instruction that
+                // entered it.
+                if !in_run {
+                    listed.push(here);
+                }
+                i = self.after_step_at_depth(thread, i, frame);
+                continue;
+            }
+            if here.depth > 0 {
+                continue;
+            }
+            if in_run {
+                if here.depth == 0 && inside(here.pc) {
+                    run_start = Some(here);
+                    continue;
+                }
+                in_run = false;
+                listed.extend(run_start.take());
+                if listed.len() >= max {
+                    break;
+                }
+            }
+            listed.push(here);
+            if here.depth < 0 {
+                break;
+            }
+        }
+        if listed.len() < max {
+            listed.extend(run_start);
+        }
+        listed
+    }
+
+    /// One past the latest of `thread`'s steps before `i` that ran at
+    /// depth `frame` or shallower (0 if none).
+    fn after_step_at_depth(&self, thread: &ThreadSteps, mut i: usize, frame: i32) -> usize {
+        while i > 0 {
+            if i % FRAME_BLOCK == 0 && thread.blocks[i / FRAME_BLOCK - 1].min_depth > frame {
+                i -= FRAME_BLOCK;
+                continue;
+            }
+            if thread.depths[i - 1] <= frame {
+                return i;
+            }
+            i -= 1;
+        }
+        0
+    }
+
     /// Drops everything (the program exec'd: a new history begins).
     pub fn restart(&mut self, mappings: Vec<Range<u64>>) {
         *self = StateLog::new(mappings);
@@ -366,7 +496,7 @@ mod tests {
             if i == 150 {
                 rax = 1000;
             }
-            log.push(7, &regs(0x100 + i, rax), &regs(0x101 + i, rax + 1), vec![], None);
+            log.push(7, &regs(0x100 + i, rax), &regs(0x101 + i, rax + 1), vec![], None, Flow::Other);
             rax += 1;
         }
         assert_eq!(log.registers_at(7, 0), Some(regs(0x100, 0)));
@@ -381,9 +511,9 @@ mod tests {
     #[test]
     fn a_threads_registers_between_and_before_its_steps() {
         let mut log = StateLog::new(vec![]);
-        log.push(1, &regs(0x10, 0), &regs(0x11, 0), vec![], None);
-        log.push(2, &regs(0x20, 5), &regs(0x21, 6), vec![], None);
-        log.push(1, &regs(0x11, 0), &regs(0x12, 0), vec![], None);
+        log.push(1, &regs(0x10, 0), &regs(0x11, 0), vec![], None, Flow::Other);
+        log.push(2, &regs(0x20, 5), &regs(0x21, 6), vec![], None, Flow::Other);
+        log.push(1, &regs(0x11, 0), &regs(0x12, 0), vec![], None, Flow::Other);
         assert_eq!(log.registers_at(2, 0), Some(regs(0x20, 5)), "before its first step: where that step starts");
         assert_eq!(log.registers_at(2, 1), Some(regs(0x20, 5)));
         assert_eq!(log.registers_at(2, 2), Some(regs(0x21, 6)), "between its steps: after its last");
@@ -399,12 +529,12 @@ mod tests {
         let mut log = StateLog::new(vec![0x1000..0x3000]);
         let r = regs(0, 0);
         // Step 0 writes 1..=4 at 0x1ffe (across the page boundary).
-        log.push(1, &r, &r, vec![Overwritten { address: 0x1ffe, old: memory[0xffe..0x1002].to_vec() }], None);
+        log.push(1, &r, &r, vec![Overwritten { address: 0x1ffe, old: memory[0xffe..0x1002].to_vec() }], None, Flow::Other);
         memory[0xffe..0x1002].copy_from_slice(&[1, 2, 3, 4]);
         // The debugger writes 9 at 0x1fff, then step 1 writes 7 at 0x1fff.
         log.overwritten_outside(Overwritten { address: 0x1fff, old: vec![memory[0xfff]] });
         memory[0xfff] = 9;
-        log.push(1, &r, &r, vec![Overwritten { address: 0x1fff, old: vec![memory[0xfff]] }], None);
+        log.push(1, &r, &r, vec![Overwritten { address: 0x1fff, old: vec![memory[0xfff]] }], None, Flow::Other);
         memory[0xfff] = 7;
         let read = |position: u64| {
             let mut buf = [0xee; 4];
@@ -422,14 +552,14 @@ mod tests {
         let mut log = StateLog::new(vec![0x1000..0x2000]);
         let r = regs(0, 0);
         // Step 0 maps 0x2000..0x3000 (the "process" grows).
-        log.push(1, &r, &r, vec![], Some(vec![0x1000..0x3000]));
+        log.push(1, &r, &r, vec![], Some(vec![0x1000..0x3000]), Flow::Other);
         memory.extend(vec![6u8; 0x1000]);
         let mut buf = [0u8; 2];
         assert_eq!(log.read_at(0, 0x2000, &mut buf, &mut reader(&memory)), 0, "not mapped before step 0");
         assert_eq!(log.read_at(1, 0x2000, &mut buf, &mut reader(&memory)), 2);
         assert_eq!(buf, [6, 6]);
         // Step 1 unmaps the first page: its bytes are saved.
-        log.push(1, &r, &r, vec![Overwritten { address: 0x1000, old: memory[..0x1000].to_vec() }], Some(vec![0x2000..0x3000]));
+        log.push(1, &r, &r, vec![Overwritten { address: 0x1000, old: memory[..0x1000].to_vec() }], Some(vec![0x2000..0x3000]), Flow::Other);
         let present = &memory[0x1000..];
         let mut now = |address: u64, buf: &mut [u8]| {
             let Some(offset) = address.checked_sub(0x2000).map(|o| o as usize).filter(|&o| o < present.len()) else { return 0 };
@@ -440,5 +570,92 @@ mod tests {
         assert_eq!(log.read_at(1, 0x1ffe, &mut buf, &mut now), 2, "mapped at 1, unmapped now: the saved bytes");
         assert_eq!(buf, [5, 5]);
         assert_eq!(log.read_at(2, 0x1ffe, &mut buf, &mut now), 0, "unmapped at 2");
+    }
+
+    /// A made-up thread: a loop in one frame's code (0x1000..0x1010) with
+    /// long stretches of it, calls (at 0x10) into callees (0x5000..) that
+    /// call deeper and return (at 0x20), and signal handlers (0x9000..)
+    /// returning to a restorer at the frame's depth.
+    fn made_up_thread(seed: u64, steps: usize) -> StateLog {
+        let mut log = StateLog::new(vec![]);
+        let mut state = seed;
+        let mut random = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let mut depth = 0;
+        for _ in 0..steps {
+            let pc = match random(100) {
+                0..=2 => 0x10,
+                3..=5 if depth > 0 => 0x20,
+                6 if depth > 0 => {
+                    log.entering_handler(1);
+                    0x9000
+                }
+                _ if depth == 0 && random(2) == 0 => 0x1000 + random(16),
+                _ if depth == 0 => 0x3000 + random(16),
+                _ => 0x5000 + random(256),
+            };
+            let flow = match pc {
+                0x10 => Flow::Call,
+                0x20 => Flow::Return,
+                _ => Flow::Other,
+            };
+            let r = regs(pc, 0);
+            log.push(1, &r, &r, vec![], None, flow);
+            depth = (depth + i32::from(flow == Flow::Call) - i32::from(flow == Flow::Return)).max(0);
+            if random(5000) == 0 {
+                // A long stretch of the loop's code.
+                for k in 0..9000 {
+                    let r = regs(0x1000 + k % 16, 0);
+                    log.push(1, &r, &r, vec![], None, Flow::Other);
+                }
+            }
+        }
+        log
+    }
+
+    /// The indexed frame history lists what the step-by-step walk lists,
+    /// and `within` collapses the run it names to its earliest step.
+    #[test]
+    fn the_indexed_frame_history_lists_what_the_walk_lists() {
+        use crate::target::frames::frame_history;
+        for seed in [0x9e3779b97f4a7c15u64, 0x2545f4914f6cdd1d, 0x5851f42d4c957f2d] {
+            let log = made_up_thread(seed, 30_000);
+            let kind = |pc: u64| match pc {
+                0x10 => Flow::Call,
+                0x20 => Flow::Return,
+                _ => Flow::Other,
+            };
+            let count = log.steps_of_thread_before(1, log.len());
+            let within = [0x1000..0x1010];
+            for before in (0..=count).step_by(997).chain([count]) {
+                for max in [usize::MAX, 3] {
+                    let walked = frame_history(log.executed_before(1, before), kind, max);
+                    assert_eq!(log.frame_history(1, before, max, &[]), walked, "seed {seed} before {before} max {max}");
+                    // The run within 0x1000..0x1010 (callees passed over) as its earliest step.
+                    let mut collapsed = Vec::new();
+                    let mut in_run = true;
+                    let mut run_start = None;
+                    for step in frame_history(log.executed_before(1, before), kind, usize::MAX) {
+                        if in_run && step.depth == 1 {
+                            continue;
+                        }
+                        if in_run && step.depth == 0 && within[0].contains(&step.pc) {
+                            run_start = Some(step);
+                            continue;
+                        }
+                        in_run = false;
+                        collapsed.extend(run_start.take());
+                        collapsed.push(step);
+                    }
+                    collapsed.extend(run_start);
+                    collapsed.truncate(max);
+                    assert_eq!(log.frame_history(1, before, max, &within), collapsed, "within: seed {seed} before {before} max {max}");
+                }
+            }
+        }
     }
 }

@@ -38,7 +38,7 @@ use retrace_collector::{emulate, process};
 
 use super::{read_all_registers, tid_of, ProcessTarget};
 use crate::arch::Regs;
-use crate::target::frames::{flows_by_address, frame_history, history_text};
+use crate::target::frames::{history_text, Flow};
 use crate::target::state_log::{Overwritten, StateLog};
 use crate::target::{Armed, GotoTarget, HistoryCommand, StopReason, ARMED_STOP_NOTE};
 
@@ -89,6 +89,8 @@ struct Prepared {
     repeats: bool,
     /// A `syscall` instruction.
     system_call: bool,
+    /// How the instruction moves between frames.
+    flow: Flow,
     /// The resume delivers a signal to a handler: the first stop is the
     /// handler's entry, not an executed instruction.
     entering_handler: bool,
@@ -105,12 +107,14 @@ pub struct FullRecording {
     /// A `monitor goto` waiting for the next resume.
     armed: Option<Armed>,
     info: InstructionInfoFactory,
+    /// Instruction kinds by address.
+    flows: HashMap<u64, Flow>,
 }
 
 impl FullRecording {
     /// An empty recording of `pid` as it is now.
     pub fn new(pid: Pid, mode: RecordMode) -> Self {
-        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, armed: None, info: InstructionInfoFactory::new() }
+        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, armed: None, info: InstructionInfoFactory::new(), flows: HashMap::new() }
     }
 }
 
@@ -200,7 +204,8 @@ impl ProcessTarget {
         full.prepared.remove(&tid);
         let mode = full.mode;
         let entering_handler = signal.is_some_and(|signal| process::has_handler(self.pid, tid, signal));
-        let nothing_written = |before: Regs| Prepared { before, overwritten: vec![], snapshot: None, repeats: false, system_call: false, entering_handler };
+        let nothing_written =
+            |before: Regs| Prepared { before, overwritten: vec![], snapshot: None, repeats: false, system_call: false, flow: Flow::Other, entering_handler };
         let prepared = if mode == RecordMode::Branch {
             let Some(rip) = super::recording::rip(tid) else { return };
             nothing_written(Regs::only_pc(rip))
@@ -215,6 +220,20 @@ impl ProcessTarget {
                 nothing_written(before)
             } else {
                 self.instruction_writes(before, entering_handler)
+            }
+        };
+        let mut prepared = prepared;
+        // Each address's kind is read once (the history's frame index needs
+        // it for every step).
+        let pc = prepared.before.rip;
+        prepared.flow = match self.full.as_ref().and_then(|full| full.flows.get(&pc)) {
+            Some(&flow) => flow,
+            None => {
+                let mut code = [0u8; 15];
+                let n = self.program_memory(pc, &mut code);
+                let flow = Flow::of(&code[..n], pc);
+                self.full.as_mut().expect("recording").flows.insert(pc, flow);
+                flow
             }
         };
         self.full.as_mut().expect("recording").prepared.insert(tid, prepared);
@@ -245,7 +264,7 @@ impl ProcessTarget {
         }
         let snapshot = if whole_memory { snapshot(self.pid) } else { None };
         let repeats = insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix();
-        Prepared { before, overwritten, snapshot, repeats, system_call, entering_handler }
+        Prepared { before, overwritten, snapshot, repeats, system_call, flow: Flow::Other, entering_handler }
     }
 
     /// Thread `tid` finished a step: it goes into the history, and its
@@ -299,7 +318,7 @@ impl ProcessTarget {
                 mappings = Some(now);
             }
         }
-        full.log.push(tid.as_raw() as u64, &prepared.before, &after, overwritten, mappings);
+        full.log.push(tid.as_raw() as u64, &prepared.before, &after, overwritten, mappings, prepared.flow);
         self.prepare_step(tid, None);
     }
 
@@ -583,13 +602,12 @@ impl ProcessTarget {
     }
 
     /// `monitor history [TID] [--before ID] [--max N]`.
-    fn record_history(&self, tid: Option<u64>, before: Option<u64>, max: usize) -> String {
+    fn record_history(&self, tid: Option<u64>, before: Option<u64>, max: usize, within: &[Range<u64>]) -> String {
         let full = self.full.as_ref().expect("recording");
         let position = full.position.unwrap_or(full.log.len());
         let tid = tid.unwrap_or_else(|| self.thread_at(position));
         let id = before.unwrap_or_else(|| full.log.steps_of_thread_before(tid, position));
-        let flow = flows_by_address(|pc, code| self.program_memory(pc, code));
-        let steps = frame_history(full.log.executed_before(tid, id), flow, max);
+        let steps = full.log.frame_history(tid, id, max, within);
         history_text(tid, id, &steps)
     }
 
@@ -601,7 +619,7 @@ impl ProcessTarget {
         match HistoryCommand::parse(command)? {
             HistoryCommand::Status { json } => Ok(self.record_status(json)),
             HistoryCommand::Goto { target, hold } => self.record_goto(target, hold),
-            HistoryCommand::History { tid, before, max } => Ok(self.record_history(tid, before, max)),
+            HistoryCommand::History { tid, before, max, within } => Ok(self.record_history(tid, before, max, &within)),
         }
     }
 }
