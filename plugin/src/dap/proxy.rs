@@ -18,14 +18,13 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 
 use serde_json::{json, Map, Value};
 
-use super::stub::{StubEnvironment, StubError, StubProcess, StubRun};
+use super::stub::{dies_with_parent, StubEnvironment, StubError, StubProcess, StubRun};
 use super::wire::{read_message, write_message, Message, WireError};
 
 /// What the adapter runs.
@@ -120,15 +119,8 @@ const FIRST_OWN_SEQ: i64 = 1 << 40;
 pub fn serve(config: AdapterConfig, input: Box<dyn BufRead + Send>, output: Box<dyn Write + Send>) -> Result<(), DapError> {
     let mut command = Command::new(&config.lldb_dap);
     command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // (Started from the thread that serves to the end.)
+    dies_with_parent(&mut command, libc::SIGTERM);
     let mut lldb_dap = command.spawn().map_err(|source| DapError::LldbDap { path: config.lldb_dap.clone(), source })?;
     let from_lldb_dap = BufReader::new(lldb_dap.stdout.take().expect("stdout is piped"));
     let session = Arc::new(Session {

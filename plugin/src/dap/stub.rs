@@ -72,15 +72,7 @@ impl StubProcess {
         }
         command.envs(environment.env.iter().map(|(k, v)| (k, v)));
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        dies_with_parent(&mut command, libc::SIGKILL);
         let mut child = command.spawn().map_err(|source| StubError::Spawn { path: stub.to_path_buf(), source })?;
         let mut stderr = BufReader::new(child.stderr.take().expect("stderr is piped"));
         let mut said = String::new();
@@ -144,6 +136,20 @@ impl StubProcess {
 impl Drop for StubProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Makes the child `command` starts get `signal` when the thread that
+/// starts it ends (`PR_SET_PDEATHSIG`).
+pub fn dies_with_parent(command: &mut Command, signal: libc::c_int) {
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 
