@@ -68,14 +68,17 @@ command("process continue")
 recording = time.perf_counter() - begin
 command("breakpoint delete -f")
 instructions = json.loads(command("retrace where --json").strip().splitlines()[-1])["instructions"]
+# The history's size as the stub counts it (state log, indexes included).
+record = next(json.loads(l) for l in command("process plugin packet monitor record status --json").splitlines() if l.startswith("{"))
 over_call = timed("retrace reverse-next")
 assert line() == lines["call"], "reverse-next from the end lands on line %d, not %d" % (line(), lines["call"])
 over_loop = timed("retrace reverse-next")
 assert line() == lines["loop"], "reverse-next over the loop lands on line %d, not %d" % (line(), lines["loop"])
 next_ms = min(forward)
 print("recorded %d instructions to the end in %.1f s" % (instructions, recording))
+print("history: %d bytes, %.1f per instruction" % (record["bytes"], record["bytes"] / record["instructions"]))
 print("forward next (live, one loop line)       %7.1f ms (best of %d)" % (next_ms, len(forward)))
 print("reverse-next over spin(LOOP) (a call)    %7.1f ms  ratio %.1f" % (over_call, over_call / next_ms))
 print("reverse-next over the one-line loop      %7.1f ms  ratio %.1f (target <= 2)" % (over_loop, over_loop / next_ms))
-print(json.dumps({"next_ms": next_ms, "over_call_ms": over_call, "over_loop_ms": over_loop, "instructions": instructions}))
+print(json.dumps({"next_ms": next_ms, "over_call_ms": over_call, "over_loop_ms": over_loop, "instructions": instructions, "history_bytes": record["bytes"]}))
 command("process kill")

@@ -13,7 +13,9 @@
 //! * **Memory** is kept backwards, as an undo log: the bytes a step
 //!   overwrote, before it did. The byte at `address` at position `p` is the
 //!   old value saved by the first step at or after `p` that wrote it, or,
-//!   if no later step did, what the process holds now.
+//!   if no later step did, what the process holds now. That first step is
+//!   found through an index of the writes by 8-byte word (an instruction's)
+//!   or by page (longer ones), not by walking the steps.
 //! * **Mappings** are kept as they were at the start and after every step
 //!   that changed them: an address not mapped at a position cannot be read
 //!   there, even if it is mapped now.
@@ -46,6 +48,20 @@ struct FrameBlock {
 pub const CHECKPOINT_EVERY: usize = 64;
 
 const PAGE: u64 = 4096;
+
+/// Writes of at most this many bytes (what one instruction stores, but
+/// for the widest vector stores) are indexed by the 8-byte words they
+/// touch; longer ones (a system call's, a signal frame, the debugger's
+/// big writes) by page.
+const SMALL_WRITE: usize = 16;
+
+/// The steps that overwrote bytes of one 8-byte word with a small write,
+/// grouped by which of its bytes they wrote (bit `i`: the byte at offset
+/// `i`), each group's steps ascending. A variable is written the same way
+/// every time, so a word has one or two groups; the first step at or
+/// after a position that wrote a byte is then a binary search per group,
+/// however often the word's other bytes were written.
+type WordWrites = Vec<(u8, Vec<u64>)>;
 
 /// One executed instruction.
 #[derive(Debug, Clone, Copy)]
@@ -92,6 +108,13 @@ pub struct Overwritten {
     pub old: Vec<u8>,
 }
 
+/// The bits of word `word`'s bytes that `from..to` covers.
+fn byte_mask(word: u64, from: u64, to: u64) -> u8 {
+    let lo = from.max(word * 8) - word * 8;
+    let hi = to.min(word * 8 + 8) - word * 8;
+    (lo..hi).fold(0, |mask, bit| mask | 1 << bit)
+}
+
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct StateLog {
@@ -100,8 +123,11 @@ pub struct StateLog {
     register_bytes: Vec<u8>,
     /// Per step: `[address: u64][length: u32][old bytes…]`.
     memory_bytes: Vec<u8>,
-    /// Page → the steps that wrote in it, ascending.
-    pages: HashMap<u64, Vec<u64>>,
+    /// Word (address / 8) → the steps that wrote in it, small writes only.
+    words: HashMap<u64, WordWrites>,
+    /// Page → the steps that wrote more than [`SMALL_WRITE`] bytes at once
+    /// in it, ascending.
+    bulk_pages: HashMap<u64, Vec<u64>>,
     threads: BTreeMap<u64, ThreadSteps>,
     initial_mappings: Vec<Range<u64>>,
     /// (step, mappings in force after it), ascending.
@@ -130,8 +156,9 @@ impl StateLog {
     /// Bytes the history takes, roughly.
     pub fn bytes(&self) -> usize {
         let checkpoints: usize = self.threads.values().map(|t| t.checkpoints.len() * std::mem::size_of::<(usize, Regs)>() + t.positions.len() * 8).sum();
-        let pages: usize = self.pages.values().map(|v| v.len() * 8 + 32).sum();
-        self.steps.len() * std::mem::size_of::<Step>() + self.register_bytes.len() + self.memory_bytes.len() + checkpoints + pages
+        let pages: usize = self.bulk_pages.values().map(|v| v.len() * 8 + 32).sum();
+        let words: usize = self.words.values().map(|groups| 40 + groups.iter().map(|(_, steps)| 32 + steps.len() * 8).sum::<usize>()).sum();
+        self.steps.len() * std::mem::size_of::<Step>() + self.register_bytes.len() + self.memory_bytes.len() + checkpoints + pages + words
     }
 
     /// The thread and instruction address of step `position`.
@@ -209,12 +236,23 @@ impl StateLog {
             if write.old.is_empty() {
                 continue;
             }
-            let first = write.address / PAGE;
-            let last = (write.address + write.old.len() as u64 - 1) / PAGE;
-            for page in first..=last {
-                let steps = self.pages.entry(page).or_default();
-                if steps.last() != Some(&position) {
-                    steps.push(position);
+            let end = write.address + write.old.len() as u64;
+            if write.old.len() <= SMALL_WRITE {
+                for word in write.address / 8..=(end - 1) / 8 {
+                    let mask = byte_mask(word, write.address, end);
+                    let groups = self.words.entry(word).or_default();
+                    match groups.iter_mut().find(|(m, _)| *m == mask) {
+                        Some((_, steps)) if steps.last() == Some(&position) => {}
+                        Some((_, steps)) => steps.push(position),
+                        None => groups.push((mask, vec![position])),
+                    }
+                }
+            } else {
+                for page in write.address / PAGE..=(end - 1) / PAGE {
+                    let steps = self.bulk_pages.entry(page).or_default();
+                    if steps.last() != Some(&position) {
+                        steps.push(position);
+                    }
                 }
             }
             self.memory_bytes.extend_from_slice(&write.address.to_le_bytes());
@@ -302,30 +340,47 @@ impl StateLog {
         let mut restored = vec![false; len];
         if len > 0 {
             let end = address + len as u64;
-            let mut steps: Vec<u64> = Vec::new();
-            for page in address / PAGE..=(end - 1) / PAGE {
-                if let Some(list) = self.pages.get(&page) {
-                    let from = list.partition_point(|&s| s < position);
-                    steps.extend_from_slice(&list[from..]);
+            // Per byte, the first step at or after `position` that
+            // overwrote it: it saved the byte as it was at `position`.
+            let mut first = vec![u64::MAX; len];
+            let mut earliest = |first: &mut [u64], from: u64, to: u64, step: u64| {
+                for a in from.max(address)..to.min(end) {
+                    let i = (a - address) as usize;
+                    first[i] = first[i].min(step);
+                }
+            };
+            for word in address / 8..=(end - 1) / 8 {
+                for (mask, steps) in self.words.get(&word).map_or(&[][..], |groups| &groups[..]) {
+                    let Some(&step) = steps.get(steps.partition_point(|&s| s < position)) else { continue };
+                    for bit in (0..8).filter(|bit| mask & (1 << bit) != 0) {
+                        earliest(&mut first, word * 8 + bit, word * 8 + bit + 1, step);
+                    }
                 }
             }
+            for page in address / PAGE..=(end - 1) / PAGE {
+                let Some(list) = self.bulk_pages.get(&page) else { continue };
+                for &step in &list[list.partition_point(|&s| s < position)..] {
+                    // Later steps cannot be any byte's first once every byte has one before.
+                    if first.iter().all(|&f| f <= step) {
+                        break;
+                    }
+                    for (at, old) in self.overwritten_by(step).filter(|(_, old)| old.len() > SMALL_WRITE) {
+                        earliest(&mut first, at, at + old.len() as u64, step);
+                    }
+                }
+            }
+            let mut steps: Vec<u64> = first.iter().copied().filter(|&s| s != u64::MAX).collect();
             steps.sort_unstable();
             steps.dedup();
-            let mut left = len;
-            'steps: for step in steps {
+            for step in steps {
+                // Within a step, its first write of a byte saved the byte before it.
                 for (at, old) in self.overwritten_by(step) {
-                    let lo = at.max(address);
-                    let hi = (at + old.len() as u64).min(end);
-                    for a in lo..hi {
+                    for a in at.max(address)..(at + old.len() as u64).min(end) {
                         let i = (a - address) as usize;
-                        if !restored[i] {
+                        if first[i] == step && !restored[i] {
                             restored[i] = true;
                             buf[i] = old[(a - at) as usize];
-                            left -= 1;
                         }
-                    }
-                    if left == 0 {
-                        break 'steps;
                     }
                 }
             }
@@ -544,6 +599,58 @@ mod tests {
         assert_eq!(read(0), (4, [0, 0, 0, 0]));
         assert_eq!(read(1), (4, [1, 2, 3, 4]), "before step 1 and before the debugger's write");
         assert_eq!(read(2), (4, [1, 7, 3, 4]), "the present");
+    }
+
+    /// Random small, wide and bulk writes (and the debugger's) over two
+    /// pages, mostly near their boundary: every read at every position
+    /// equals a copy of the memory taken before that step.
+    #[test]
+    fn reads_at_every_position_equal_copies_of_the_memory_taken_then() {
+        let mut state = 0x9e3779b97f4a7c15u64;
+        let mut random = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let mut memory: Vec<u8> = (0..0x2000u32).map(|i| (i * 7) as u8).collect();
+        let mut log = StateLog::new(vec![0x1000..0x3000]);
+        let mut copies = Vec::new();
+        let r = regs(0, 0);
+        for step in 0..600u64 {
+            copies.push(memory.clone());
+            let mut write = |memory: &mut Vec<u8>, random: &mut dyn FnMut(u64) -> u64| {
+                let len = match random(10) {
+                    0 => 17 + random(300),
+                    1 => 9 + random(8),
+                    _ => [1, 2, 4, 8][random(4) as usize],
+                };
+                let near = random(3) != 0;
+                let offset = if near { 0xfc0 + random(0x80) } else { random(0x2000 - len) };
+                let offset = offset.min(0x2000 - len) as usize;
+                let old = Overwritten { address: 0x1000 + offset as u64, old: memory[offset..offset + len as usize].to_vec() };
+                for byte in &mut memory[offset..offset + len as usize] {
+                    *byte = byte.wrapping_add(1).wrapping_add(step as u8);
+                }
+                old
+            };
+            if random(8) == 0 {
+                let old = write(&mut memory, &mut random);
+                log.overwritten_outside(old);
+            }
+            let writes = (0..random(3)).map(|_| write(&mut memory, &mut random)).collect();
+            log.push(1, &r, &r, writes, None, Flow::Other);
+        }
+        copies.push(memory.clone());
+        for (position, copy) in copies.iter().enumerate() {
+            for _ in 0..20 {
+                let offset = if random(2) == 0 { 0xf00 + random(0x200) } else { random(0x2000) } as usize;
+                let len = (1 + random(600) as usize).min(0x2000 - offset);
+                let mut buf = vec![0u8; len];
+                assert_eq!(log.read_at(position as u64, 0x1000 + offset as u64, &mut buf, &mut reader(&memory)), len);
+                assert_eq!(buf, copy[offset..offset + len], "position {position}, 0x{:x}+{len}", 0x1000 + offset);
+            }
+        }
     }
 
     #[test]
