@@ -13,6 +13,11 @@ the native bridge `retrace_native` (plugin/python), found in the build
 directory next to this script (`cargo build --release -p retrace-python`
 makes target/release/libretrace_native.so), or where RETRACE_NATIVE says.
 
+Live, against any process under `retrace-stub`: `retrace start` traces
+it (LLDB's `process trace start`, sent as the trace packets themselves),
+`retrace dump …` at a stop dumps what it ran, `retrace save DIR` writes a
+bundle that stock LLDB loads with `trace load`, `retrace stop` ends it.
+
 Against a program run under `retrace-stub --record` (or a saved trace
 under `retrace-stub --replay`), the `retrace` command adds what LLDB 22
 lacks: reverse-stepi, reverse-step, reverse-next, reverse-finish,
@@ -48,6 +53,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import tempfile
 
 import lldb
 
@@ -426,6 +433,132 @@ def native():
     )
 
 
+def trace_packet(debugger, name, request):
+    """Sends LLDB's trace packet `name` (jLLDBTraceStart…) with the JSON
+    `request`, escaped as LLDB escapes it, through `process plugin packet
+    send`; returns the reply, an error reply's text as RetraceError."""
+    body = json.dumps(request, separators=(",", ":"), sort_keys=True)
+    if any(c in body for c in "#$*'"):
+        raise RetraceError("cannot send %s with %r" % (name, body))
+    result = lldb.SBCommandReturnObject()
+    debugger.GetCommandInterpreter().HandleCommand("process plugin packet send '%s:%s'" % (name, body.replace("}", "}]")), result)
+    if not result.Succeeded():
+        raise RetraceError((result.GetError() or "").strip() or "cannot send %s (is the process under retrace-stub?)" % name)
+    replies = [line[len("response: "):] for line in (result.GetOutput() or "").splitlines() if line.startswith("response: ")]
+    reply = replies[-1].strip() if replies else ""
+    if not reply:
+        raise RetraceError("the server does not know %s: is this process under retrace-stub?" % name)
+    if re.match(r"E[0-9a-fA-F]{2}(;|$)", reply):
+        try:
+            message = bytes.fromhex(reply[4:]).decode("utf-8", "replace")
+        except ValueError:
+            message = ""
+        raise RetraceError(message or "the server refused %s (%s)" % (name, reply))
+    return reply
+
+
+def size_in_bytes(text):
+    """A size as LLDB's trace commands read it: a number with an optional
+    unit b, k/kb/kib, m/mb/mib (any case)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(b|k|kb|kib|m|mb|mib)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError("invalid bytes expression for '%s'" % text)
+    unit = (match.group(2) or "b").lower()
+    return int(match.group(1)) * {"b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20}[unit]
+
+
+def cpu_info(text):
+    """`cpuInfo` of a bundle from /proc/cpuinfo text, read as LLDB reads it
+    (the first vendor_id, cpu family, model and stepping lines)."""
+    info = {}
+    keys = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping"}
+    for line in text.split("\n"):
+        columns = line.split(":")
+        if len(columns) < 2:
+            continue
+        key = keys.get(columns[0].strip())
+        if key and key not in info:
+            value = columns[1].strip()
+            info[key] = value if key == "vendor" else int(value)
+    if len(info) != 4:
+        raise RetraceError("the server's cpuinfo lacks %s" % ", ".join(sorted(set(keys.values()) - set(info))))
+    if info["vendor"] != "GenuineIntel":
+        info["vendor"] = "Unknown"
+    return info
+
+
+def live_process(debugger):
+    """The selected target's process if it is a live one stopped under a
+    gdb-remote server, else None."""
+    process = debugger.GetSelectedTarget().GetProcess()
+    if process.IsValid() and process.GetPluginName() == "gdb-remote" and process.GetState() == lldb.eStateStopped:
+        return process
+    return None
+
+
+def save_live_trace(debugger, directory, copy_modules):
+    """Writes the selected (live) process's trace as an LLDB bundle in
+    `directory`, as LLDB's `trace save` does: trace.json, each traced
+    thread's Intel PT bytes in threads/TID.intelpt_trace, and (with
+    `copy_modules`) copies of the modules in modules/. Returns the path of
+    trace.json."""
+    process = live_process(debugger)
+    if process is None:
+        raise RetraceError("no stopped live process: connect to retrace-stub (gdb-remote PORT) and stop it first")
+    target = process.GetTarget()
+    state = json.loads(trace_packet(debugger, "jLLDBTraceGetState", {"type": "intel-pt"}))
+    traced = {t["tid"] for t in state.get("tracedThreads") or []}
+    if not traced:
+        raise RetraceError("the process is not traced: `retrace start` first")
+    # LLDB's thread order, so that the bundle's thread #N is LLDB's.
+    order = [t.GetThreadID() for t in process if t.GetThreadID() in traced]
+    order += sorted(traced - set(order))
+    os.makedirs(os.path.join(directory, "threads"), exist_ok=True)
+    threads = []
+    for tid in order:
+        data = monitor(debugger, "trace data %d" % tid).strip()
+        try:
+            data = bytes.fromhex(data)
+        except ValueError:
+            raise RetraceError("unreadable trace data of thread %d: %s" % (tid, data[:200]))
+        name = "threads/%d.intelpt_trace" % tid
+        with open(os.path.join(directory, name), "wb") as out:
+            out.write(data)
+        threads.append({"iptTrace": name, "tid": tid})
+    modules = []
+    for module in target.module_iter():
+        path = module.GetFileSpec().fullpath
+        platform = module.GetPlatformFileSpec().fullpath or path
+        load = module.GetObjectFileHeaderAddress().GetLoadAddress(target)
+        if not path or not os.path.isabs(path) or not os.path.isfile(path) or load == lldb.LLDB_INVALID_ADDRESS:
+            continue  # [vdso] and other modules only in memory, as LLDB's trace save skips them
+        entry = {"systemPath": platform, "loadAddress": "0x%x" % load}
+        if copy_modules:
+            copy = os.path.join("modules", platform.lstrip("/"))
+            os.makedirs(os.path.dirname(os.path.join(directory, copy)), exist_ok=True)
+            shutil.copyfile(path, os.path.join(directory, copy))
+            entry["file"] = copy
+        else:
+            entry["file"] = path
+        uuid = module.GetUUIDString()
+        if uuid:
+            entry["uuid"] = uuid
+        modules.append(entry)
+    bundle = {
+        "cpuInfo": cpu_info(monitor(debugger, "trace cpuinfo")),
+        "cpus": None,
+        "kernel": None,
+        "processes": [{"modules": modules, "pid": process.GetProcessID(), "threads": threads, "triple": target.GetTriple()}],
+        "tscPerfZeroConversion": state.get("tscPerfZeroConversion"),
+        "type": "intel-pt",
+    }
+    path = os.path.join(directory, "trace.json")
+    with open(path, "w") as out:
+        json.dump(bundle, out, indent=2, sort_keys=True)
+        out.write("\n")
+    return path
+
+
 class LoadedTrace:
     """The shim's current trace: a bundle opened by `retrace load`, its
     processes and the targets made for them, and where each thread's last
@@ -456,10 +589,60 @@ class LoadedTrace:
         return found[0]
 
 
-def current_trace():
-    if LoadedTrace.current is None:
-        raise RetraceError("no trace loaded: `retrace load DIR/trace.json` first")
-    return LoadedTrace.current
+class LiveTrace(LoadedTrace):
+    """The trace of the live process at its current stop: fetched from the
+    server once per stop (as LLDB refreshes its own), saved to a temporary
+    bundle that names the modules where they are, and decoded from there.
+    Threads go by LLDB's index of the live thread."""
+
+    current = None
+
+    def __init__(self, debugger, process):
+        self.key = (process.GetProcessID(), process.GetStopID())
+        self.process = process
+        self.directory = tempfile.mkdtemp(prefix="retrace-live-")
+        path = save_live_trace(debugger, self.directory, False)
+        try:
+            bundle = native().Bundle(path)
+        except ValueError as error:
+            raise RetraceError(str(error))
+        LoadedTrace.__init__(self, path, bundle, bundle.processes(), [process.GetTarget()])
+
+    def close(self):
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def thread(self, index=None, tid=None):
+        if tid is None:
+            index = 1 if index is None else index
+            thread = self.process.GetThreadByIndexID(index)
+            if not thread.IsValid():
+                raise RetraceError('no thread with index: "%d"' % index)
+            tid = thread.GetThreadID()
+        for thread in (t for p in self.processes for t in p["threads"]):
+            if thread["tid"] == tid:
+                return thread
+        raise RetraceError("thread %d is not traced: `retrace start --tid %d` (or `retrace start` for the process) first" % (tid, tid))
+
+
+def current_trace(debugger=None):
+    """What `retrace dump` reads: the trace loaded for the selected target,
+    else the live process's trace at this stop, else the loaded trace."""
+    loaded = LoadedTrace.current
+    if debugger is not None:
+        target = debugger.GetSelectedTarget()
+        process = live_process(debugger)
+        if process is not None and not (loaded and target in loaded.targets):
+            key = (process.GetProcessID(), process.GetStopID())
+            live = LiveTrace.current
+            if live is None or live.key != key:
+                if live is not None:
+                    live.close()
+                    LiveTrace.current = None
+                LiveTrace.current = LiveTrace(debugger, process)
+            return LiveTrace.current
+    if loaded is None:
+        raise RetraceError("no trace: `retrace load DIR/trace.json`, or `retrace start` on a process under retrace-stub")
+    return loaded
 
 
 def load_bundle(debugger, path):
@@ -750,6 +933,78 @@ class Load(Command):
         )
 
 
+class Start(Command):
+    """Starts tracing the selected process under retrace-stub, as LLDB's
+    `process trace start` (or, with --tid, `thread trace start`) does, by
+    sending the trace packet itself: LLDB needs no intel-pt plugin. The
+    options are those commands': -s the buffer kept per thread (a power of
+    two >= 4096; units b, kb, mb), -l the process's total limit, -t
+    timestamps, -p the PSB period. From the next stop, `retrace dump`
+    shows what the traced threads ran."""
+
+    name, usage = "start", "start [-t] [-s SIZE] [-l LIMIT] [-p PERIOD] [--tid TID ...]"
+    short = "Start tracing the process (or threads) under retrace-stub."
+
+    def __init__(self, debugger, internal_dict):
+        parser = Arguments(prog="retrace start", add_help=False)
+        parser.add_argument("-s", "--buffer-size", type=size_in_bytes, default=4096)
+        parser.add_argument("-l", "--total-size-limit", type=size_in_bytes, default=5242880)
+        parser.add_argument("-t", "--tsc", action="store_true")
+        parser.add_argument("-p", "--psb-period", type=int)
+        parser.add_argument("--tid", type=int, action="append", help="trace this thread (repeatable) instead of the process")
+        self.parser = parser
+
+    def run(self, debugger, args, result):
+        options = self.parser.parse_args(args)
+        if live_process(debugger) is None:
+            raise RetraceError("no stopped live process: connect to retrace-stub (gdb-remote PORT) first")
+        request = {"type": "intel-pt", "iptTraceSize": options.buffer_size, "enableTsc": options.tsc, "psbPeriod": options.psb_period, "tids": options.tid}
+        if options.tid is None:
+            request.update(processBufferSizeLimit=options.total_size_limit, perCpuTracing=False, disableCgroupTracing=False)
+        else:
+            request.update(processBufferSizeLimit=None, perCpuTracing=None, disableCgroupTracing=None)
+        trace_packet(debugger, "jLLDBTraceStart", request)
+        what = "the process" if options.tid is None else "thread%s %s" % ("" if len(options.tid) == 1 else "s", ", ".join(map(str, options.tid)))
+        result.AppendMessage("tracing %s (%d bytes per thread)" % (what, options.buffer_size))
+
+
+class Stop(Command):
+    """Stops tracing the selected process (or, with --tid, those threads),
+    as LLDB's `process trace stop` / `thread trace stop` do."""
+
+    name, usage = "stop", "stop [--tid TID ...]"
+    short = "Stop tracing the process (or threads) under retrace-stub."
+
+    def __init__(self, debugger, internal_dict):
+        parser = Arguments(prog="retrace stop", add_help=False)
+        parser.add_argument("--tid", type=int, action="append")
+        self.parser = parser
+
+    def run(self, debugger, args, result):
+        options = self.parser.parse_args(args)
+        if live_process(debugger) is None:
+            raise RetraceError("no stopped live process: connect to retrace-stub (gdb-remote PORT) first")
+        trace_packet(debugger, "jLLDBTraceStop", {"type": "intel-pt", "tids": options.tid})
+        result.AppendMessage("stopped tracing %s" % ("the process" if options.tid is None else ", ".join(map(str, options.tid))))
+
+
+class Save(Command):
+    """Saves the trace of the selected live process as an LLDB trace
+    bundle in DIR, as LLDB's `trace save` lays it out: DIR/trace.json,
+    threads/TID.intelpt_trace and copies of the modules in modules/. Stock
+    LLDB opens it with `trace load DIR/trace.json`, retrace with `retrace
+    load` or `retrace dump`."""
+
+    name, usage = "save", "save DIR"
+    short = "Save the live process's trace as an LLDB trace bundle."
+
+    def run(self, debugger, args, result):
+        if len(args) != 1:
+            raise RetraceError("usage: retrace " + self.usage)
+        path = save_live_trace(debugger, os.path.abspath(os.path.expanduser(args[0])), True)
+        result.AppendMessage("Trace bundle description file written to: %s" % path)
+
+
 def json_style(options):
     """The bridge's JSON layout for -j (compact) or -J (pretty), or None."""
     return "compact" if options.json else "pretty" if options.pretty_json else None
@@ -796,7 +1051,7 @@ class DumpInstructions(Command):
 
     def run(self, debugger, args, result):
         options = self.parser.parse_args(args)
-        trace = current_trace()
+        trace = current_trace(debugger)
         thread = trace.thread(options.thread_index, options.tid)
         position = thread["position"]
         start, skip = options.id, options.skip
@@ -823,7 +1078,8 @@ class DumpInstructions(Command):
         for stopped, last_id in stops:
             if last_id is not None:
                 trace.last_ids[stopped] = last_id
-        result.Print(text)
+        # LLDB ends JSON output without a newline.
+        result.Print(text[:-1] if json_style(options) and text.endswith("\n") else text)
 
 
 class DumpFunctionCalls(Command):
@@ -843,16 +1099,20 @@ class DumpFunctionCalls(Command):
 
     def run(self, debugger, args, result):
         options = self.parser.parse_args(args)
-        trace = current_trace()
+        trace = current_trace(debugger)
         thread = trace.thread(options.thread_index, options.tid)
         try:
             text = trace.bundle.dump_function_calls(threads=[thread["position"]], json=json_style(options), file=options.file)
         except (ValueError, OSError) as error:
             raise RetraceError(str(error))
-        result.Print(text)
+        # LLDB ends JSON output without a newline.
+        result.Print(text[:-1] if json_style(options) and text.endswith("\n") else text)
 
 
-COMMANDS = [ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, ForwardDirection, Goto, Where, Load, DumpInstructions, DumpFunctionCalls]
+COMMANDS = [
+    ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, ForwardDirection, Goto, Where,
+    Load, Start, Stop, Save, DumpInstructions, DumpFunctionCalls,
+]
 
 
 def __lldb_init_module(debugger, internal_dict):

@@ -9,6 +9,8 @@
 //! runner, and fails with its report. A second test builds the `.vsix` with
 //! the README's command and checks that vsce refuses a broken manifest.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -37,18 +39,6 @@ fn npm_packages() {
     *installed = true;
 }
 
-/// retrace-stub, built (debug) into the target directory; its path.
-fn build_stub() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo).args(["build", "-p", "retrace-stub", "--bin", "retrace-stub"]).output().expect("run cargo");
-    assert!(out.status.success(), "cargo build -p retrace-stub: {}", String::from_utf8_lossy(&out.stderr));
-    // target/<profile>/retrace-dap → target/debug/retrace-stub
-    let target = Path::new(env!("CARGO_BIN_EXE_retrace-dap")).parent().and_then(Path::parent).unwrap();
-    let stub = target.join("debug").join("retrace-stub");
-    assert!(stub.is_file(), "{} was not built", stub.display());
-    stub
-}
-
 #[test]
 fn step_back_through_retrace_dap_as_vs_code_drives_it() {
     if !tools_present() {
@@ -58,7 +48,7 @@ fn step_back_through_retrace_dap_as_vs_code_drives_it() {
     let _ = std::fs::remove_dir_all(&dir);
     let program = build("step_back", &dir, &["-O0"]);
     let trace_json = record_bundle(&program, &[], StepMode::Step, &dir.join("bundle"));
-    let stub = build_stub();
+    let stub = common::build_stub();
     npm_packages();
     let out = Command::new("node")
         .args(["--test", "--test-reporter=tap", "test/dap.test.js"])

@@ -130,7 +130,43 @@ print(run("retrace dump instructions -c x").strip())
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(lines[0], "error: retrace dump instructions: no trace loaded: `retrace load DIR/trace.json` first");
+    assert_eq!(lines[0], "error: retrace dump instructions: no trace: `retrace load DIR/trace.json`, or `retrace start` on a process under retrace-stub");
     assert_eq!(lines[1], "error: retrace load: /nonexistent/trace.json: No such file or directory (os error 2)");
     assert_eq!(lines[2], "error: retrace dump instructions: argument -c/--count: invalid int value: 'x'");
+}
+
+/// On a live process under retrace-stub: `retrace start`, then at two
+/// later stops every `retrace dump` case equals LLDB's built-in dump of the
+/// same process, and `retrace save DIR` loads in stock lldb-22 with the
+/// same dump (`shim_live.py` holds the cases).
+#[test]
+fn shim_traces_a_live_process_as_lldb_dumps_it() {
+    if !tools_present() {
+        return;
+    }
+    let bridge = native_bridge();
+    let stub = common::build_stub();
+    let dir = common::work_dir("shim", "live");
+    let program = dir.join("step_back");
+    gcc(&["-g", "-O0", "-o", program.to_str().unwrap(), &format!("{PROGRAMS}/step_back.c")]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/shim_live.py");
+    let shim = concat!(env!("CARGO_MANIFEST_DIR"), "/../lldb-scripts/retrace.py");
+    let out = Command::new("timeout")
+        .args(["300", "/usr/bin/python3", script, shim])
+        .arg(&stub)
+        .arg(&program)
+        .arg(dir.join("saved"))
+        .args(["main", "square", "square"])
+        .env("RETRACE_NATIVE", &bridge)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(summary["mismatches"], 0, "{stdout}");
+    assert_eq!(summary["refused"], serde_json::json!([]), "{stdout}");
+    // 13 dump options, 2 function-call layouts and -C at each of 2 stops, and the saved bundle.
+    assert_eq!(summary["cases"], 2 * 16 + 1, "{stdout}");
+    // From main's start to square's second call: more than the loop's first round.
+    assert!(summary["listed"].as_u64().unwrap() > 20, "{stdout}");
 }

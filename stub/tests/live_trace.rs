@@ -288,6 +288,28 @@ fn bad_trace_requests_get_error_replies() {
     assert_eq!(data.len(), 8192, "the advertised size");
     let cpuinfo = trace(&mut stream, "jLLDBTraceGetBinaryData", r#"{"type":"intel-pt","kind":"procfsCpuInfo","tid":null,"cpuId":null}"#);
     assert!(cpuinfo.contains("vendor_id\t: GenuineIntel") && cpuinfo.contains("cpu family\t: 6"), "{cpuinfo}");
+    // The same through `monitor trace …` (text in `O` packets, for scripts
+    // whose client prints replies as C strings): the ring in hex, the cpuinfo text.
+    let monitor = |stream: &mut TcpStream, command: &str| -> String {
+        let hexed: String = command.bytes().map(|b| format!("{b:02x}")).collect();
+        stream.write_all(&framed(format!("qRcmd,{hexed}").as_bytes())).unwrap();
+        let mut text = Vec::new();
+        loop {
+            let reply = read_packet(stream).unwrap();
+            match reply.strip_prefix('O') {
+                Some(hex) if reply != "OK" => text.extend((0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())),
+                _ => {
+                    assert_eq!(reply, "OK");
+                    break;
+                }
+            }
+        }
+        String::from_utf8(text).unwrap()
+    };
+    assert_eq!(monitor(&mut stream, &format!("trace data {tid}")), "0".repeat(2 * 8192) + "\n");
+    assert_eq!(monitor(&mut stream, "trace cpuinfo"), cpuinfo);
+    assert_eq!(monitor(&mut stream, "trace data 1"), "error: Thread 1 not currently traced\n");
+    assert_eq!(monitor(&mut stream, "trace data x"), "error: `x` is not a thread id; usage: trace data TID | trace cpuinfo\n");
     assert_eq!(trace(&mut stream, "jLLDBTraceStop", r#"{"type":"intel-pt","tids":null}"#), "OK");
     let reply = trace(&mut stream, "jLLDBTraceStop", &format!(r#"{{"type":"intel-pt","tids":[{tid}]}}"#));
     assert_eq!(text(&reply), format!("Thread {tid} not currently traced"));

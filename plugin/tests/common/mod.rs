@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// An empty directory `<target tmp>/<group>/<name>` for one test.
+#[allow(dead_code)] // not every test file needs one
 pub fn work_dir(group: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(group).join(name);
     let _ = std::fs::remove_dir_all(&dir);
@@ -18,4 +19,17 @@ pub fn retrace() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_retrace"));
     command.env_clear().env("PATH", "/usr/bin:/bin");
     command
+}
+
+/// retrace-stub, built (debug) into the target directory; its path.
+#[allow(dead_code)] // not every test file runs the stub
+pub fn build_stub() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo).args(["build", "-p", "retrace-stub", "--bin", "retrace-stub"]).output().expect("run cargo");
+    assert!(out.status.success(), "cargo build -p retrace-stub: {}", String::from_utf8_lossy(&out.stderr));
+    // target/<profile>/retrace → target/debug/retrace-stub
+    let target = Path::new(env!("CARGO_BIN_EXE_retrace")).parent().and_then(Path::parent).unwrap();
+    let stub = target.join("debug").join("retrace-stub");
+    assert!(stub.is_file(), "{} was not built", stub.display());
+    stub
 }

@@ -99,6 +99,36 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>>
     }))
 }
 
+/// The `monitor trace …` commands: what `jLLDBTraceGetBinaryData` returns,
+/// as text a `qRcmd` reply can carry (LLDB's `process plugin packet send`
+/// prints a reply as a C string, so a client script cannot fetch binary
+/// data through it): `trace data TID` is the thread's `iptTrace` bytes in
+/// hex, `trace cpuinfo` the `procfsCpuInfo` text. `None`: not such a
+/// command.
+pub(crate) fn monitor(command: &str, target: &mut impl Inferior) -> Option<Result<String, String>> {
+    const USAGE: &str = "usage: trace data TID | trace cpuinfo";
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let (kind, tid) = match words.as_slice() {
+        ["trace", "data", tid] => match tid.parse::<u64>() {
+            Ok(tid) => ("iptTrace", Some(tid)),
+            Err(_) => return Some(Err(format!("`{tid}` is not a thread id; {USAGE}"))),
+        },
+        ["trace", "cpuinfo"] => ("procfsCpuInfo", None),
+        ["trace", ..] => return Some(Err(USAGE.into())),
+        _ => return None,
+    };
+    let request = json!({"type": TRACE_TYPE, "kind": kind, "tid": tid, "cpuId": null}).to_string();
+    Some(binary_data(request.as_bytes(), target).map(|bytes| match tid {
+        Some(_) => {
+            const DIGITS: &[u8; 16] = b"0123456789abcdef";
+            let mut text: Vec<u8> = bytes.iter().flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]).collect();
+            text.push(b'\n');
+            String::from_utf8(text).expect("hex digits")
+        }
+        None => String::from_utf8_lossy(&bytes).into_owned(),
+    }))
+}
+
 fn start(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     let request: StartRequest = parse("jLLDBTraceStart", json)?;
     check_type(&request.r#type)?;

@@ -170,7 +170,7 @@ impl HistoryCommand {
             }
             ["history", rest @ ..] => Self::parse_history(rest),
             _ => Err(format!(
-                "unknown monitor command `{command}`; try `record status [--json]`, `goto begin|end|ID [TID] [--hold]` or `history [TID] [--before ID] [--max N] [--within RANGES]`"
+                "unknown monitor command `{command}`; try `record status [--json]`, `goto begin|end|ID [TID] [--hold]`, `history [TID] [--before ID] [--max N] [--within RANGES]`, `trace data TID` or `trace cpuinfo`"
             )),
         }
     }
@@ -401,8 +401,16 @@ macro_rules! offer_capabilities {
                 mut out: gdbstub::target::ext::monitor_cmd::ConsoleOutput<'_>,
             ) -> Result<(), Self::Error> {
                 let command = String::from_utf8_lossy(cmd);
-                match crate::target::Inferior::monitor_command(self, &command) {
-                    Ok(text) => out.write_raw(text.as_bytes()),
+                let answer = crate::protocol::lldb_trace::monitor(&command, self)
+                    .unwrap_or_else(|| crate::target::Inferior::monitor_command(self, &command));
+                match answer {
+                    // In `O` packets of a few KiB each (a trace's hex can be megabytes).
+                    Ok(text) => {
+                        for chunk in text.as_bytes().chunks(2048) {
+                            out.write_raw(chunk);
+                            out.flush();
+                        }
+                    }
                     Err(reason) => {
                         out.write_raw(b"error: ");
                         out.write_raw(reason.as_bytes());

@@ -343,7 +343,7 @@ impl StateLog {
             // Per byte, the first step at or after `position` that
             // overwrote it: it saved the byte as it was at `position`.
             let mut first = vec![u64::MAX; len];
-            let mut earliest = |first: &mut [u64], from: u64, to: u64, step: u64| {
+            let earliest = |first: &mut [u64], from: u64, to: u64, step: u64| {
                 for a in from.max(address)..to.min(end) {
                     let i = (a - address) as usize;
                     first[i] = first[i].min(step);
