@@ -25,6 +25,10 @@ pub struct SymbolContext {
     /// The function is described by debug info (a DWARF subprogram), not
     /// only by a symbol: LLDB then shows its source position.
     pub debug_function: bool,
+    /// Load addresses of the debug-info function's first range (LLDB's
+    /// `SymbolContext::GetAddressRange` of range 0), with
+    /// [`Self::debug_function`].
+    pub function_range: Option<(u64, u64)>,
     /// Source position: file basename, line, column (line > 0).
     pub line: Option<(Arc<str>, u32, u32)>,
     /// The source file's full path, with [`Self::line`].
@@ -168,8 +172,24 @@ impl std::fmt::Debug for Symbolizer {
 /// name) ranges: one per address (highest rank first, then the larger size);
 /// a symbol without a size reaches to the next symbol or the end of its
 /// section, whichever comes first.
-fn symbol_ranges(mut symbols: Vec<SymbolEntry>) -> Vec<(u64, u64, Arc<str>)> {
-    symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.2.cmp(&a.2)).then(b.1.cmp(&a.1)));
+fn symbol_ranges(symbols: Vec<SymbolEntry>) -> Vec<(u64, u64, Arc<str>)> {
+    symbol_ranges_by(symbols, |a, b| b.cmp(&a))
+}
+
+/// Data aliases: LLDB names the smallest (`_r_debug`, not the larger
+/// `_r_debug_extended`), then the first in the table (a sizeless label
+/// last).
+fn data_ranges(symbols: Vec<SymbolEntry>) -> Vec<(u64, u64, Arc<str>)> {
+    let sized = |size: u64| if size == 0 { u64::MAX } else { size };
+    symbol_ranges_by(symbols, |a, b| sized(a).cmp(&sized(b)))
+}
+
+/// [`symbol_ranges`] with aliases of one rank ordered by size with `by`
+/// (the first kept; the sort is stable: table order after that).
+fn symbol_ranges_by(mut symbols: Vec<SymbolEntry>, by: impl Fn(u64, u64) -> std::cmp::Ordering) -> Vec<(u64, u64, Arc<str>)> {
+    // A label at its section's end (`_etext`) names nothing in it.
+    symbols.retain(|&(start, size, _, section_end, _)| size > 0 || start < section_end);
+    symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.2.cmp(&a.2)).then(by(a.1, b.1)));
     symbols.dedup_by_key(|s| s.0);
     let starts: Vec<u64> = symbols.iter().map(|s| s.0).collect();
     symbols
@@ -331,7 +351,9 @@ impl Symbolizer {
                 match symbol.kind() {
                     SymbolKind::Text => functions.push(entry),
                     SymbolKind::Unknown if in_code => functions.push(entry),
-                    SymbolKind::Data if symbol.size() > 0 => data.push(entry),
+                    // Sized data, and labels such as `_DYNAMIC` and
+                    // `_GLOBAL_OFFSET_TABLE_` (LLDB sizes them to the next symbol).
+                    SymbolKind::Data => data.push(entry),
                     _ => {}
                 }
             }
@@ -349,7 +371,7 @@ impl Symbolizer {
                 Some(*reach)
             })
             .collect();
-        let data = symbol_ranges(data);
+        let data = data_ranges(data);
         let lines = debug_file.as_ref().and_then(load_dwarf).or_else(|| load_dwarf(&file));
         let name = path.rsplit('/').next().unwrap_or(path).into();
         self.modules.push(Module {
@@ -407,6 +429,16 @@ impl Symbolizer {
         Placements(self.modules.iter().map(|m| (m.start, m.end, m.slide, m.name.clone())).collect())
     }
 
+    /// The load addresses `[start, end)` of the function symbol containing
+    /// `address` (a sizeless one reaching to the next symbol).
+    pub fn function_range(&self, address: u64) -> Option<(u64, u64)> {
+        let module = self.modules.iter().find(|m| m.start <= address && address < m.end)?;
+        let probe = address.wrapping_sub(module.slide);
+        let index = module.functions.partition_point(|f| f.0 <= probe).checked_sub(1)?;
+        let (start, end, _) = &module.functions[index];
+        (probe < *end).then(|| (start.wrapping_add(module.slide), end.wrapping_add(module.slide)))
+    }
+
     /// The data symbol containing `address`: name and offset into it.
     pub fn data_symbol(&self, address: u64) -> Option<(Arc<str>, u64)> {
         let module = self.modules.iter().find(|m| m.start <= address && address < m.end)?;
@@ -430,6 +462,7 @@ impl Symbolizer {
         let mut inlined = None;
         let mut inlined_block = None;
         let mut debug_function = false;
+        let mut function_range = None;
         if let (Some((name, _)), Some(lines)) = (&mut function, &module.lines) {
             if let Ok(mut frames) = lines.find_frames(probe).skip_all_loads() {
                 let mut outermost = None;
@@ -443,6 +476,9 @@ impl Symbolizer {
                 if let Some((outer, die)) = outermost {
                     *name = outer;
                     debug_function = true;
+                    function_range = die
+                        .and_then(|die| module.function_first_range(lines, probe, die))
+                        .map(|(start, end)| (start.wrapping_add(module.slide), end.wrapping_add(module.slide)));
                     // The inlined function LLDB names: its own block tree,
                     // not the debug info's nesting as such.
                     if let Some((name, block)) = die.and_then(|die| module.inlined_at(lines, probe, die)) {
@@ -472,7 +508,7 @@ impl Symbolizer {
             Some((start.wrapping_add(module.slide), (start + len).wrapping_add(module.slide)))
         });
         let address_range = line_range.or(symbol_range);
-        SymbolContext { module: Some(module.name.clone()), function, debug_function, line, source, inlined, inlined_block, address_range }
+        SymbolContext { module: Some(module.name.clone()), function, debug_function, function_range, line, source, inlined, inlined_block, address_range }
     }
 }
 
@@ -745,18 +781,28 @@ impl Module {
     /// The inlined function LLDB names at file address `probe` inside the
     /// subprogram at `function` (its unit offset).
     fn inlined_at(&self, lines: &addr2line::Context<Reader>, probe: u64, function: gimli::UnitOffset<usize>) -> Option<(Arc<str>, InlinedBlock)> {
+        self.function_blocks(lines, probe, function)?.inlined_at(probe)
+    }
+
+    /// The link-time addresses of the function's first range in debug-info
+    /// order (what `SymbolContext::GetAddressRange(…, 0, …)` gives LLDB's
+    /// disassembler: the entry's part, not a `.cold` one below it).
+    fn function_first_range(&self, lines: &addr2line::Context<Reader>, probe: u64, function: gimli::UnitOffset<usize>) -> Option<(u64, u64)> {
+        self.function_blocks(lines, probe, function)?.nodes.first()?.dwarf_ranges.iter().copied().find(|r| r.0 < r.1)
+    }
+
+    fn function_blocks(&self, lines: &addr2line::Context<Reader>, probe: u64, function: gimli::UnitOffset<usize>) -> Option<Arc<FunctionBlocks>> {
         let unit = lines.find_dwarf_and_unit(probe).skip_all_loads()?;
         let key = debug_info_offset(unit, function);
         let cached = self.blocks.lock().ok()?.get(&key).cloned();
-        let blocks = match cached {
+        Some(match cached {
             Some(blocks) => blocks,
             None => {
                 let built = Arc::new(FunctionBlocks::build(unit, function)?);
                 self.blocks.lock().ok()?.insert(key, built.clone());
                 built
             }
-        };
-        blocks.inlined_at(probe)
+        })
     }
 }
 

@@ -112,26 +112,16 @@ fn assert_lldb_matches(
     compared
 }
 
-/// The default (symbolized) dump: every line but the disassembly text must
-/// equal LLDB's — thread headers, ``module`function + off at file:line:col``
-/// context lines, item ids and addresses. (LLDB's disassembler prints
-/// `<unknown>` or `rex64` for some valid instructions; that text is not
-/// compared.)
-fn assert_symbol_context_lines_equal_lldb(bundle: &Path, threads: usize) {
+/// The default (symbolized) dump equals LLDB's line for line: thread
+/// headers, ``module`function + off at file:line:col`` context lines, item
+/// ids, addresses and the disassembly (LLVM's printer and LLDB's comments).
+fn assert_symbolized_dump_equals_lldb(bundle: &Path, threads: usize) {
     let trace_json = bundle.join("trace.json");
-    // An instruction line is `    <id>: 0x<16 hex digits>    <disassembly>`: keep id and address.
-    let strip = |text: &str| -> Vec<String> {
-        text.lines()
-            .map(|line| match line.find(": 0x") {
-                Some(at) if line.starts_with("    ") => line[..(at + 20).min(line.len())].to_string(),
-                _ => line.to_string(),
-            })
-            .collect()
-    };
     let lldb = retrace_tests::lldb::dump_text(&trace_json, threads, "-a -f").unwrap_or_else(|e| panic!("{e}"));
     let ours = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "instructions", "-a", "-f"]).arg(&trace_json).output().unwrap();
     assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
-    let (ours, lldb) = (strip(&String::from_utf8(ours.stdout).unwrap()), strip(&lldb));
+    let ours = String::from_utf8(ours.stdout).unwrap();
+    let (ours, lldb): (Vec<&str>, Vec<&str>) = (ours.lines().collect(), lldb.lines().collect());
     if let Some(i) = ours.iter().zip(&lldb).position(|(a, b)| a != b) {
         panic!("{}: symbolized dump differs at line {i}: retrace {:?}, LLDB {:?}", bundle.display(), ours[i], lldb[i]);
     }
@@ -219,11 +209,10 @@ fn assert_timeline_has_lldb_calls(bundle: &Path, lldb_json: &str) {
 }
 
 /// `retrace dump instructions -a -f -e --json` must hold LLDB's `-j` items:
-/// ids, addresses, modules, symbols, sources, lines, columns, events and
-/// errors, and the mnemonic — except where LLDB's disassembler gives only a
-/// prefix byte or nothing (its known quirk: `rex64`, `lock`, `fs`, ``).
+/// ids, addresses, modules, symbols, mnemonics (LLVM's, a lone `lock`
+/// where LLVM decodes only the prefix), sources, lines, columns, events and
+/// errors.
 fn assert_instruction_json_equals_lldb(bundle: &Path, threads: &[u64]) {
-    const LLDB_PREFIX_ONLY: [&str; 13] = ["", "rex64", "lock", "rep", "repne", "fs", "gs", "data16", "addr32", "cs", "ds", "es", "ss"];
     let trace_json = bundle.join("trace.json");
     for (index, tid) in threads.iter().enumerate() {
         let lldb = retrace_tests::lldb::json(&trace_json, &format!("thread trace dump instructions -a -f -e -j {}", index + 1))
@@ -236,11 +225,7 @@ fn assert_instruction_json_equals_lldb(bundle: &Path, threads: &[u64]) {
         assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
         let ours: Vec<serde_json::Value> = serde_json::from_slice(&ours.stdout).unwrap();
         assert_eq!(ours.len(), lldb.len(), "{}: thread {tid}: items", bundle.display());
-        for (mut a, mut b) in ours.into_iter().zip(lldb) {
-            if b["mnemonic"].as_str().is_some_and(|m| LLDB_PREFIX_ONLY.contains(&m)) {
-                a.as_object_mut().unwrap().remove("mnemonic");
-                b.as_object_mut().unwrap().remove("mnemonic");
-            }
+        for (a, b) in ours.into_iter().zip(lldb) {
             assert_eq!(a, b, "{}: thread {tid}", bundle.display());
         }
     }
@@ -254,7 +239,7 @@ fn native_exit_code(program: &Path) -> i32 {
 /// trees (text and JSON) and instruction JSON.
 fn assert_symbolized_output_equals_lldb(bundle: &Path, summary: &serde_json::Value) {
     let tids: Vec<u64> = summary["threads"].as_array().unwrap().iter().map(|t| t["tid"].as_u64().unwrap()).collect();
-    assert_symbol_context_lines_equal_lldb(bundle, tids.len());
+    assert_symbolized_dump_equals_lldb(bundle, tids.len());
     assert_function_calls_equal_lldb(bundle, tids.len());
     assert_instruction_json_equals_lldb(bundle, &tids);
 }

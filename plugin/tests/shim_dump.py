@@ -6,11 +6,10 @@ Usage: python3 shim_dump.py SHIM TRACE_JSON WORK_DIR THREAD_INDEX...
 Two debuggers: one runs the built-in (`trace load`, `thread trace dump`),
 the other the shim (`retrace load`, `retrace dump`) with the built-in trace
 commands made to fail, so the shim cannot lean on them. Each case runs the
-same commands in both; the outputs must be equal line for line. In the
-symbolized text, of the disassembly after the address (and after the `-k`
-column) only the mnemonic is compared, and only where LLDB's disassembler
-decodes the instruction (it prints `<unknown>` or `rex64` for some valid
-ones). Every mismatch is printed; the last line is a JSON summary.
+same commands in both; the outputs must be equal, line for line and
+character for character: the symbolized text's disassembly included
+(LLVM's printer, as LLDB's, with LLDB's comments). Every mismatch is
+printed; the last line is a JSON summary.
 """
 
 import json
@@ -70,76 +69,24 @@ assert out.startswith("loaded "), out
 assert "refused in this test" in run_shim("trace load " + trace_json)
 refused.clear()
 
-INSTRUCTION = re.compile(r"^(    \d+: (?:\[[^\]]*\] )?0x[0-9a-f]{16})    (.*)$")
-# What LLDB's disassembler gives for some valid instructions: nothing, or
-# only a prefix byte (its known quirk; `retrace` decodes them).
-LLDB_PREFIX_ONLY = ["", "<unknown>", "rex64", "lock", "rep", "repne", "fs", "gs", "data16", "addr32", "cs", "ds", "es", "ss"]
-
-
-def same_line(line_lldb, line_ours, kinds):
-    """Whether two symbolized text lines agree: everything up to the
-    disassembly exactly, then the `-k` column, then the mnemonic (where
-    LLDB decoded the instruction). The operands and comments as LLVM's
-    printer writes them are not yet reproduced everywhere (issue 16, item
-    3)."""
-    if line_lldb == line_ours:
-        return True
-    a, b = INSTRUCTION.match(line_lldb), INSTRUCTION.match(line_ours)
-    if not (a and b) or a.group(1) != b.group(1):
-        return False
-    text_a, text_b = a.group(2), b.group(2)
-    if kinds:
-        kind_a, kind_b = text_a[:12], text_b[:12]
-        text_a, text_b = text_a[12:], text_b[12:]
-    mnemonic_a = text_a.split(" ")[0]
-    if mnemonic_a in LLDB_PREFIX_ONLY:
-        return True
-    return (not kinds or kind_a == kind_b) and mnemonic_a == text_b.split(" ")[0]
-
-
-def same_json(line_lldb, line_ours):
-    """Whether two JSON lines hold the same items, the mnemonic (and kind)
-    left out where LLDB's disassembler gave only a prefix or nothing."""
-    try:
-        a, b = json.loads(line_lldb), json.loads(line_ours)
-    except ValueError:
-        return line_lldb == line_ours
-    if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):
-        return a == b
-    for x, y in zip(a, b):
-        if x.get("mnemonic") in LLDB_PREFIX_ONLY:
-            for key in ("mnemonic", "controlFlowKind"):
-                x.pop(key, None)
-                y.pop(key, None)
-    return a == b
-
-
 mismatches = []
 cases = 0
 
 
 def compare(name, lldb_text, shim_text, mode):
-    """mode: "exact", "json" (one array per line, or pretty) or "text"."""
+    """Line for line, exactly (`mode` names what is compared)."""
     global cases
     cases += 1
-    if mode == "json" and lldb_text.startswith("[\n"):
-        # Pretty JSON (-J): compared as one compact line.
-        a = [json.dumps(json.loads(lldb_text))]
-        b = [json.dumps(json.loads(shim_text))] if shim_text.startswith("[") else [shim_text]
-    else:
-        a, b = lldb_text.splitlines(), shim_text.splitlines()
-    if mode == "exact":
-        same = lambda x, y: x == y
-    elif mode == "json":
-        same = same_json
-    else:
-        same = lambda x, y: same_line(x, y, " -k" in name)
-    bad = next((i for i, (x, y) in enumerate(zip(a, b)) if not same(x, y)), None)
+    a, b = lldb_text.splitlines(), shim_text.splitlines()
+    bad = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
     if bad is None and len(a) != len(b):
         bad = min(len(a), len(b))
+    if bad is None and lldb_text != shim_text:
+        bad = len(a)  # the same lines, not the same line ends
     if bad is not None:
         mismatches.append(
-            "%s: line %d of %d/%d\n  lldb: %r\n  shim: %r" % (name, bad, len(a), len(b), a[bad] if bad < len(a) else None, b[bad] if bad < len(b) else None)
+            "%s (%s): line %d of %d/%d\n  lldb: %r\n  shim: %r"
+            % (name, mode, bad, len(a), len(b), a[bad] if bad < len(a) else lldb_text[-20:], b[bad] if bad < len(b) else shim_text[-20:])
         )
 
 
@@ -162,8 +109,8 @@ for index in indexes:
     # JSON: exact (module, symbol, mnemonic, kind, source, line, column).
     for options in ["-j -c 50", "-J -k -f -c 30 -e", "-j -k -i %d -c 40" % (items // 2), "-j -t -e -f -c 20", "-j -r -c 10"]:
         both(options + t, "json")
-    # Symbolized text: context lines, ids and addresses exact; disassembly
-    # where LLDB decodes.
+    # Symbolized text: context lines, ids, addresses and LLVM's disassembly
+    # with LLDB's comments.
     for options in ["-c 60", "-f -c 60", "-f -k -c 40 -s 10", "-k -e -t -c 30", "-i %d -c 25 -s 4" % (items // 2), "-a -f"]:
         both(options + t, "text")
     # -C: continues where the previous dump of the thread stopped.

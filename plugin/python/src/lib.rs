@@ -49,6 +49,16 @@ fn json_style(json: Option<&str>) -> PyResult<Option<dump::JsonStyle>> {
     }
 }
 
+/// LLDB writes a JSON dump to a file without a final newline.
+fn end_json_file(file: Option<&std::path::Path>, json: bool) -> PyResult<()> {
+    let Some(path) = file.filter(|_| json) else { return Ok(()) };
+    let text = std::fs::read(path).map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+    if text.ends_with(b"\n") {
+        std::fs::write(path, &text[..text.len() - 1]).map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
 fn text(out: BulkOutput) -> PyResult<String> {
     let bytes = out.into_text().map_err(|e| PyOSError::new_err(e.to_string()))?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
@@ -150,10 +160,12 @@ impl Bundle {
             json,
             time,
         };
-        let mut out = output(file)?;
+        let mut out = output(file.clone())?;
         let dumped = py.detach(|| dump::write_instructions(&self.decoded(), &args, &mut out)).map_err(error)?;
         let stops = dumped.iter().map(|d| (d.thread, d.last_id)).collect();
-        Ok((text(out)?, stops))
+        let text = text(out)?;
+        end_json_file(file.as_deref(), json.is_some())?;
+        Ok((text, stops))
     }
 
     /// Dumps function-call trees as `retrace dump function-calls` (LLDB's
@@ -166,9 +178,11 @@ impl Bundle {
             Some(dump::JsonStyle::Compact) => calls::Format::Json,
             Some(dump::JsonStyle::Pretty) => calls::Format::PrettyJson,
         };
-        let mut out = output(file)?;
+        let mut out = output(file.clone())?;
         py.detach(|| calls::write_function_calls(&self.decoded(), threads.as_deref(), format, &mut out)).map_err(error)?;
-        text(out)
+        let text = text(out)?;
+        end_json_file(file.as_deref(), !matches!(format, calls::Format::Text))?;
+        Ok(text)
     }
 }
 

@@ -12,6 +12,7 @@ use retrace_decoder::history::{Extra, History};
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 use retrace_decoder::wallclock::WallClock;
 
+use super::llvm_mc;
 use super::CliError;
 use crate::bundle;
 
@@ -228,7 +229,7 @@ fn write_text(
                     if new_scope {
                         writeln!(out, "  {}", context.describe(*ip))?;
                     }
-                    let instruction = disassemble(&loaded.image, &loaded.symbols, *ip);
+                    let instruction = contexts.disassemble(loaded, *ip);
                     let text = &instruction.text;
                     if args.kinds {
                         writeln!(out, "    {id}: {stamp}{ip:#018x}    {:<12}{text}", instruction.kind)?;
@@ -258,6 +259,39 @@ fn write_text(
 struct Contexts {
     previous: Option<SymbolContext>,
     looked_up: HashMap<u64, SymbolContext>,
+    /// The instruction list LLDB's dumper took the previous instruction's
+    /// disassembly from, and the function lists made so far.
+    list: Option<std::sync::Arc<InstructionList>>,
+    function_lists: HashMap<u64, std::sync::Arc<InstructionList>>,
+}
+
+/// Instructions LLDB disassembled in one go: where each starts, and where
+/// the bytes it disassembled end (an instruction running past it is
+/// disassembled from the bytes left: `<unknown>`, or a lone prefix such as
+/// `rex64`).
+struct InstructionList {
+    starts: std::collections::HashSet<u64>,
+    end: u64,
+}
+
+/// The most bytes an x86 instruction takes: LLDB's disassembly range for
+/// one instruction outside a function with debug info.
+const MAX_INSTRUCTION: u64 = 15;
+
+/// LLVM's linear sweep of `[start, end)` as LLDB's `DisassembleRange`
+/// makes it: an instruction that does not decode in the bytes left takes
+/// one byte.
+fn sweep(image: &retrace_decoder::image::Image, start: u64, end: u64) -> InstructionList {
+    use retrace_decoder::image::Memory;
+    let mut bytes = vec![0u8; end.saturating_sub(start).min(1 << 20) as usize];
+    let n = image.read(start, &mut bytes);
+    let mut starts = std::collections::HashSet::new();
+    let mut at = 0;
+    while at < n {
+        starts.insert(start + at as u64);
+        at += llvm_mc::print(&bytes[at..n], start + at as u64).map_or(1, |printed| printed.length.max(1));
+    }
+    InstructionList { starts, end: start + n as u64 }
 }
 
 impl Contexts {
@@ -272,6 +306,41 @@ impl Contexts {
             self.previous = Some(context);
         }
         (self.previous.as_ref().expect("set above"), new_scope)
+    }
+
+    /// The instruction at `ip` as LLDB's trace dumper shows it. It takes the
+    /// disassembly from the list it used for the previous instruction when
+    /// that holds `ip`, else from the list of the whole function when `ip`
+    /// is in one with debug info, else from a fresh list of the
+    /// [`MAX_INSTRUCTION`] bytes at `ip` (`TraceDumper`'s
+    /// `CalculateDisass`); an instruction a list cuts short is printed from
+    /// the bytes the list has. Reproduced with LLVM's printer only.
+    fn disassemble(&mut self, loaded: &bundle::LoadedProcess, ip: u64) -> Disassembled {
+        if !llvm_mc::available() {
+            return disassemble(&loaded.image, &loaded.symbols, ip);
+        }
+        let end = self.list_end(loaded, ip);
+        disassemble_bytes(&loaded.image, &loaded.symbols, ip, end.saturating_sub(ip).min(MAX_INSTRUCTION) as usize)
+    }
+
+    /// The end of the bytes of the list LLDB disassembles `ip` from.
+    fn list_end(&mut self, loaded: &bundle::LoadedProcess, ip: u64) -> u64 {
+        if let Some(list) = self.list.as_ref().filter(|list| list.starts.contains(&ip)) {
+            return list.end;
+        }
+        if loaded.symbols.lookup(ip).debug_function {
+            if let Some((start, end)) = loaded.symbols.function_range(ip) {
+                let list = self.function_lists.entry(start).or_insert_with(|| std::sync::Arc::new(sweep(&loaded.image, start, end))).clone();
+                if list.starts.contains(&ip) {
+                    self.list = Some(list);
+                    return self.list.as_ref().map_or(ip, |list| list.end);
+                }
+            }
+        }
+        let list = std::sync::Arc::new(sweep(&loaded.image, ip, ip + MAX_INSTRUCTION));
+        let end = list.end;
+        self.list = Some(list);
+        end
     }
 }
 
@@ -299,9 +368,9 @@ fn item_json(
         Item::Instruction { ip } => {
             object.insert("loadAddress".into(), format!("{ip:#x}").into());
             if !args.raw {
+                let instruction = contexts.disassemble(loaded, *ip);
                 let (context, _) = contexts.at(loaded, *ip);
                 let symbol = context.symbol_name();
-                let instruction = disassemble(&loaded.image, &loaded.symbols, *ip);
                 object.insert("module".into(), json!(context.module.as_deref()));
                 object.insert("symbol".into(), json!(symbol.as_deref()));
                 object.insert("mnemonic".into(), json!(instruction.mnemonic));
@@ -352,12 +421,20 @@ struct Disassembled {
 /// One instruction as LLDB prints it: AT&T syntax, the mnemonic in 7
 /// columns, and a comment naming branch targets and RIP-relative data.
 fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: u64) -> Disassembled {
-    use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter, OpKind, Register};
+    disassemble_bytes(image, symbols, ip, MAX_INSTRUCTION as usize)
+}
+
+/// [`disassemble`] from at most `limit` bytes at `ip`.
+fn disassemble_bytes(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: u64, limit: usize) -> Disassembled {
+    use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter};
     use retrace_decoder::image::Memory;
     let mut bytes = [0u8; 15];
-    let n = image.read(ip, &mut bytes);
+    let n = image.read(ip, &mut bytes[..limit.min(15)]);
     let mut decoder = Decoder::with_ip(64, &bytes[..n], ip, DecoderOptions::NONE);
     let insn = decoder.decode();
+    if llvm_mc::available() {
+        return disassemble_with_llvm(symbols, ip, &bytes[..n], &insn);
+    }
     if insn.is_invalid() {
         return Disassembled { mnemonic: None, text: "<unknown>".into(), kind: "unknown" };
     }
@@ -399,12 +476,32 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
         }
     }
     llvm_spelling(&insn, &mut mnemonic, &mut operands);
-    // LLDB's layout: the mnemonic in 7 columns (at least one space after it).
+    let comment = symbolic_comment(symbols, ip, &insn).or(immediate_comment);
+    Disassembled { text: lldb_layout(&mnemonic, &operands, comment), mnemonic: Some(mnemonic), kind: control_flow_kind(&bytes[..insn.len().min(n)]) }
+}
+
+/// LLDB's layout: the mnemonic in 7 columns (at least one space after it),
+/// the operands in 25, then the comment.
+fn lldb_layout(mnemonic: &str, operands: &str, comment: Option<String>) -> String {
     let width = if mnemonic.len() >= 7 { mnemonic.len() + 1 } else { 7 };
-    let comment = if insn.op0_kind() == OpKind::NearBranch64 {
+    match comment {
+        Some(comment) => format!("{mnemonic:<width$}{operands:<25} ; {comment}"),
+        None => format!("{mnemonic:<width$}{operands}"),
+    }
+}
+
+/// LLDB's own comment: the function a branch goes to, the data a
+/// RIP-relative operand names.
+fn symbolic_comment(symbols: &Symbolizer, ip: u64, insn: &iced_x86::Instruction) -> Option<String> {
+    use iced_x86::{OpKind, Register};
+    if insn.op0_kind() == OpKind::NearBranch64 {
         branch_comment(symbols, ip, insn.near_branch_target())
     } else if insn.is_ip_rel_memory_operand() && insn.memory_base() == Register::RIP {
-        symbols.data_symbol(insn.ip_rel_memory_address()).map(|(name, offset)| {
+        let address = insn.ip_rel_memory_address();
+        if symbols.lookup(address).function.is_some() {
+            return branch_comment(symbols, ip, address);
+        }
+        symbols.data_symbol(address).map(|(name, offset)| {
             if offset == 0 {
                 name.to_string()
             } else {
@@ -412,13 +509,40 @@ fn disassemble(image: &retrace_decoder::image::Image, symbols: &Symbolizer, ip: 
             }
         })
     } else {
-        immediate_comment
+        None
+    }
+}
+
+/// The instruction as LLVM 22's printer gives it (see [`llvm_mc`]), with
+/// LLDB's branch targets as addresses and its symbolic comments.
+fn disassemble_with_llvm(symbols: &Symbolizer, ip: u64, bytes: &[u8], insn: &iced_x86::Instruction) -> Disassembled {
+    let Some(printed) = llvm_mc::print(bytes, ip) else {
+        // LLDB's text for bytes LLVM does not decode; the kind is still
+        // read from the bytes.
+        return Disassembled { mnemonic: Some(String::new()), text: lldb_layout("<unknown>", "", None), kind: control_flow_kind(bytes) };
     };
-    let text = match comment {
-        Some(comment) => format!("{mnemonic:<width$}{operands:<25} ; {comment}"),
-        None => format!("{mnemonic:<width$}{operands}"),
+    let mut operands = printed.operands;
+    if !insn.is_invalid() && insn.op0_kind() == iced_x86::OpKind::NearBranch64 {
+        // The C API prints the displacement; LLDB's printer the target.
+        let target = insn.near_branch_target();
+        let displacement = target.wrapping_sub(ip.wrapping_add(printed.length as u64)) as i64;
+        let relative = if displacement < 0 { format!("-0x{:x}", displacement.unsigned_abs()) } else { format!("0x{displacement:x}") };
+        if let Some(head) = operands.strip_suffix(&relative) {
+            operands = format!("{head}0x{target:x}");
+        }
+    }
+    // LLDB's symbol lookup sees the operands LLVM decoded (none after a
+    // lone `lock`).
+    let own = if insn.is_invalid() || printed.length != insn.len() { None } else { symbolic_comment(symbols, ip, insn) };
+    // Both: LLDB appends the printer's after its own.
+    let comment = match (own, printed.comment.is_empty()) {
+        (Some(own), false) => Some(format!("{own}, {}", printed.comment)),
+        (Some(own), true) => Some(own),
+        (None, false) => Some(printed.comment),
+        (None, true) => None,
     };
-    Disassembled { mnemonic: Some(mnemonic), text, kind: control_flow_kind(&bytes[..insn.len().min(n)]) }
+    let kind = control_flow_kind(&bytes[..if insn.is_invalid() { bytes.len() } else { insn.len().min(bytes.len()) }]);
+    Disassembled { text: lldb_layout(&printed.mnemonic, &operands, comment), mnemonic: Some(printed.mnemonic), kind }
 }
 
 /// LLDB's `InstructionControlFlowKind` of a 64-bit instruction's bytes, as
@@ -526,24 +650,38 @@ fn llvm_spelling(insn: &iced_x86::Instruction, mnemonic: &mut String, operands: 
     }
 }
 
-/// LLDB's comment for a branch target: `<+off>` inside the same function,
-/// else the target's function, then ` at file:line:col`.
+/// LLDB's comment for an address an instruction refers to (a branch
+/// target, a RIP-relative operand), as its disassembler's symbol lookup
+/// writes it: `<+off>` inside the same function, else the function (`+
+/// off`), then the inlined function there (`[inlined] f + off`) and, when
+/// the function has debug info, ` at file:line:col` — the first line of
+/// LLDB's description of the address.
 fn branch_comment(symbols: &Symbolizer, ip: u64, target: u64) -> Option<String> {
     let here = symbols.lookup(ip);
     let there = symbols.lookup(target);
     let (name, start) = there.function.clone()?;
-    let mut text = if here.function.as_ref().map(|f| f.1) == Some(start) {
+    // Inside the instruction's own function (the first range of its
+    // debug-info function, parts under other symbols included; else its
+    // symbol, by the symbol's size): no name.
+    let own_function = match here.function_range.or_else(|| symbols.function_range(ip)) {
+        Some((low, high)) => (low..high).contains(&target),
+        None => false,
+    };
+    let mut text = if own_function {
         format!("<+{}>", target - start)
     } else if target > start {
         format!("{name} + {}", target - start)
     } else {
         name.to_string()
     };
-    if let Some((file, line, column)) = &there.line {
-        text.push_str(&format!(" at {file}:{line}"));
-        if *column > 0 {
-            text.push_str(&format!(":{column}"));
+    if let (Some(inlined), Some(block_start)) = (&there.inlined, there.inlined_block.and_then(|b| b.range_start)) {
+        text.push_str(&format!(" [inlined] {inlined}"));
+        if target > block_start {
+            text.push_str(&format!(" + {}", target - block_start));
         }
+    }
+    if let Some(position) = there.position() {
+        text.push_str(&position);
     }
     Some(text)
 }

@@ -5,6 +5,7 @@ pub mod dump;
 mod encode;
 mod export;
 mod jitdump;
+mod llvm_mc;
 mod ptdump;
 mod record;
 mod xray;
