@@ -7,8 +7,8 @@ Load it once per session, or from ~/.lldbinit:
 
 Post-mortem, without LLDB's intel-pt plugin: `retrace load FILE` opens an
 LLDB trace bundle (trace.json: ours, or LLDB's `trace save`) and creates
-its targets; `retrace dump instructions|function-calls` print what LLDB's
-`thread trace dump` prints, with every option of LLDB 22's. They run on
+its targets; `retrace dump instructions|function-calls|info` print what
+LLDB's `thread trace dump` prints, with every option of LLDB 22's. They run on
 the native bridge `retrace_native` (plugin/python), found in the build
 directory next to this script (`cargo build --release -p retrace-python`
 makes target/release/libretrace_native.so), or where RETRACE_NATIVE says.
@@ -1109,9 +1109,45 @@ class DumpFunctionCalls(Command):
         result.Print(text[:-1] if json_style(options) and text.endswith("\n") else text)
 
 
+class DumpInfo(Command):
+    """Prints what LLDB's `thread trace dump info` prints for threads of
+    the current trace: the trace technology, the items decoded, the raw
+    trace size, memory and decode time (retrace's), the events and errors
+    by kind. THREAD-INDEX... or `all` (default: thread 1); -j: LLDB's JSON."""
+
+    name, usage = "dump info", "dump info [-j] [-v] [--tid TID] [THREAD-INDEX ...|all]"
+    short = "Summarize the trace of threads (LLDB's thread trace dump info)."
+
+    def __init__(self, debugger, internal_dict):
+        parser = Arguments(prog="retrace dump info", add_help=False)
+        parser.add_argument("-j", "--json", action="store_true")
+        parser.add_argument("-v", "--verbose", action="store_true", help="accepted, as LLDB's (per-thread traces have nothing more to show)")
+        parser.add_argument("--tid", type=int)
+        parser.add_argument("threads", nargs="*", help="thread indexes, or all")
+        self.parser = parser
+
+    def run(self, debugger, args, result):
+        options = self.parser.parse_args(args)
+        trace = current_trace(debugger)
+        if options.threads == ["all"]:
+            threads = [t for p in trace.processes for t in p["threads"]]
+        elif options.tid is not None or not options.threads:
+            threads = [trace.thread(None, options.tid)]
+        else:
+            try:
+                threads = [trace.thread(int(index)) for index in options.threads]
+            except ValueError:
+                raise RetraceError("invalid thread index: %s; usage: retrace %s" % (" ".join(options.threads), self.usage))
+        try:
+            text = trace.bundle.dump_info([t["position"] for t in threads], json=options.json)
+        except (ValueError, OSError) as error:
+            raise RetraceError(str(error))
+        result.Print(text[:-1] if options.json and text.endswith("\n") else text)
+
+
 COMMANDS = [
     ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, ForwardDirection, Goto, Where,
-    Load, Start, Stop, Save, DumpInstructions, DumpFunctionCalls,
+    Load, Start, Stop, Save, DumpInstructions, DumpFunctionCalls, DumpInfo,
 ]
 
 

@@ -18,13 +18,24 @@ pub enum Event {
     SoftwareDisabled,
 }
 
+impl Event {
+    /// LLDB's name of the event's kind (`TraceEvent`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::ClockTick(_) => "HW clock tick",
+            Event::SyncPoint(_) => "trace synchronization point",
+            Event::HardwareDisabled => "hardware disabled tracing",
+            Event::SoftwareDisabled => "software disabled tracing",
+        }
+    }
+}
+
 impl std::fmt::Display for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Event::ClockTick(tsc) => write!(f, "HW clock tick [{tsc}]"),
-            Event::SyncPoint(offset) => write!(f, "trace synchronization point [offset = 0x0x{offset:x}]"),
-            Event::HardwareDisabled => write!(f, "hardware disabled tracing"),
-            Event::SoftwareDisabled => write!(f, "software disabled tracing"),
+            Event::ClockTick(tsc) => write!(f, "{} [{tsc}]", self.name()),
+            Event::SyncPoint(offset) => write!(f, "{} [offset = 0x0x{offset:x}]", self.name()),
+            Event::HardwareDisabled | Event::SoftwareDisabled => f.write_str(self.name()),
         }
     }
 }
@@ -94,6 +105,12 @@ impl FlowError {
             | FlowError::NoIp(ip) => ip,
             FlowError::Overflow | FlowError::NotEnabled | FlowError::InfiniteLoop(_) | FlowError::NoProgress => None,
         }
+    }
+
+    /// Whether libipt reports it (LLDB counts those by kind); LLDB's own
+    /// anomaly checks report the others.
+    pub fn from_libipt(&self) -> bool {
+        !matches!(self, FlowError::InfiniteLoop(_) | FlowError::NoProgress)
     }
 
     /// libipt's `pt_errstr` text for the closest error code.

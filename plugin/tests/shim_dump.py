@@ -18,22 +18,9 @@ import re
 import sys
 
 import lldb
+from builtin_trace_guard import refused, run, run_guarded
 
 shim, trace_json, work, indexes = sys.argv[1], sys.argv[2], sys.argv[3], [int(i) for i in sys.argv[4:]]
-
-# The built-in trace commands fail in the shim's debugger.
-refused = []
-original = lldb.SBCommandInterpreter.HandleCommand
-
-
-def guarded(self, command, *args):
-    if re.match(r"\s*(trace\b|thread\s+trace\b|process\s+trace\b)", command):
-        refused.append(command)
-        result = args[-1] if args and isinstance(args[-1], lldb.SBCommandReturnObject) else None
-        if result is not None:
-            result.SetError("refused in this test: the shim must not call `%s`" % command)
-        return lldb.eReturnStatusFailed
-    return original(self, command, *args)
 
 
 def debugger():
@@ -46,18 +33,8 @@ builtin = debugger()
 shimmed = debugger()
 
 
-def run(d, command):
-    result = lldb.SBCommandReturnObject()
-    d.GetCommandInterpreter().HandleCommand(command, result)
-    return (result.GetOutput() or "") + (result.GetError() or "")
-
-
 def run_shim(command):
-    lldb.SBCommandInterpreter.HandleCommand = guarded
-    try:
-        return run(shimmed, command)
-    finally:
-        lldb.SBCommandInterpreter.HandleCommand = original
+    return run_guarded(shimmed, command)
 
 
 out = run(builtin, "trace load " + trace_json)
@@ -124,6 +101,11 @@ for index in indexes:
         shim_out = run_shim("retrace dump instructions %s -F %s%s" % (options, shim_file, t))
         compare("instructions -F " + options, "", shim_out, "exact")
         compare("file of instructions -F " + options, open(lldb_file).read(), open(shim_file).read(), "json" if "-j" in options else "text")
+    # Info: LLDB's layout and counts; the memory and time figures are
+    # retrace's own, so those values are masked on both sides.
+    masked = lambda text: re.sub(r"(memory usage[^:]*: |Decoding instructions\"?: |totalInBytes\": |avgPerItemInBytes\": )[^\n,]*", r"\1#", text)
+    compare("info" + t, masked(run(builtin, "thread trace dump info" + t)), masked(run_shim("retrace dump info" + t)), "layout")
+    compare("info -j" + t, masked(run(builtin, "thread trace dump info -j" + t)), masked(run_shim("retrace dump info -j" + t)), "layout")
     # Function calls: exact, text and JSON.
     for options in ["", "-j", "-J"]:
         lldb_text = run(builtin, "thread trace dump function-calls %s%s" % (options, t))

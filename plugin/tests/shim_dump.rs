@@ -71,8 +71,8 @@ fn assert_shim_dumps_equal_lldb(bridge: &Path, bundle: &Path, indexes: &[usize])
     let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(summary["mismatches"], 0, "{}: {stdout}", bundle.display());
     assert_eq!(summary["refused"], serde_json::json!([]), "{}", bundle.display());
-    // 35 cases per thread (shim_dump.py).
-    assert_eq!(summary["cases"], 35 * indexes.len(), "{stdout}");
+    // 37 cases per thread (shim_dump.py).
+    assert_eq!(summary["cases"], 37 * indexes.len(), "{stdout}");
     eprintln!("{}: {} cases equal to LLDB's built-in", bundle.display(), summary["cases"]);
 }
 

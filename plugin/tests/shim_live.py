@@ -21,22 +21,10 @@ import subprocess
 import sys
 
 import lldb
+from builtin_trace_guard import refused, run_guarded
+from builtin_trace_guard import run as run_unguarded
 
 shim, stub_path, program, saved, breaks = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:8]
-
-refused = []
-original = lldb.SBCommandInterpreter.HandleCommand
-
-
-def guarded(self, command, *args):
-    if re.match(r"\s*(trace\b|thread\s+trace\b|process\s+trace\b)", command):
-        refused.append(command)
-        result = args[-1] if args and isinstance(args[-1], lldb.SBCommandReturnObject) else None
-        if result is not None:
-            result.SetError("refused in this test: the shim must not call `%s`" % command)
-        return lldb.eReturnStatusFailed
-    return original(self, command, *args)
-
 
 stub = subprocess.Popen([stub_path, "--listen", "127.0.0.1:0", "--", program], stderr=subprocess.PIPE, text=True)
 port = int(re.search(r":(\d+)\s*$", stub.stderr.readline()).group(1))
@@ -45,17 +33,11 @@ debugger.SetAsync(False)
 
 
 def run(command):
-    result = lldb.SBCommandReturnObject()
-    debugger.GetCommandInterpreter().HandleCommand(command, result)
-    return (result.GetOutput() or "") + (result.GetError() or "")
+    return run_unguarded(debugger, command)
 
 
 def run_shim(command):
-    lldb.SBCommandInterpreter.HandleCommand = guarded
-    try:
-        return run(command)
-    finally:
-        lldb.SBCommandInterpreter.HandleCommand = original
+    return run_guarded(debugger, command)
 
 
 cases = 0

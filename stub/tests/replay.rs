@@ -258,3 +258,45 @@ fn the_saved_trace_is_served_to_gdb_and_lldb_decoders() {
     assert!(dump(&ours).len() >= 12, "{ours}");
     assert_eq!(dump(&lldb), dump(&ours), "LLDB's dump of the served trace:\n{lldb}");
 }
+
+/// `retrace goto ID` (the shim) lands LLDB on the address `retrace dump
+/// instructions` lists for ID, for ids across the whole history, in both
+/// directions.
+#[test]
+fn shim_goto_lands_on_the_address_the_dump_lists_for_the_id() {
+    if !common::lldb_python_present() {
+        return;
+    }
+    let (program, trace_json) = recorded("goto-ids", &["-O0"], StepMode::Step);
+    let listing = listing(&trace_json);
+    assert!(listing.len() > 1000, "{} instructions", listing.len());
+    let n = listing.len();
+    // From the end backwards, then forwards again, and the extremes.
+    let picks: Vec<(u64, u64)> = [n - 2, n / 2, n / 5, 3, 0, n / 3, n - 1, 2 * n / 3].iter().map(|&i| listing[i]).collect();
+    let ids: Vec<String> = picks.iter().map(|(id, _)| id.to_string()).collect();
+    let (stub, port) = start_replay(&trace_json);
+    let shim = concat!(env!("CARGO_MANIFEST_DIR"), "/../lldb-scripts/retrace.py");
+    let body = r#"
+event = lldb.SBEvent()
+while process.GetState() != lldb.eStateStopped and listener.WaitForEvent(10, event):
+    pass
+print(command("command script import " + sys.argv[3]))
+for id in sys.argv[4:]:
+    out = command("retrace goto " + id)
+    thread = process.GetSelectedThread()
+    where = json.loads(command("retrace where --json").strip().splitlines()[-1])
+    print(json.dumps({"goto": int(id), "pc": thread.GetFrameAtIndex(0).GetPC(), "where": where["id"], "out": out}))
+process.Kill()
+"#;
+    let mut extra = vec![shim];
+    extra.extend(ids.iter().map(String::as_str));
+    let out = lldb_python(body, &program, port, &extra);
+    let _ = wait_exit(stub);
+    let landings = json_lines(&out);
+    assert_eq!(landings.len(), picks.len(), "{out}");
+    for ((id, address), landing) in picks.iter().zip(&landings) {
+        assert_eq!(landing["goto"].as_u64(), Some(*id), "{out}");
+        assert_eq!(landing["pc"].as_u64(), Some(*address), "retrace goto {id}: the pc LLDB shows is not the listed 0x{address:x}:\n{out}");
+        assert_eq!(landing["where"].as_u64(), Some(*id), "retrace where after goto {id}:\n{out}");
+    }
+}

@@ -168,6 +168,16 @@ impl Bundle {
         Ok((text, stops))
     }
 
+    /// LLDB's `thread trace dump info` of the threads at these positions
+    /// (text, or its JSON with `json=True`): its layout and counts, the
+    /// memory and time figures retrace's own.
+    #[pyo3(signature = (threads, json = false))]
+    fn dump_info(&self, py: Python<'_>, threads: Vec<usize>, json: bool) -> PyResult<String> {
+        let mut out = output(None)?;
+        py.detach(|| dump::write_lldb_info(&self.decoded(), &threads, json, &mut out)).map_err(error)?;
+        text(out)
+    }
+
     /// Dumps function-call trees as `retrace dump function-calls` (LLDB's
     /// `thread trace dump function-calls`) does; `json`: None, "compact" or
     /// "pretty"; `file` as for `dump_instructions`.
