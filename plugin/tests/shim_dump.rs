@@ -94,6 +94,11 @@ fn shim_dumps_equal_lldb_builtin_dumps() {
     gcc(&["-g", "-O2", "-pthread", "-o", threads_exe.to_str().unwrap(), &format!("{PROGRAMS}/threads.c")]);
     record("branch", &dir.join("threads-bundle"), &threads_exe);
     assert_shim_dumps_equal_lldb(&bridge, &dir.join("threads-bundle"), &[1, 3]);
+    // A dynamic -O2 program with recursion, single-stepped.
+    let recursion_exe = dir.join("recursion");
+    gcc(&["-g", "-O2", "-o", recursion_exe.to_str().unwrap(), &format!("{PROGRAMS}/recursion.c")]);
+    record("step", &dir.join("recursion-bundle"), &recursion_exe);
+    assert_shim_dumps_equal_lldb(&bridge, &dir.join("recursion-bundle"), &[1]);
     // A call into a shared library of our own.
     let lib = dir.join("libretracedemo.so");
     gcc(&["-g", "-O0", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{PROGRAMS}/shlib_lib.c")]);
