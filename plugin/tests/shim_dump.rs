@@ -89,23 +89,23 @@ fn shim_dumps_equal_lldb_builtin_dumps() {
     record("step", &dir.join("static"), &static_exe);
     assert_shim_dumps_equal_lldb(&bridge, &dir.join("static"), &[1]);
     // A dynamic -O2 program with four threads, in branch mode: the main
-    // thread and a worker.
+    // thread and the four workers.
     let threads_exe = dir.join("threads");
     gcc(&["-g", "-O2", "-pthread", "-o", threads_exe.to_str().unwrap(), &format!("{PROGRAMS}/threads.c")]);
     record("branch", &dir.join("threads-bundle"), &threads_exe);
-    assert_shim_dumps_equal_lldb(&bridge, &dir.join("threads-bundle"), &[1, 3]);
+    assert_shim_dumps_equal_lldb(&bridge, &dir.join("threads-bundle"), &[1, 2, 3, 4, 5]);
     // A dynamic -O2 program with recursion, single-stepped.
     let recursion_exe = dir.join("recursion");
     gcc(&["-g", "-O2", "-o", recursion_exe.to_str().unwrap(), &format!("{PROGRAMS}/recursion.c")]);
     record("step", &dir.join("recursion-bundle"), &recursion_exe);
     assert_shim_dumps_equal_lldb(&bridge, &dir.join("recursion-bundle"), &[1]);
-    // A call into a shared library of our own.
+    // A call into a shared library of our own, in branch mode.
     let lib = dir.join("libretracedemo.so");
     gcc(&["-g", "-O0", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{PROGRAMS}/shlib_lib.c")]);
     let shlib_exe = dir.join("shlib_main");
     let rpath = format!("-Wl,-rpath,{}", dir.display());
     gcc(&["-g", "-O0", "-o", shlib_exe.to_str().unwrap(), &format!("{PROGRAMS}/shlib_main.c"), "-L", dir.to_str().unwrap(), "-lretracedemo", &rpath]);
-    record("step", &dir.join("shlib"), &shlib_exe);
+    record("branch", &dir.join("shlib"), &shlib_exe);
     assert_shim_dumps_equal_lldb(&bridge, &dir.join("shlib"), &[1]);
 }
 
