@@ -263,6 +263,9 @@ struct Contexts {
     /// disassembly from, and the function lists made so far.
     list: Option<std::sync::Arc<InstructionList>>,
     function_lists: HashMap<u64, std::sync::Arc<InstructionList>>,
+    /// Instructions printed so far, by address and the end of the bytes
+    /// they were printed from (a loop prints its instructions once).
+    printed: HashMap<(u64, u64), Disassembled>,
 }
 
 /// Instructions LLDB disassembled in one go: where each starts, and where
@@ -319,8 +322,11 @@ impl Contexts {
         if !llvm_mc::available() {
             return disassemble(&loaded.image, &loaded.symbols, ip);
         }
-        let end = self.list_end(loaded, ip);
-        disassemble_bytes(&loaded.image, &loaded.symbols, ip, end.saturating_sub(ip).min(MAX_INSTRUCTION) as usize)
+        let end = self.list_end(loaded, ip).min(ip.saturating_add(MAX_INSTRUCTION));
+        self.printed
+            .entry((ip, end))
+            .or_insert_with(|| disassemble_bytes(&loaded.image, &loaded.symbols, ip, end.saturating_sub(ip) as usize))
+            .clone()
     }
 
     /// The end of the bytes of the list LLDB disassembles `ip` from.
@@ -407,6 +413,7 @@ pub(crate) fn cores() -> usize {
 }
 
 /// One instruction as LLDB shows it.
+#[derive(Clone)]
 struct Disassembled {
     /// The mnemonic (`None`: the bytes are not an instruction).
     mnemonic: Option<String>,
