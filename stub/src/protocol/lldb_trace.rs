@@ -99,13 +99,33 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>>
     }))
 }
 
+/// The replies to a `qRcmd` (`monitor …`) packet that is a `trace …`
+/// command (see [`monitor`]), answered here as the trace packets are: the
+/// text in `O` packets of up to 2 KiB, then `OK`. `None`: another packet.
+pub(crate) fn monitor_packet(body: &[u8], target: &mut impl Inferior) -> Option<Vec<Vec<u8>>> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let command = body.strip_prefix(b"qRcmd,")?;
+    let command: Vec<u8> = command.chunks(2).map(|pair| std::str::from_utf8(pair).ok().and_then(|p| u8::from_str_radix(p, 16).ok())).collect::<Option<_>>()?;
+    let text = match monitor(std::str::from_utf8(&command).ok()?, target)? {
+        Ok(text) => text,
+        Err(reason) => format!("error: {reason}\n"),
+    };
+    let mut replies: Vec<Vec<u8>> = text
+        .as_bytes()
+        .chunks(2048)
+        .map(|chunk| std::iter::once(b'O').chain(chunk.iter().flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]])).collect())
+        .collect();
+    replies.push(b"OK".to_vec());
+    Some(replies)
+}
+
 /// The `monitor trace …` commands: what `jLLDBTraceGetBinaryData` returns,
 /// as text a `qRcmd` reply can carry (LLDB's `process plugin packet send`
 /// prints a reply as a C string, so a client script cannot fetch binary
 /// data through it): `trace data TID` is the thread's `iptTrace` bytes in
 /// hex, `trace cpuinfo` the `procfsCpuInfo` text. `None`: not such a
 /// command.
-pub(crate) fn monitor(command: &str, target: &mut impl Inferior) -> Option<Result<String, String>> {
+fn monitor(command: &str, target: &mut impl Inferior) -> Option<Result<String, String>> {
     const USAGE: &str = "usage: trace data TID | trace cpuinfo";
     let words: Vec<&str> = command.split_whitespace().collect();
     let (kind, tid) = match words.as_slice() {

@@ -35,6 +35,18 @@ fn answer(conn: &mut BufferedConnection, no_ack: bool, payload: &[u8]) -> std::i
     Connection::flush(conn)
 }
 
+/// Acknowledges a packet the framer answers itself with several packets
+/// (a monitor command's `O` output, then its final reply).
+fn answer_all(conn: &mut BufferedConnection, no_ack: bool, payloads: &[Vec<u8>]) -> std::io::Result<()> {
+    if !no_ack {
+        Connection::write(conn, b'+')?;
+    }
+    for payload in payloads {
+        Connection::write_all(conn, &escape_and_frame(payload))?;
+    }
+    Connection::flush(conn)
+}
+
 /// A reply for packets answered here, or `None` to let gdbstub answer.
 fn intercept(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>> {
     if let Some(reply) = super::lldb_trace::answer(body, target) {
@@ -164,6 +176,8 @@ enum Screened {
     Forward(Vec<u8>),
     /// Answer it here.
     Answer(Vec<u8>),
+    /// Answer it here with these packets, in order.
+    Answers(Vec<Vec<u8>>),
     /// LLDB's `k`: kill the program, answer `X09`.
     Kill,
 }
@@ -215,6 +229,9 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
     if malformed(body) {
         tracing::warn!(packet = %String::from_utf8_lossy(body), "malformed packet");
         return Screened::Answer(b"E16".to_vec());
+    }
+    if let Some(replies) = super::lldb_trace::monitor_packet(body, target) {
+        return Screened::Answers(replies);
     }
     if let Some(reply) = intercept(body, target) {
         return Screened::Answer(reply);
@@ -354,6 +371,10 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                             }
                             Screened::Answer(reply) => {
                                 answer(inner.borrow_conn(), no_ack, &reply)?;
+                                GdbStubStateMachine::Idle(inner)
+                            }
+                            Screened::Answers(replies) => {
+                                answer_all(inner.borrow_conn(), no_ack, &replies)?;
                                 GdbStubStateMachine::Idle(inner)
                             }
                             Screened::Forward(body) => {

@@ -401,9 +401,7 @@ macro_rules! offer_capabilities {
                 mut out: gdbstub::target::ext::monitor_cmd::ConsoleOutput<'_>,
             ) -> Result<(), Self::Error> {
                 let command = String::from_utf8_lossy(cmd);
-                let answer = crate::protocol::lldb_trace::monitor(&command, self)
-                    .unwrap_or_else(|| crate::target::Inferior::monitor_command(self, &command));
-                match answer {
+                match crate::target::Inferior::monitor_command(self, &command) {
                     // In `O` packets of a few KiB each (a trace's hex can be megabytes).
                     Ok(text) => {
                         for chunk in text.as_bytes().chunks(2048) {
