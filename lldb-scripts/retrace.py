@@ -46,6 +46,7 @@ the direction forward.
 """
 
 import argparse
+import atexit
 import glob
 import importlib.machinery
 import importlib.util
@@ -601,6 +602,7 @@ class LiveTrace(LoadedTrace):
         self.key = (process.GetProcessID(), process.GetStopID())
         self.process = process
         self.directory = tempfile.mkdtemp(prefix="retrace-live-")
+        atexit.register(shutil.rmtree, self.directory, True)
         path = save_live_trace(debugger, self.directory, False)
         try:
             bundle = native().Bundle(path)
