@@ -9,7 +9,7 @@
 //!   count; the stub: `monitor record status --json` before and after);
 //! - bytes per recorded instruction (GDB: its RSS growth over the stretch,
 //!   read from its own /proc; the stub: the history's size, before and
-//!   after).
+//!   after, and its RSS growth, read by the same probe).
 //!
 //! `cargo bench -p retrace-stub --bench reverse` (`RETRACE_BENCH_ITERATIONS`,
 //! default 2000: the loop count, 55 instructions an iteration).
@@ -28,21 +28,23 @@ fn build(dir: &Path) -> PathBuf {
     exe
 }
 
-/// Prints the wall clock and GDB's own resident size.
+/// Prints the wall clock, GDB's own resident size and that of the
+/// process `RETRACE_PROBE_PID` names (GDB's again without it).
 const PROBE: &str = r#"
-import gdb, time
+import gdb, os, time
+def rss(pid):
+    return next(int(l.split()[1]) for l in open("/proc/%s/status" % pid) if l.startswith("VmRSS:")) * 1024
 class Probe(gdb.Command):
     def __init__(self):
         super().__init__("probe", gdb.COMMAND_USER)
     def invoke(self, arg, tty):
-        rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:"))
-        print("PROBE %s %.6f %d" % (arg, time.time(), rss * 1024))
+        print("PROBE %s %.6f %d %d" % (arg, time.time(), rss("self"), rss(os.environ.get("RETRACE_PROBE_PID", "self"))))
 Probe()
 "#;
 
 /// `pinned`: GDB (and so its inferior) kept on CPU 0 (`taskset -c 0`), as
 /// the stub keeps itself and its inferior on one CPU.
-fn gdb_run(program: &Path, dir: &Path, commands: &[String], pinned: bool) -> String {
+fn gdb_run(program: &Path, dir: &Path, commands: &[String], pinned: bool, probed: Option<u32>) -> String {
     let probe = dir.join("probe.py");
     std::fs::write(&probe, PROBE).unwrap();
     let mut gdb = if pinned {
@@ -53,6 +55,9 @@ fn gdb_run(program: &Path, dir: &Path, commands: &[String], pinned: bool) -> Str
         Command::new("gdb")
     };
     gdb.args(["-nx", "-batch", "-ex", "set pagination off", "-ex", &format!("source {}", probe.display())]);
+    if let Some(pid) = probed {
+        gdb.env("RETRACE_PROBE_PID", pid.to_string());
+    }
     for command in commands {
         gdb.args(["-ex", command]);
     }
@@ -60,11 +65,11 @@ fn gdb_run(program: &Path, dir: &Path, commands: &[String], pinned: bool) -> Str
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
-/// (time, bytes) of `PROBE name`.
-fn probe(out: &str, name: &str) -> (f64, u64) {
+/// (time, GDB's resident bytes, the probed process's) of `PROBE name`.
+fn probe(out: &str, name: &str) -> (f64, u64, u64) {
     let line = out.lines().find_map(|l| l.strip_prefix(&format!("PROBE {name} "))).unwrap_or_else(|| panic!("no probe {name}:\n{out}"));
-    let (time, rss) = line.split_once(' ').unwrap();
-    (time.parse().unwrap(), rss.parse().unwrap())
+    let fields: Vec<&str> = line.split(' ').collect();
+    (fields[0].parse().unwrap(), fields[1].parse().unwrap(), fields[2].parse().unwrap())
 }
 
 /// Every `monitor record status --json` answer, in order.
@@ -76,6 +81,8 @@ struct Measured {
     instructions: u64,
     seconds: f64,
     bytes: f64,
+    /// The recording process's resident-size growth (GDB: `bytes`).
+    resident: f64,
 }
 
 fn gdb_record_full(program: &Path, dir: &Path, iterations: &str, pinned: bool) -> Measured {
@@ -95,13 +102,14 @@ fn gdb_record_full(program: &Path, dir: &Path, iterations: &str, pinned: bool) -
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let out = gdb_run(program, dir, &commands, pinned);
-    let ((t0, rss0), (t1, rss1)) = (probe(&out, "begin"), probe(&out, "end"));
+    let out = gdb_run(program, dir, &commands, pinned, None);
+    let ((t0, rss0, _), (t1, rss1, _)) = (probe(&out, "begin"), probe(&out, "end"));
     let instructions: u64 = out
         .lines()
         .find_map(|l| l.strip_prefix("Log contains ")?.strip_suffix(" instructions.")?.parse().ok())
         .unwrap_or_else(|| panic!("no instruction count:\n{out}"));
-    Measured { instructions, seconds: t1 - t0, bytes: rss1.saturating_sub(rss0) as f64 }
+    let bytes = rss1.saturating_sub(rss0) as f64;
+    Measured { instructions, seconds: t1 - t0, bytes, resident: bytes }
 }
 
 fn stub_record(program: &Path, dir: &Path, iterations: &str, mode: &str) -> Measured {
@@ -122,13 +130,18 @@ fn stub_record(program: &Path, dir: &Path, iterations: &str, mode: &str) -> Meas
         "kill".into(),
     ]
     .to_vec();
-    let out = gdb_run(program, dir, &commands, false);
+    let out = gdb_run(program, dir, &commands, false, Some(child.id()));
     let _ = common::wait_exit(child);
-    let ((t0, _), (t1, _)) = (probe(&out, "begin"), probe(&out, "end"));
+    let ((t0, _, rss0), (t1, _, rss1)) = (probe(&out, "begin"), probe(&out, "end"));
     let s = statuses(&out);
     assert_eq!(s.len(), 2, "{out}");
     let count = |k: &str, i: usize| s[i][k].as_u64().unwrap_or_else(|| panic!("{k} in {}", s[i]));
-    Measured { instructions: count("instructions", 1) - count("instructions", 0), seconds: t1 - t0, bytes: (count("bytes", 1) - count("bytes", 0)) as f64 }
+    Measured {
+        instructions: count("instructions", 1) - count("instructions", 0),
+        seconds: t1 - t0,
+        bytes: (count("bytes", 1) - count("bytes", 0)) as f64,
+        resident: rss1.saturating_sub(rss0) as f64,
+    }
 }
 
 fn main() {
@@ -143,7 +156,7 @@ fn main() {
     let full = stub_record(&program, &dir, &iterations, "full");
     let branch = stub_record(&program, &dir, &iterations, "branch");
     println!("bench_loop {iterations} (static -O1), bench_begin to bench_end");
-    println!("{:<36} {:>12} {:>9} {:>12} {:>10}", "recorder", "instructions", "seconds", "instr/s", "B/instr");
+    println!("{:<36} {:>12} {:>9} {:>12} {:>10} {:>12}", "recorder", "instructions", "seconds", "instr/s", "B/instr", "RSS B/instr");
     for (name, m) in [
         ("GDB 13 record full (native)", &gdb),
         ("GDB 13 record full (taskset -c 0)", &pinned),
@@ -151,11 +164,12 @@ fn main() {
         ("retrace-stub --record=branch", &branch),
     ] {
         println!(
-            "{name:<36} {:>12} {:>9.3} {:>12.0} {:>10.1}",
+            "{name:<36} {:>12} {:>9.3} {:>12.0} {:>10.1} {:>12.1}",
             m.instructions,
             m.seconds,
             m.instructions as f64 / m.seconds,
-            m.bytes / m.instructions as f64
+            m.bytes / m.instructions as f64,
+            m.resident / m.instructions as f64
         );
     }
     let rate = |m: &Measured| m.instructions as f64 / m.seconds;
@@ -163,5 +177,6 @@ fn main() {
     println!("full recording speed vs GDB record full: {:.2}x (goal >= 10x; the issue needs >= 3x)", rate(&full) / rate(&gdb));
     println!("full recording speed vs GDB record full pinned to one CPU: {:.2}x", rate(&full) / rate(&pinned));
     println!("full bytes per instruction vs GDB record full: {:.3}x (goal <= 0.1x)", per(&full) / per(&gdb));
+    println!("full resident growth per instruction vs GDB record full: {:.3}x", (full.resident / full.instructions as f64) / per(&gdb));
     println!("branch recording speed vs GDB record full: {:.2}x", rate(&branch) / rate(&gdb));
 }

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// How an executed instruction moves between frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Flow {
     /// `call`: the next instruction runs one frame deeper.
     Call,

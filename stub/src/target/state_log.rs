@@ -22,6 +22,21 @@
 //!
 //! Positions: `p` in `0..len()` is the state just before step `p` runs;
 //! `len()` is the present (the live process).
+//!
+//! **Encoding.** A step costs its instruction (4 bytes: an index into
+//! the table of the instructions the history ran, each address and kind
+//! once, so that searches for breakpoints scan an array) and a *record* in one byte
+//! stream: a header (how many registers changed, how many writes), each
+//! changed register as its number and its change (a 64-bit register as the
+//! signed difference, a 32-bit one as the bits that flipped, both as
+//! LEB128; wider ones whole; `rip` never: the thread's next address gives
+//! it), and each write as its address (the signed difference from the
+//! previous write's) and length in LEB128, then the old bytes. Where every
+//! [`CHUNK`]-th step's record starts is kept, so a record is found by
+//! reading at most `CHUNK - 1` others. Which thread ran is kept per run of
+//! steps, the call depth per step in one byte beside a mark every
+//! [`CHUNK`] steps. `docs/benchmarks.md` has what this costs per
+//! instruction against GDB's `record full`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -45,7 +60,11 @@ struct FrameBlock {
 }
 
 /// How often (in a thread's own steps) its registers are copied whole.
-pub const CHECKPOINT_EVERY: usize = 64;
+pub const CHECKPOINT_EVERY: usize = 1024;
+
+/// Steps per entry of the record index, of the address bounds searches
+/// skip by, and of a thread's depth marks.
+const CHUNK: usize = 64;
 
 const PAGE: u64 = 4096;
 
@@ -63,23 +82,15 @@ const SMALL_WRITE: usize = 16;
 /// however often the word's other bytes were written.
 type WordWrites = Vec<(u8, Vec<u64>)>;
 
-/// One executed instruction.
-#[derive(Debug, Clone, Copy)]
-struct Step {
-    tid: u64,
-    pc: u64,
-    /// Where its changed registers start in `register_bytes`.
-    registers: usize,
-    /// Where its overwritten memory starts in `memory_bytes`.
-    memory: usize,
-}
-
 /// A thread's steps and register checkpoints.
 #[derive(Debug, Default)]
 struct ThreadSteps {
-    /// Positions of the thread's steps, ascending.
-    positions: Vec<u64>,
-    /// (index into `positions`, registers before that step).
+    /// Runs of its steps at consecutive positions: (index of the run's
+    /// first step among the thread's, its position), ascending.
+    runs: Vec<(u64, u64)>,
+    /// How many steps it ran.
+    count: usize,
+    /// (index of a step, registers before that step).
     checkpoints: Vec<(usize, Regs)>,
     /// Registers after its last step.
     last: Option<Regs>,
@@ -87,16 +98,38 @@ struct ThreadSteps {
     handler_entries: Vec<usize>,
     /// Its next step is a signal handler's first instruction.
     entering_handler: bool,
-    /// The call depth each step ran at (its first step's is 0): one more
-    /// after a `call` and at a signal handler's first instruction, one less
-    /// after a `ret`.
-    depths: Vec<i32>,
-    /// How each step moved between frames.
-    flows: Vec<Flow>,
+    /// The call depth of its steps number `CHUNK * k` (its first step's is
+    /// 0): one more after a `call` and at a signal handler's first
+    /// instruction, one less after a `ret`.
+    depth_marks: Vec<i32>,
+    /// Each step's depth less its chunk's mark (at most 2 a step).
+    depth_offsets: Vec<i8>,
     /// The depth of its next step.
     depth_next: i32,
     /// Summaries of its steps, [`FRAME_BLOCK`] at a time.
     blocks: Vec<FrameBlock>,
+}
+
+impl ThreadSteps {
+    /// The position of its step `index`.
+    fn position(&self, index: usize) -> u64 {
+        let run = self.runs.partition_point(|&(first, _)| first as usize <= index) - 1;
+        let (first, at) = self.runs[run];
+        at + (index as u64 - first)
+    }
+
+    /// How many of its steps come before `position`.
+    fn done_before(&self, position: u64) -> usize {
+        let run = self.runs.partition_point(|&(_, at)| at < position);
+        let Some(&(first, at)) = run.checked_sub(1).map(|r| &self.runs[r]) else { return 0 };
+        let end = self.runs.get(run).map_or(self.count as u64, |r| r.0);
+        (first + (position - at)).min(end) as usize
+    }
+
+    /// The call depth of its step `index`.
+    fn depth(&self, index: usize) -> i32 {
+        self.depth_marks[index / CHUNK] + i32::from(self.depth_offsets[index])
+    }
 }
 
 /// Bytes a step overwrote, before it did.
@@ -115,14 +148,148 @@ fn byte_mask(word: u64, from: u64, to: u64) -> u8 {
     (lo..hi).fold(0, |mask, bit| mask | 1 << bit)
 }
 
+/// How a changed register is kept in a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// A 64-bit register: the signed difference, LEB128.
+    Difference,
+    /// A 32-bit register: the bits that flipped, LEB128.
+    Flipped,
+    /// Wider ones: the new bytes.
+    Whole(usize),
+}
+
+fn change_of(n: usize) -> Change {
+    match n {
+        0..=16 | 57..=59 => Change::Difference,
+        17..=23 | 32..=39 | 56 => Change::Flipped,
+        _ => Change::Whole(register_size(n).expect("a register")),
+    }
+}
+
+/// Register `n` (a 64- or 32-bit one) as a number.
+fn register_value(regs: &Regs, n: usize) -> u64 {
+    match n {
+        0..=15 => regs.gpr[n],
+        16 => regs.rip,
+        17 => u64::from(regs.eflags),
+        18..=23 => u64::from(regs.segments[n - 18]),
+        32..=39 => u64::from(regs.fpu[n - 32]),
+        56 => u64::from(regs.mxcsr),
+        57 => regs.orig_rax,
+        58 => regs.fs_base,
+        _ => regs.gs_base,
+    }
+}
+
+fn set_register_value(regs: &mut Regs, n: usize, value: u64) {
+    let size = register_size(n).expect("a register");
+    let _ = regs.set_register(n, &value.to_le_bytes()[..size]);
+}
+
+fn put_leb128(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    (value >> 1) as i64 ^ -((value & 1) as i64)
+}
+
+/// Grows `vec` for `more` items by an eighth of its size at a time, not
+/// double (large vectors grow in place, by remapping).
+fn reserve<T>(vec: &mut Vec<T>, more: usize) {
+    if vec.capacity() - vec.len() < more {
+        vec.reserve_exact(more.max(vec.len() / 8).max(64));
+    }
+}
+
+/// Reads records from one at a [`CHUNK`] boundary on.
+#[derive(Clone)]
+struct Records<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    /// The previous write's address.
+    address: u64,
+}
+
+impl<'a> Records<'a> {
+    fn leb128(&mut self) -> u64 {
+        let mut value = 0u64;
+        let mut shift = 0;
+        loop {
+            let byte = self.bytes[self.at];
+            self.at += 1;
+            value |= u64::from(byte & 0x7f) << shift.min(63);
+            shift += 7;
+            if byte < 0x80 {
+                return value;
+            }
+        }
+    }
+
+    /// The next record: each changed register (its number and change),
+    /// then each write (address, old bytes).
+    fn record(&mut self, mut register: impl FnMut(usize, RegisterChange<'a>), mut write: impl FnMut(u64, &'a [u8])) {
+        let header = self.leb128();
+        for _ in 0..header & 63 {
+            let n = self.bytes[self.at] as usize;
+            self.at += 1;
+            let change = match change_of(n) {
+                Change::Difference => RegisterChange::Difference(unzigzag(self.leb128())),
+                Change::Flipped => RegisterChange::Flipped(self.leb128()),
+                Change::Whole(size) => {
+                    self.at += size;
+                    RegisterChange::Whole(&self.bytes[self.at - size..self.at])
+                }
+            };
+            register(n, change);
+        }
+        for _ in 0..header >> 6 {
+            self.address = self.address.wrapping_add(unzigzag(self.leb128()) as u64);
+            let len = self.leb128() as usize;
+            self.at += len;
+            write(self.address, &self.bytes[self.at - len..self.at]);
+        }
+    }
+
+    fn skip(&mut self) {
+        self.record(|_, _| {}, |_, _| {});
+    }
+}
+
+/// A register's change as a record keeps it.
+#[derive(Debug, Clone, Copy)]
+enum RegisterChange<'a> {
+    Difference(i64),
+    Flipped(u64),
+    Whole(&'a [u8]),
+}
+
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct StateLog {
-    steps: Vec<Step>,
-    /// Per step: `[register number][value…]` for each register it changed.
-    register_bytes: Vec<u8>,
-    /// Per step: `[address: u64][length: u32][old bytes…]`.
-    memory_bytes: Vec<u8>,
+    /// Each step's instruction: an index into `code`.
+    instructions: Vec<u32>,
+    /// The instructions the history ran: address and kind.
+    code: Vec<(u64, Flow)>,
+    /// `code`'s index.
+    code_index: HashMap<(u64, Flow), u32>,
+    /// The lowest and highest address of every [`CHUNK`] steps.
+    pc_bounds: Vec<(u64, u64)>,
+    /// (first position, thread) of every run of one thread's steps.
+    thread_runs: Vec<(u64, u64)>,
+    /// Each step's record (see the module documentation).
+    records: Vec<u8>,
+    /// Where the record of step `CHUNK * k` starts.
+    record_starts: Vec<usize>,
     /// Word (address / 8) → the steps that wrote in it, small writes only.
     words: HashMap<u64, WordWrites>,
     /// Page → the steps that wrote more than [`SMALL_WRITE`] bytes at once
@@ -135,6 +302,8 @@ pub struct StateLog {
     /// Overwrites not made by an instruction (the debugger's writes, a
     /// signal frame), charged to the next step.
     pending: Vec<Overwritten>,
+    /// The address of the last write recorded in the current chunk.
+    last_write: u64,
 }
 
 impl StateLog {
@@ -145,25 +314,53 @@ impl StateLog {
 
     /// Number of steps recorded: the present's position.
     pub fn len(&self) -> u64 {
-        self.steps.len() as u64
+        self.instructions.len() as u64
     }
 
     /// True before the first step.
     pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
+        self.instructions.is_empty()
     }
 
-    /// Bytes the history takes, roughly.
+    /// The address and kind of step `position`'s instruction.
+    fn instruction(&self, position: u64) -> (u64, Flow) {
+        self.code[self.instructions[position as usize] as usize]
+    }
+
+    fn pc(&self, position: u64) -> u64 {
+        self.instruction(position).0
+    }
+
+    /// Bytes the history takes: what its vectors and maps hold allocated
+    /// (a map's entry counted as its key, value and a control byte).
     pub fn bytes(&self) -> usize {
-        let checkpoints: usize = self.threads.values().map(|t| t.checkpoints.len() * std::mem::size_of::<(usize, Regs)>() + t.positions.len() * 8).sum();
-        let pages: usize = self.bulk_pages.values().map(|v| v.len() * 8 + 32).sum();
-        let words: usize = self.words.values().map(|groups| 40 + groups.iter().map(|(_, steps)| 32 + steps.len() * 8).sum::<usize>()).sum();
-        self.steps.len() * std::mem::size_of::<Step>() + self.register_bytes.len() + self.memory_bytes.len() + checkpoints + pages + words
+        fn vec<T>(v: &Vec<T>) -> usize {
+            v.capacity() * std::mem::size_of::<T>()
+        }
+        let threads: usize = self
+            .threads
+            .values()
+            .map(|t| {
+                vec(&t.runs) + vec(&t.checkpoints) + vec(&t.handler_entries) + vec(&t.depth_marks) + vec(&t.depth_offsets) + vec(&t.blocks)
+                    + std::mem::size_of::<ThreadSteps>()
+            })
+            .sum();
+        let entry = |value: usize| 8 + value + 1;
+        let words: usize = self.words.capacity() * entry(24) + self.words.values().map(|groups| vec(groups) + groups.iter().map(|(_, steps)| vec(steps)).sum::<usize>()).sum::<usize>();
+        let pages: usize = self.bulk_pages.capacity() * entry(24) + self.bulk_pages.values().map(vec).sum::<usize>();
+        let mappings: usize = vec(&self.mappings) + self.mappings.iter().map(|(_, m)| vec(m)).sum::<usize>();
+        let code = vec(&self.code) + self.code_index.capacity() * entry(16);
+        vec(&self.instructions) + code + vec(&self.pc_bounds) + vec(&self.thread_runs) + vec(&self.records) + vec(&self.record_starts) + threads + words + pages + mappings
+    }
+
+    /// The thread that ran step `position`.
+    fn tid_at(&self, position: u64) -> u64 {
+        self.thread_runs[self.thread_runs.partition_point(|&(first, _)| first <= position) - 1].1
     }
 
     /// The thread and instruction address of step `position`.
     pub fn at(&self, position: u64) -> Option<(u64, u64)> {
-        self.steps.get(position as usize).map(|s| (s.tid, s.pc))
+        (position < self.len()).then(|| (self.tid_at(position), self.pc(position)))
     }
 
     /// The threads that ran in the history.
@@ -174,12 +371,14 @@ impl StateLog {
     /// How many steps thread `tid` ran before `position`: the id of the
     /// instruction it stands at (`retrace dump instructions` numbering).
     pub fn steps_of_thread_before(&self, tid: u64, position: u64) -> u64 {
-        self.threads.get(&tid).map_or(0, |t| t.positions.partition_point(|&p| p < position) as u64)
+        self.threads.get(&tid).map_or(0, |t| t.done_before(position) as u64)
     }
 
     /// The position of thread `tid`'s step number `index` (0-based).
     pub fn position_of_thread_step(&self, tid: u64, index: u64) -> Option<u64> {
-        self.threads.get(&tid)?.positions.get(usize::try_from(index).ok()?).copied()
+        let thread = self.threads.get(&tid)?;
+        let index = usize::try_from(index).ok().filter(|&i| i < thread.count)?;
+        Some(thread.position(index))
     }
 
     /// Bytes overwritten other than by an instruction, now (before the
@@ -194,10 +393,31 @@ impl StateLog {
     /// what it overwrote (in order), and the mappings after it if it
     /// changed them.
     pub fn push(&mut self, tid: u64, before: &Regs, after: &Regs, overwritten: Vec<Overwritten>, mappings: Option<Vec<Range<u64>>>, flow: Flow) {
-        let position = self.steps.len() as u64;
-        let step = Step { tid, pc: before.rip, registers: self.register_bytes.len(), memory: self.memory_bytes.len() };
+        let position = self.len();
+        let pc = before.rip;
+        if position as usize % CHUNK == 0 {
+            self.record_starts.push(self.records.len());
+            self.pc_bounds.push((pc, pc));
+            self.last_write = 0;
+        } else if let Some(bounds) = self.pc_bounds.last_mut() {
+            *bounds = (bounds.0.min(pc), bounds.1.max(pc));
+        }
+        if self.thread_runs.last().map(|r| r.1) != Some(tid) {
+            self.thread_runs.push((position, tid));
+        }
+        let next_id = self.code.len() as u32;
+        let id = *self.code_index.entry((pc, flow)).or_insert(next_id);
+        if id == next_id {
+            self.code.push((pc, flow));
+        }
+        reserve(&mut self.instructions, 1);
+        self.instructions.push(id);
         let thread = self.threads.entry(tid).or_default();
-        let index = thread.positions.len();
+        let index = thread.count;
+        thread.count += 1;
+        if thread.runs.last().map_or(true, |&(first, at)| at + (index as u64 - first) != position) {
+            thread.runs.push((index as u64, position));
+        }
         let continues = thread.last.as_ref() == Some(before);
         if index % CHECKPOINT_EVERY == 0 || !continues {
             thread.checkpoints.push((index, before.clone()));
@@ -206,16 +426,17 @@ impl StateLog {
             thread.handler_entries.push(index);
             thread.depth_next += 1;
         }
-        thread.positions.push(position);
         let depth = thread.depth_next;
-        thread.depths.push(depth);
-        thread.flows.push(flow);
+        if index % CHUNK == 0 {
+            thread.depth_marks.push(depth);
+        }
+        reserve(&mut thread.depth_offsets, 1);
+        thread.depth_offsets.push(i8::try_from(depth - thread.depth_marks[index / CHUNK]).expect("at most 2 a step"));
         thread.depth_next += match flow {
             Flow::Call => 1,
             Flow::Return => -1,
             Flow::Other => 0,
         };
-        let pc = before.rip;
         if index % FRAME_BLOCK == 0 {
             thread.blocks.push(FrameBlock { min_depth: depth, max_depth: depth, min_pc: pc, max_pc: pc });
         } else if let Some(block) = thread.blocks.last_mut() {
@@ -224,18 +445,53 @@ impl StateLog {
             block.min_pc = block.min_pc.min(pc);
             block.max_pc = block.max_pc.max(pc);
         }
-        for n in 0..REGISTER_COUNT {
-            let new = after.register_bytes(n).expect("every register");
-            if before.register_bytes(n).expect("every register") != new {
-                self.register_bytes.push(n as u8);
-                self.register_bytes.extend_from_slice(&new);
+        thread.last = Some(after.clone());
+
+        // The record: changed registers, then writes.
+        let mut body = Vec::with_capacity(32);
+        let mut registers = 0u64;
+        let groups_differ = [
+            before.gpr != after.gpr || before.eflags != after.eflags || before.segments != after.segments,
+            before.st != after.st || before.fpu != after.fpu,
+            before.xmm != after.xmm || before.mxcsr != after.mxcsr,
+            before.orig_rax != after.orig_rax || before.fs_base != after.fs_base || before.gs_base != after.gs_base,
+        ];
+        for n in (0..REGISTER_COUNT).filter(|&n| n != 16) {
+            let group = match n {
+                0..=23 => 0,
+                24..=39 => 1,
+                40..=56 => 2,
+                _ => 3,
+            };
+            if !groups_differ[group] {
+                continue;
+            }
+            match change_of(n) {
+                Change::Difference | Change::Flipped => {
+                    let (old, new) = (register_value(before, n), register_value(after, n));
+                    if old != new {
+                        body.push(n as u8);
+                        let change = if change_of(n) == Change::Difference { zigzag(new.wrapping_sub(old) as i64) } else { old ^ new };
+                        put_leb128(&mut body, change);
+                        registers += 1;
+                    }
+                }
+                Change::Whole(_) => {
+                    let new = after.register_bytes(n).expect("every register");
+                    if before.register_bytes(n).expect("every register") != new {
+                        body.push(n as u8);
+                        body.extend_from_slice(&new);
+                        registers += 1;
+                    }
+                }
             }
         }
-        thread.last = Some(after.clone());
+        let mut writes = 0u64;
         for write in std::mem::take(&mut self.pending).into_iter().chain(overwritten) {
             if write.old.is_empty() {
                 continue;
             }
+            writes += 1;
             let end = write.address + write.old.len() as u64;
             if write.old.len() <= SMALL_WRITE {
                 for word in write.address / 8..=(end - 1) / 8 {
@@ -255,39 +511,36 @@ impl StateLog {
                     }
                 }
             }
-            self.memory_bytes.extend_from_slice(&write.address.to_le_bytes());
-            self.memory_bytes.extend_from_slice(&(write.old.len() as u32).to_le_bytes());
-            self.memory_bytes.extend_from_slice(&write.old);
+            put_leb128(&mut body, zigzag(write.address.wrapping_sub(self.last_write) as i64));
+            put_leb128(&mut body, write.old.len() as u64);
+            body.extend_from_slice(&write.old);
+            self.last_write = write.address;
         }
+        reserve(&mut self.records, body.len() + 10);
+        put_leb128(&mut self.records, registers | writes << 6);
+        self.records.extend_from_slice(&body);
         if let Some(mappings) = mappings {
             self.mappings.push((position, mappings));
         }
-        self.steps.push(step);
     }
 
-    fn register_range(&self, position: usize) -> Range<usize> {
-        let end = self.steps.get(position + 1).map_or(self.register_bytes.len(), |s| s.registers);
-        self.steps[position].registers..end
-    }
-
-    fn memory_range(&self, position: usize) -> Range<usize> {
-        let end = self.steps.get(position + 1).map_or(self.memory_bytes.len(), |s| s.memory);
-        self.steps[position].memory..end
+    /// A reader positioned at step `position`'s record.
+    fn records_at(&self, position: u64) -> Records<'_> {
+        let chunk = position as usize / CHUNK;
+        let mut records = Records { bytes: &self.records, at: self.record_starts[chunk], address: 0 };
+        for _ in chunk * CHUNK..position as usize {
+            records.skip();
+        }
+        records
     }
 
     /// What step `position` overwrote, in order.
     pub fn overwritten_by(&self, position: u64) -> impl Iterator<Item = (u64, &[u8])> + '_ {
-        let range = if (position as usize) < self.steps.len() { self.memory_range(position as usize) } else { 0..0 };
-        let bytes = &self.memory_bytes[range];
-        let mut at = 0;
-        std::iter::from_fn(move || {
-            let header = bytes.get(at..at + 12)?;
-            let address = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
-            let len = u32::from_le_bytes(header[8..].try_into().expect("4 bytes")) as usize;
-            let old = &bytes[at + 12..at + 12 + len];
-            at += 12 + len;
-            Some((address, old))
-        })
+        let mut writes = Vec::new();
+        if position < self.len() {
+            self.records_at(position).record(|_, _| {}, |address, old| writes.push((address, old)));
+        }
+        writes.into_iter()
     }
 
     /// Registers of thread `tid` at `position` (before step `position`),
@@ -296,25 +549,55 @@ impl StateLog {
     pub fn registers_at(&self, tid: u64, position: u64) -> Option<Regs> {
         let thread = self.threads.get(&tid)?;
         // Its steps before `position`, and the checkpoint to start from.
-        let done = thread.positions.partition_point(|&p| p < position);
-        if done == thread.positions.len() && position >= self.len() {
-            return None;
+        let done = thread.done_before(position);
+        if done == thread.count {
+            // After its last step (or at the present: the live thread's).
+            return if position >= self.len() { None } else { thread.last.clone() };
         }
         // The last checkpoint at or before its step `done` (before its
         // first step, a thread stands where its first step starts).
         let checkpoint = thread.checkpoints.partition_point(|(index, _)| *index <= done);
         let (from, regs) = &thread.checkpoints[checkpoint.max(1) - 1];
         let mut regs = regs.clone();
-        for &step in &thread.positions[*from..done] {
-            let bytes = &self.register_bytes[self.register_range(step as usize)];
-            let mut at = 0;
-            while at < bytes.len() {
-                let n = bytes[at] as usize;
-                let size = register_size(n).expect("a register this log wrote");
-                let _ = regs.set_register(n, &bytes[at + 1..at + 1 + size]);
-                at += 1 + size;
+        if *from < done {
+            // Its steps from..done, reading every record between them.
+            let start = thread.position(*from);
+            let end = thread.position(done - 1) + 1;
+            let mut records = self.records_at(start);
+            let mut run = thread.runs.partition_point(|&(first, _)| first as usize <= *from) - 1;
+            for position in start..end {
+                if position as usize % CHUNK == 0 {
+                    records.address = 0;
+                }
+                // Whether the thread ran this step: inside one of its runs.
+                while thread.runs.get(run + 1).is_some_and(|&(_, at)| at <= position) {
+                    run += 1;
+                }
+                let (first, at) = thread.runs[run];
+                let end_of_run = thread.runs.get(run + 1).map_or(thread.count as u64, |r| r.0);
+                if position - at >= end_of_run - first {
+                    records.skip();
+                    continue;
+                }
+                records.record(
+                    |n, change| match change {
+                        RegisterChange::Difference(d) => {
+                            let value = register_value(&regs, n).wrapping_add(d as u64);
+                            set_register_value(&mut regs, n, value);
+                        }
+                        RegisterChange::Flipped(bits) => {
+                            let value = register_value(&regs, n) ^ bits;
+                            set_register_value(&mut regs, n, value);
+                        }
+                        RegisterChange::Whole(bytes) => {
+                            let _ = regs.set_register(n, bytes);
+                        }
+                    },
+                    |_, _| {},
+                );
             }
         }
+        regs.rip = self.pc(thread.position(done));
         Some(regs)
     }
 
@@ -389,6 +672,100 @@ impl StateLog {
         (0..len).find(|&i| i >= from_present && !restored[i]).unwrap_or(len)
     }
 
+
+    /// The steps that overwrote a byte of `range` with a small write, per
+    /// indexed word group that covers one: ascending lists.
+    fn word_writers(&self, range: &Range<u64>) -> impl Iterator<Item = &[u64]> + '_ {
+        let (start, end) = (range.start, range.end);
+        (start / 8..=(end.max(start + 1) - 1) / 8).flat_map(move |word| {
+            let wanted = byte_mask(word, start, end);
+            self.words.get(&word).map_or(&[][..], |groups| &groups[..]).iter().filter(move |(mask, _)| mask & wanted != 0).map(|(_, steps)| &steps[..])
+        })
+    }
+
+    /// Whether step `step`'s long writes (bulk-indexed) cover a byte of `range`.
+    fn bulk_write_touches(&self, step: u64, range: &Range<u64>) -> bool {
+        self.overwritten_by(step).any(|(at, old)| old.len() > SMALL_WRITE && at < range.end && range.start < at + old.len() as u64)
+    }
+
+    /// The latest step before `before` that overwrote a byte of `range`.
+    pub fn last_write_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
+        if range.is_empty() {
+            return None;
+        }
+        let mut latest = self.word_writers(&range).filter_map(|steps| steps[..steps.partition_point(|&s| s < before)].last().copied()).max();
+        for page in range.start / PAGE..=(range.end - 1) / PAGE {
+            let Some(list) = self.bulk_pages.get(&page) else { continue };
+            let below = &list[..list.partition_point(|&s| s < before)];
+            if let Some(&step) = below.iter().rev().take_while(|&&s| latest.map_or(true, |l| s > l)).find(|&&s| self.bulk_write_touches(s, &range)) {
+                latest = Some(step);
+            }
+        }
+        latest
+    }
+
+    /// The first step at or after `from` that overwrote a byte of `range`.
+    pub fn first_write_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
+        if range.is_empty() {
+            return None;
+        }
+        let mut first = self.word_writers(&range).filter_map(|steps| steps.get(steps.partition_point(|&s| s < from)).copied()).min();
+        for page in range.start / PAGE..=(range.end - 1) / PAGE {
+            let Some(list) = self.bulk_pages.get(&page) else { continue };
+            let at_or_after = &list[list.partition_point(|&s| s < from)..];
+            if let Some(&step) = at_or_after.iter().take_while(|&&s| first.map_or(true, |f| s < f)).find(|&&s| self.bulk_write_touches(s, &range)) {
+                first = Some(step);
+            }
+        }
+        first
+    }
+
+    /// The ids of the instructions at `addresses`, sorted.
+    fn ids_at(&self, addresses: &[u64]) -> Vec<u32> {
+        let kinds = [Flow::Call, Flow::Return, Flow::Other];
+        let mut ids: Vec<u32> = addresses.iter().flat_map(|&a| kinds.iter().filter_map(move |&k| self.code_index.get(&(a, k)).copied())).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The latest step before `before` whose address is one of
+    /// `addresses` (sorted), passing over whole chunks that ran nowhere
+    /// near them.
+    pub fn last_pc_before(&self, addresses: &[u64], before: u64) -> Option<u64> {
+        let ids = self.ids_at(addresses);
+        let near = |&(low, high): &(u64, u64)| addresses[addresses.partition_point(|&a| a < low)..].first().is_some_and(|&a| a <= high);
+        let mut end = before.min(self.len()) as usize;
+        while end > 0 {
+            let chunk = (end - 1) / CHUNK;
+            if near(&self.pc_bounds[chunk]) {
+                if let Some(i) = (chunk * CHUNK..end).rev().find(|&i| ids.binary_search(&self.instructions[i]).is_ok()) {
+                    return Some(i as u64);
+                }
+            }
+            end = chunk * CHUNK;
+        }
+        None
+    }
+
+    /// The first step at or after `from` whose address is one of
+    /// `addresses` (sorted).
+    pub fn first_pc_from(&self, addresses: &[u64], from: u64) -> Option<u64> {
+        let ids = self.ids_at(addresses);
+        let near = |&(low, high): &(u64, u64)| addresses[addresses.partition_point(|&a| a < low)..].first().is_some_and(|&a| a <= high);
+        let mut start = from as usize;
+        while start < self.instructions.len() {
+            let chunk = start / CHUNK;
+            let end = ((chunk + 1) * CHUNK).min(self.instructions.len());
+            if near(&self.pc_bounds[chunk]) {
+                if let Some(i) = (start..end).find(|&i| ids.binary_search(&self.instructions[i]).is_ok()) {
+                    return Some(i as u64);
+                }
+            }
+            start = end;
+        }
+        None
+    }
+
     /// Thread `tid` was stopped at a signal handler's entry: its next step
     /// is the handler's first instruction.
     pub fn entering_handler(&mut self, tid: u64) {
@@ -399,35 +776,34 @@ impl StateLog {
     /// as [`crate::target::frames::frame_history`] reads them.
     pub fn executed_before(&self, tid: u64, before: u64) -> impl Iterator<Item = Executed> + '_ {
         let thread = self.threads.get(&tid);
-        let positions = thread.map_or(&[][..], |t| &t.positions[..]);
+        let count = thread.map_or(0, |t| t.count);
         let entries = thread.map_or(&[][..], |t| &t.handler_entries[..]);
-        let before = usize::try_from(before).unwrap_or(usize::MAX).min(positions.len());
+        let before = usize::try_from(before).unwrap_or(usize::MAX).min(count);
         (0..before).rev().map(move |index| Executed {
             id: index as u64,
-            pc: self.steps[positions[index] as usize].pc,
+            pc: self.pc(thread.expect("a thread with steps").position(index)),
             interrupted: entries.binary_search(&(index + 1)).is_ok(),
         })
     }
 
     /// The positions of thread `tid`'s first and last steps.
     pub fn span_of_thread(&self, tid: u64) -> Option<(u64, u64)> {
-        let positions = &self.threads.get(&tid)?.positions;
-        Some((*positions.first()?, *positions.last()?))
+        let thread = self.threads.get(&tid).filter(|t| t.count > 0)?;
+        Some((thread.position(0), thread.position(thread.count - 1)))
     }
 
     /// The step of thread `tid` before `position`, if any.
     pub fn previous_of_thread(&self, tid: u64, position: u64) -> Option<u64> {
         let thread = self.threads.get(&tid)?;
-        let done = thread.positions.partition_point(|&p| p < position);
-        done.checked_sub(1).map(|i| thread.positions[i])
+        thread.done_before(position).checked_sub(1).map(|i| thread.position(i))
     }
 
     /// The step of thread `tid` at or after `position`, if any.
     pub fn next_of_thread(&self, tid: u64, position: u64) -> Option<u64> {
         let thread = self.threads.get(&tid)?;
-        thread.positions.get(thread.positions.partition_point(|&p| p < position)).copied()
+        let done = thread.done_before(position);
+        (done < thread.count).then(|| thread.position(done))
     }
-
     /// Thread `tid`'s history seen from its step `before` (its count of
     /// steps: the present): what [`crate::target::frames::frame_history`]
     /// lists from the same steps, found through the depth index instead of
@@ -440,12 +816,12 @@ impl StateLog {
     /// line in one answer.
     pub fn frame_history(&self, tid: u64, before: u64, max: usize, within: &[Range<u64>]) -> Vec<FrameStep> {
         let Some(thread) = self.threads.get(&tid) else { return Vec::new() };
-        let count = thread.positions.len();
+        let count = thread.count;
         let before = usize::try_from(before).unwrap_or(usize::MAX).min(count);
-        let frame = if before == count { thread.depth_next } else { thread.depths[before] };
-        let pc = |i: usize| self.steps[thread.positions[i] as usize].pc;
+        let frame = if before == count { thread.depth_next } else { thread.depth(before) };
+        let pc = |i: usize| self.pc(thread.position(i));
         let inside = |pc: u64| within.iter().any(|r| r.contains(&pc));
-        let step = |i: usize| FrameStep { id: i as u64, pc: pc(i), depth: thread.depths[i] - frame };
+        let step = |i: usize| FrameStep { id: i as u64, pc: pc(i), depth: thread.depth(i) - frame };
         let mut listed = Vec::new();
         // In the run `within` passes over, and its earliest step so far.
         let mut in_run = !within.is_empty();
@@ -464,7 +840,7 @@ impl StateLog {
             }
             i -= 1;
             let here = step(i);
-            if here.depth == 1 && thread.flows[i] == Flow::Return {
+            if here.depth == 1 && self.instruction(thread.position(i)).1 == Flow::Return {
                 // A callee's return: listed (not within a run), then the
                 // callee is passed over, back to the instruction that
                 // entered it.
@@ -507,7 +883,7 @@ impl StateLog {
                 i -= FRAME_BLOCK;
                 continue;
             }
-            if thread.depths[i - 1] <= frame {
+            if thread.depth(i - 1) <= frame {
                 return i;
             }
             i -= 1;
@@ -619,7 +995,7 @@ mod tests {
         let r = regs(0, 0);
         for step in 0..600u64 {
             copies.push(memory.clone());
-            let mut write = |memory: &mut Vec<u8>, random: &mut dyn FnMut(u64) -> u64| {
+            let write = |memory: &mut Vec<u8>, random: &mut dyn FnMut(u64) -> u64| {
                 let len = match random(10) {
                     0 => 17 + random(300),
                     1 => 9 + random(8),
@@ -650,6 +1026,128 @@ mod tests {
                 assert_eq!(log.read_at(position as u64, 0x1000 + offset as u64, &mut buf, &mut reader(&memory)), len);
                 assert_eq!(buf, copy[offset..offset + len], "position {position}, 0x{:x}+{len}", 0x1000 + offset);
             }
+        }
+    }
+
+    fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut state = seed;
+        move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        }
+    }
+
+    /// Three threads interleaved in runs, every kind of register changing
+    /// at random by small and large amounts, the debugger setting some
+    /// between steps: the registers of every thread at every position
+    /// equal those it had then.
+    #[test]
+    fn registers_at_every_position_equal_what_each_thread_had_then() {
+        let mut random = xorshift(0x2545f4914f6cdd1d);
+        let mut log = StateLog::new(vec![]);
+        let tids = [11u64, 12, 13];
+        let mut current: HashMap<u64, Regs> = HashMap::new();
+        for &tid in &tids {
+            let mut regs = Regs { rip: 0x400000 + tid * 0x1000, eflags: 0x246, ..Regs::default() };
+            regs.gpr[7] = 0x7fff_ffff_e000 - tid * 0x10000;
+            current.insert(tid, regs);
+        }
+        // (tid, registers before) of every step, in order; registers after each thread's last.
+        let mut steps: Vec<(u64, Regs)> = Vec::new();
+        let mut tid = tids[0];
+        for _ in 0..5000 {
+            if random(10) == 0 {
+                tid = tids[random(3) as usize];
+            }
+            let mut before = current[&tid].clone();
+            if random(60) == 0 {
+                // The debugger writes a register between steps.
+                before.gpr[random(16) as usize] = random(u64::MAX);
+            }
+            let mut after = before.clone();
+            after.rip = if random(8) == 0 { 0x400000 + random(0x100000) } else { before.rip + 1 + random(14) };
+            for _ in 0..random(4) {
+                let n = random(16) as usize;
+                after.gpr[n] = match random(3) {
+                    0 => after.gpr[n].wrapping_add(random(16)),
+                    1 => after.gpr[n].wrapping_sub(random(1 << 20)),
+                    _ => random(u64::MAX),
+                };
+            }
+            if random(3) == 0 {
+                after.eflags ^= 1 << random(12);
+            }
+            match random(40) {
+                0 => after.xmm[random(16) as usize] = u128::from(random(u64::MAX)) << 64 | u128::from(random(u64::MAX)),
+                1 => after.st[random(8) as usize][random(10) as usize] = random(256) as u8,
+                2 => after.fpu[random(8) as usize] ^= random(u64::from(u32::MAX)) as u32,
+                3 => after.mxcsr ^= 1 << random(16),
+                4 => after.orig_rax = random(400),
+                5 => after.fs_base = random(u64::MAX),
+                6 => after.segments[random(6) as usize] = random(64) as u32,
+                _ => {}
+            }
+            log.push(tid, &before, &after, vec![], None, Flow::Other);
+            steps.push((tid, before));
+            current.insert(tid, after);
+        }
+        for position in 0..=steps.len() {
+            for &t in tids.iter().chain([&99]) {
+                let next = steps[position..].iter().find(|(s, _)| *s == t).map(|(_, regs)| regs.clone());
+                let ran = steps.iter().any(|(s, _)| *s == t);
+                let expected = match next {
+                    Some(regs) => Some(regs),
+                    None if ran && position < steps.len() => Some(current[&t].clone()),
+                    None => None,
+                };
+                assert_eq!(log.registers_at(t, position as u64), expected, "thread {t} at {position}");
+            }
+        }
+    }
+
+    /// The searches the reverse `bc` and forward replay make through the
+    /// indexes (by address, by written byte) find what a walk over every
+    /// step finds.
+    #[test]
+    fn searches_by_address_and_by_write_find_what_a_walk_finds() {
+        let mut random = xorshift(0x5851f42d4c957f2d);
+        let mut log = StateLog::new(vec![0x1000..0x3000]);
+        let mut tid = 1;
+        for _ in 0..4000u64 {
+            // Stretches of steps far from the addresses searched for.
+            let pc = if random(300) < 3 { 0x10 + random(4) } else { 0x1000 + random(64) };
+            let writes = (0..random(3))
+                .map(|_| {
+                    let len = if random(12) == 0 { 17 + random(5000) } else { [1, 2, 4, 8, 16][random(5) as usize] };
+                    let address = 0x1000 + random(0x2000 - len);
+                    Overwritten { address, old: vec![0; len as usize] }
+                })
+                .collect();
+            if random(50) == 0 {
+                tid = 1 + random(3);
+            }
+            let r = regs(pc, 0);
+            log.push(tid, &r, &r, writes, None, Flow::Other);
+        }
+        let len = log.len();
+        for _ in 0..400 {
+            let addresses: Vec<u64> = {
+                let mut a: Vec<u64> = (0..1 + random(3)).map(|_| if random(2) == 0 { 0x10 + random(6) } else { 0x1000 + random(64) }).collect();
+                a.sort_unstable();
+                a.dedup();
+                a
+            };
+            let position = random(len + 2);
+            let hit = |p: u64| addresses.contains(&log.at(p).unwrap().1);
+            assert_eq!(log.last_pc_before(&addresses, position), (0..position.min(len)).rev().find(|&p| hit(p)), "{addresses:x?} before {position}");
+            assert_eq!(log.first_pc_from(&addresses, position), (position..len).find(|&p| hit(p)), "{addresses:x?} from {position}");
+            let start = 0x1000 + random(0x2000);
+            let range = start..(start + 1 + random(12)).min(0x3000);
+            let wrote = |p: u64| log.overwritten_by(p).any(|(at, old)| at < range.end && range.start < at + old.len() as u64);
+            assert_eq!(log.last_write_before(range.clone(), position), (0..position.min(len)).rev().find(|&p| wrote(p)), "{range:x?} before {position}");
+            assert_eq!(log.first_write_from(range.clone(), position), (position..len).find(|&p| wrote(p)), "{range:x?} from {position}");
         }
     }
 

@@ -463,17 +463,39 @@ impl ProcessTarget {
         Some(StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP })
     }
 
+    /// The addresses of the breakpoints, software and hardware, sorted.
+    fn breakpoint_addresses(&self) -> Vec<u64> {
+        let hardware = self.debug_slots.iter().flatten().filter(|slot| slot.watch.is_none()).map(|slot| slot.address);
+        let mut addresses: Vec<u64> = self.breakpoints.keys().copied().chain(hardware).collect();
+        addresses.sort_unstable();
+        addresses.dedup();
+        addresses
+    }
+
+    /// The ranges watched for writes (a write watchpoint or an access one).
+    fn watched_for_writes(&self) -> Vec<Range<u64>> {
+        let slots = self.debug_slots.iter().flatten().filter(|slot| slot.watch.is_some_and(|kind| kind != WatchKind::Read));
+        slots.map(|slot| slot.address..slot.address + slot.len).collect()
+    }
+
     /// `bc`: back to the latest earlier breakpoint or watched change, or
-    /// the start of history.
+    /// the start of history. Only steps at a breakpoint's address or that
+    /// wrote a watched byte can stop it: the history's indexes find them,
+    /// latest first, without walking the steps between.
     pub(super) fn run_backwards(&mut self) -> StopReason {
         let full = self.full.as_ref().expect("recording");
-        let from = full.position.unwrap_or(full.log.len());
-        for position in (0..from).rev() {
+        let mut from = full.position.unwrap_or(full.log.len());
+        let (breakpoints, watched) = (self.breakpoint_addresses(), self.watched_for_writes());
+        loop {
+            let log = &self.full.as_ref().expect("recording").log;
+            let writes = watched.iter().filter_map(|range| log.last_write_before(range.clone(), from));
+            let Some(position) = writes.chain(log.last_pc_before(&breakpoints, from)).max() else { break };
             // The write is seen before the instruction that made it.
             if let Some(stop) = self.watch_triggered_by(position).or_else(|| self.breakpoint_at(position)) {
                 self.moved_to(position);
                 return stop;
             }
+            from = position;
         }
         self.moved_to(0);
         self.boundary(0, ReplayLogPosition::Begin)
@@ -501,7 +523,9 @@ impl ProcessTarget {
         let len = full.log.len();
         let from = full.position.unwrap_or(len);
         let stepped_stands_here = step.is_some_and(|t| full.log.at(from).is_some_and(|(tid, _)| tid == t.as_raw() as u64));
-        for position in from..len {
+        let (breakpoints, watched) = (self.breakpoint_addresses(), self.watched_for_writes());
+        let mut position = from;
+        while position < len {
             // An inserted breakpoint traps before its instruction runs,
             // also where the resume starts and when the thread standing
             // there is stepped, as on the processor (GDB and LLDB 22 step
@@ -522,6 +546,14 @@ impl ProcessTarget {
                 self.moved_to(position + 1);
                 return Some(StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP });
             }
+            // On to the next step that can stop: the stepped thread's, one
+            // at a breakpoint (when not stepping), one writing a watched byte.
+            let log = &self.full.as_ref().expect("recording").log;
+            let next = position + 1;
+            let stepped = step.and_then(|t| log.next_of_thread(t.as_raw() as u64, next));
+            let breakpoint = if step.is_none() { log.first_pc_from(&breakpoints, next) } else { None };
+            let writes = watched.iter().filter_map(|range| log.first_write_from(range.clone(), next));
+            position = writes.chain(stepped).chain(breakpoint).min().unwrap_or(len);
         }
         self.moved_to(len);
         if step.is_none() && len > 0 {
