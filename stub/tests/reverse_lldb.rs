@@ -7,9 +7,8 @@
 //! forward step right after a reverse stop at a breakpoint (LLDB 22 steps
 //! off it first here) lands on the next instruction.
 //!
-//! Not here: the two conditional cases (`false_condition()` as the
-//! breakpoint's or watchpoint's condition), which need an expression run
-//! in the past — the stub refuses writes there (issue 15, item 4).
+//! The two conditional cases (`false_condition()` as the breakpoint's and
+//! the watchpoint's condition) run LLDB's calls in the past as diversions.
 
 use std::path::Path;
 
@@ -37,15 +36,25 @@ def resume(run):
     expect_async_state_changes checks them."""
     result = run()
     states = []
+    restarted = False
     if async_mode:
         event = lldb.SBEvent()
         while True:
             if not listener.WaitForEvent(60, event):
                 states.append("timeout")
                 break
-            if not lldb.SBProcess.EventIsProcessEvent(event) or lldb.SBProcess.GetRestartedFromEvent(event):
+            if not lldb.SBProcess.EventIsProcessEvent(event):
+                continue
+            # As lldbutil.expect_state_changes: a stop-and-restart event
+            # (a condition found false) and the running event after it
+            # are left out.
+            if lldb.SBProcess.GetRestartedFromEvent(event):
+                restarted = True
                 continue
             state = lldb.SBProcess.GetStateFromEvent(event)
+            if restarted and state == lldb.eStateRunning:
+                restarted = False
+                continue
             states.append(lldb.SBDebugger.StateAsCString(state))
             if state in (lldb.eStateStopped, lldb.eStateExited, lldb.eStateCrashed, lldb.eStateDetached):
                 break
@@ -109,6 +118,35 @@ elif case == "breakpoint":
     report("reverse to the breakpoint from the end", *resume(lambda: process.ContinueInDirection(lldb.eRunReverse)),
            next=instructions.GetInstructionAtIndex(1).GetAddress().GetLoadAddress(target))
     report("step right after a reverse stop", *resume(lambda: process.GetSelectedThread().StepInstruction(False) or lldb.SBError()))
+elif case == "conditions":
+    # TestReverseContinueBreakpoints.test_reverse_continue_skip_breakpoint and
+    # TestReverseContinueWatchpoints.test_reverse_continue_skip_watchpoint:
+    # each condition is a call LLDB runs in the past (a diversion).
+    breakpoint = target.BreakpointCreateByName("trigger_breakpoint")
+    breakpoint.SetCondition("false_condition()")
+    options = lldb.SBWatchpointOptions()
+    options.SetWatchpointTypeWrite(lldb.eWatchpointWriteTypeOnModify)
+    address = target.EvaluateExpression("g_watched_var_ptr").GetValueAsUnsigned()
+    watchpoint = target.WatchpointCreateByAddress(address, 4, options, error)
+    assert error.Success(), error.GetCString()
+    watchpoint.SetCondition("false_condition()")
+    report("reverse past both false conditions", *resume(lambda: process.ContinueInDirection(lldb.eRunReverse)))
+    # Forwards through the history, the breakpoint's condition true.
+    target.DeleteWatchpoint(watchpoint.GetID())
+    # (A new breakpoint: LLDB 22 keeps running a location's first compiled
+    # condition after SetCondition changes its text.)
+    target.BreakpointDelete(breakpoint.GetID())
+    breakpoint = target.BreakpointCreateByName("trigger_breakpoint")
+    breakpoint.SetCondition("false_condition() == 0")
+    report("forward to the true condition", *resume(lambda: process.ContinueInDirection(lldb.eRunForward)))
+    frame = process.GetSelectedThread().GetFrameAtIndex(0)
+    call = frame.EvaluateExpression("false_condition() + 40")
+    report("a call in the past", True, [], result=call.GetValueAsSigned() if call.GetError().Success() else str(call.GetError()))
+    frame.EvaluateExpression("*g_watched_var_ptr = 7")
+    report("a write in the past", True, [])
+    report("step on through the history", *resume(lambda: process.GetSelectedThread().StepInstruction(False) or lldb.SBError()))
+    breakpoint.SetEnabled(False)
+    report("forward to the exit", *resume(lambda: process.ContinueInDirection(lldb.eRunForward)))
 else:
     # TestReverseContinueBreakpoints.test_reverse_continue: the history
     # boundary, then forward to the program's exit.
@@ -134,7 +172,7 @@ fn session(mode: &str, case: &str) -> Option<(Vec<serde_json::Value>, String)> {
     let program = build("lldb_reverse", &dir, &["-O0", "-static"]);
     let (child, port) = start_recording(&program, "full");
     let text = lldb_python(SESSION, &program, port, &[mode, case]);
-    if case == "boundary" {
+    if case == "boundary" || case == "conditions" {
         assert!(wait_exit(child).is_some(), "the stub ends with the program");
     } else {
         end_stub(child);
@@ -228,6 +266,34 @@ fn boundary(mode: &str) {
     assert!(boundary["thread_list"].as_str().unwrap().contains("stop reason = history boundary"), "{text}");
     let exit = stops.resumed("forward to the exit", "exited");
     assert_eq!(exit["exit_status"], 0, "{text}");
+}
+
+/// Breakpoint and watchpoint conditions that call a function, evaluated
+/// in the past: LLDB runs the call in a diversion from the stop, finds the
+/// condition false and goes on backwards to the boundary; forwards, a true
+/// one stops. A call's result there, a write there (seen until the next
+/// resume), and the history as it was after them: the step reads the
+/// recorded value, the program ends as recorded.
+fn conditions(mode: &str) {
+    let Some((events, text)) = session(mode, "conditions") else { return };
+    let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
+    let boundary = stops.resumed("reverse past both false conditions", STOPPED);
+    assert_eq!(boundary["reason"].as_u64(), Some(HISTORY_BOUNDARY), "{text}");
+    assert!(boundary["thread_list"].as_str().unwrap().contains("stop reason = history boundary"), "{text}");
+    let at = stops.stop("forward to the true condition", BREAKPOINT, "trigger_breakpoint");
+    assert_eq!(at["watched"], 2, "{text}");
+    assert_eq!(stops.event("a call in the past")["result"], 40, "{text}");
+    assert_eq!(stops.event("a write in the past")["watched"], 7, "the write is seen in the diversion:\n{text}");
+    let step = stops.stop("step on through the history", TRACE, "trigger_breakpoint");
+    assert_eq!(step["watched"], 2, "the history is as recorded after the diversion:\n{text}");
+    let exit = stops.resumed("forward to the exit", "exited");
+    assert_eq!(exit["exit_status"], 0, "{text}");
+}
+
+#[test]
+fn lldb_conditions_that_call_functions_are_evaluated_in_the_past() {
+    conditions("sync");
+    conditions("async");
 }
 
 #[test]

@@ -17,7 +17,9 @@
 //! no one can write (code, read-only data) is served.
 //!
 //! In the past nothing of the process changes: registers and memory come
-//! from the log over the stopped process, writes are refused, and reaching
+//! from the log over the stopped process (a write there starts a
+//! [`Diversion`]: the process itself is put in that past state until the
+//! debugger moves on), and reaching
 //! the end of the history going forwards stops there (`replaylog:end`, as
 //! GDB's `record full` stops with "No more reverse-execution history");
 //! the next resume runs the live process on, recorded. With LLDB, whose
@@ -96,6 +98,25 @@ struct Prepared {
     entering_handler: bool,
 }
 
+/// The process put in a past state so that code can run there: an
+/// expression the debugger evaluates (LLDB's breakpoint conditions call
+/// functions), a variable set in the past. It begins with the debugger's
+/// first write in the past and ends at the next resume that moves in the
+/// history (`bc`, `bs`, a `monitor goto`), or at a forward resume once the
+/// thread registers are back as they were there (debuggers restore them
+/// after a call). Then the present is put back; the history is not changed
+/// by it. Memory not mapped at that past position is left as the
+/// diversion leaves it: it is not part of the past state, and it is where
+/// the debugger's own allocations live (LLDB `mmap`s room for its code at
+/// the present and reuses the code it put there).
+#[derive(Debug)]
+struct Diversion {
+    /// The present's bytes of the writable memory mapped at that position.
+    memory: Snapshot,
+    /// Every thread's registers at the present.
+    registers: Vec<(Pid, Regs)>,
+}
+
 /// The recording and where the debugger stands in it.
 #[derive(Debug)]
 pub struct FullRecording {
@@ -109,12 +130,14 @@ pub struct FullRecording {
     info: InstructionInfoFactory,
     /// Instruction kinds by address.
     flows: HashMap<u64, Flow>,
+    /// Code running in a past state, if any.
+    diversion: Option<Diversion>,
 }
 
 impl FullRecording {
     /// An empty recording of `pid` as it is now.
     pub fn new(pid: Pid, mode: RecordMode) -> Self {
-        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, armed: None, info: InstructionInfoFactory::new(), flows: HashMap::new() }
+        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, armed: None, info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None }
     }
 }
 
@@ -125,6 +148,20 @@ fn current_bytes(pid: Pid, address: u64, len: usize) -> Overwritten {
     let n = process::read_memory(pid, address, &mut old);
     old.truncate(n);
     Overwritten { address, old }
+}
+
+/// Writes `wanted` at `address` where it differs from `now` (what is there).
+fn write_differences(pid: Pid, address: u64, now: &[u8], wanted: &[u8]) {
+    let mut i = 0;
+    while i < now.len() {
+        if now[i] == wanted[i] {
+            i += 1;
+            continue;
+        }
+        let end = (i..now.len()).find(|&j| now[j] == wanted[j]).unwrap_or(now.len());
+        process::write_memory(pid, address + i as u64, &wanted[i..end]);
+        i = end;
+    }
 }
 
 /// Every mapping of `pid`.
@@ -182,9 +219,10 @@ impl ProcessTarget {
         self
     }
 
-    /// Whether the thread's continues are recorded one step at a time.
+    /// Whether the thread's continues are recorded one step at a time
+    /// (not in a diversion: it does not change the history).
     pub(super) fn records(&self, tid: Pid) -> bool {
-        self.full.is_some() || self.tracing.traces(tid)
+        self.full.as_ref().is_some_and(|full| full.diversion.is_none()) || self.tracing.traces(tid)
     }
 
     /// Whether the process is recorded for reverse execution.
@@ -192,9 +230,87 @@ impl ProcessTarget {
         self.full.is_some()
     }
 
-    /// The debugger's position in the history, if it is in the past.
+    /// The debugger's position in the history, if it is in the past
+    /// (and not running a diversion from it: then the process is in that
+    /// past state itself).
     pub(super) fn past(&self) -> Option<u64> {
-        self.full.as_ref().and_then(|full| full.position)
+        self.full.as_ref().and_then(|full| full.position.filter(|_| full.diversion.is_none()))
+    }
+
+    /// Before the debugger writes registers or memory: in the past, the
+    /// process is first put in that past state (a [`Diversion`]), where the
+    /// write then lands. Refused in `branch` mode, which does not know the
+    /// past state.
+    pub(super) fn divert(&mut self) -> Result<(), String> {
+        let Some(position) = self.past() else { return Ok(()) };
+        let full = self.full.as_ref().expect("recording");
+        if full.mode == RecordMode::Branch {
+            return Err("the past cannot be changed or run in `--record=branch` mode: only its instruction addresses are recorded".into());
+        }
+        let Some((present, _)) = snapshot(self.pid) else { return Err("the process's writable memory is too large to copy".into()) };
+        let mut memory = Vec::new();
+        let registers: Vec<(Pid, Regs)> = self.threads.iter().filter_map(|&tid| Some((tid, read_all_registers(tid).ok()?))).collect();
+        // Memory as it was then, written where it differs from now.
+        for run in &present {
+            let start = run.address;
+            let end = start + run.old.len() as u64;
+            let mut present = |address: u64, buf: &mut [u8]| {
+                let from = (address - start) as usize;
+                let n = buf.len().min(run.old.len().saturating_sub(from));
+                buf[..n].copy_from_slice(&run.old[from..from + n]);
+                n
+            };
+            let mut at = start;
+            while at < end {
+                let mut past = vec![0u8; (end - at) as usize];
+                let n = full.log.read_at(position, at, &mut past, &mut present);
+                if n == 0 {
+                    // Not mapped then: as it is.
+                    at = (at / 4096 + 1) * 4096;
+                    continue;
+                }
+                let now = &run.old[(at - start) as usize..(at - start) as usize + n];
+                write_differences(self.pid, at, now, &past[..n]);
+                memory.push(Overwritten { address: at, old: now.to_vec() });
+                at += n as u64;
+            }
+        }
+        for (tid, _) in &registers {
+            if let Some(regs) = full.log.registers_at(tid.as_raw() as u64, position) {
+                let _ = super::write_all_registers(*tid, &regs);
+            }
+        }
+        tracing::debug!(position, "diversion from the past begins");
+        self.full.as_mut().expect("recording").diversion = Some(Diversion { memory, registers });
+        Ok(())
+    }
+
+    /// Ends a diversion before a resume: always before one that moves in
+    /// the history (`forward` false, or a `monitor goto` armed), before a
+    /// forward one once the registers are back as they were in the past.
+    pub(super) fn settle_diversion(&mut self, forward: bool) {
+        let Some(full) = self.full.as_ref() else { return };
+        let (Some(diversion), Some(position)) = (&full.diversion, full.position) else { return };
+        let back = || {
+            diversion.registers.iter().all(|(tid, _)| {
+                let Some(then) = full.log.registers_at(tid.as_raw() as u64, position) else { return true };
+                // What every debugger saves and restores around a call.
+                read_all_registers(*tid).is_ok_and(|now| now.gpr == then.gpr && now.rip == then.rip && now.eflags == then.eflags)
+            })
+        };
+        if forward && full.armed.is_none() && !back() {
+            return;
+        }
+        let diversion = self.full.as_mut().expect("recording").diversion.take().expect("a diversion");
+        for run in &diversion.memory {
+            let mut now = vec![0u8; run.old.len()];
+            let n = process::read_memory(self.pid, run.address, &mut now);
+            write_differences(self.pid, run.address, &now[..n], &run.old[..n]);
+        }
+        for (tid, regs) in &diversion.registers {
+            let _ = super::write_all_registers(*tid, regs);
+        }
+        tracing::debug!(position, "diversion from the past ends; the present is back");
     }
 
     /// Reads what thread `tid` is about to do before it steps (resumed
@@ -325,7 +441,7 @@ impl ProcessTarget {
     /// The debugger writes memory at the present: the old bytes are kept.
     pub(super) fn before_debugger_write(&mut self, address: u64, len: usize) {
         let pid = self.pid;
-        if let Some(full) = self.full.as_mut() {
+        if let Some(full) = self.full.as_mut().filter(|full| full.diversion.is_none()) {
             full.log.overwritten_outside(current_bytes(pid, address, len));
         }
     }
@@ -335,6 +451,7 @@ impl ProcessTarget {
         let pid = self.pid;
         if let Some(full) = self.full.as_mut() {
             full.log.restart(mapped(pid));
+            full.diversion = None;
             full.prepared.clear();
             full.position = None;
             full.armed = None;

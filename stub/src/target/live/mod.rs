@@ -364,6 +364,16 @@ impl ProcessTarget {
         read_all_registers(tid).ok()
     }
 
+    /// Before a write of the debugger's: in the past, the process goes
+    /// into that past state ([`ProcessTarget::divert`]); refused where the
+    /// past state is not known.
+    fn divert_for_write(&mut self) -> Result<(), TargetError<String>> {
+        self.divert().map_err(|reason| {
+            tracing::warn!(%reason, "write in the past refused");
+            TargetError::NonFatal
+        })
+    }
+
     /// Reads the process's memory as the program has it now: our
     /// breakpoints hidden. Returns how many bytes were read.
     pub(super) fn program_memory(&self, address: u64, buf: &mut [u8]) -> usize {
@@ -549,10 +559,7 @@ impl MultiThreadBase for ProcessTarget {
     }
 
     fn write_registers(&mut self, regs: &Regs, tid: Tid) -> TargetResult<(), Self> {
-        if self.past().is_some() {
-            // The past cannot change (expressions there are not supported yet).
-            return Err(TargetError::NonFatal);
-        }
+        self.divert_for_write()?;
         write_all_registers(pid_of(tid), regs).map_err(|_| TargetError::NonFatal)
     }
 
@@ -572,9 +579,7 @@ impl MultiThreadBase for ProcessTarget {
     }
 
     fn write_addrs(&mut self, start: u64, data: &[u8], _tid: Tid) -> TargetResult<(), Self> {
-        if self.past().is_some() {
-            return Err(TargetError::NonFatal);
-        }
+        self.divert_for_write()?;
         self.before_debugger_write(start, data.len());
         // Keep breakpoints in place over written bytes, remembering the new originals.
         let mut bytes = data.to_vec();
@@ -622,9 +627,7 @@ impl SingleRegisterAccess<Tid> for ProcessTarget {
     }
 
     fn write_register(&mut self, tid: Tid, reg: RegNumber, value: &[u8]) -> TargetResult<(), Self> {
-        if self.past().is_some() {
-            return Err(TargetError::NonFatal);
-        }
+        self.divert_for_write()?;
         let tid = pid_of(tid);
         let mut regs = read_all_registers(tid).map_err(|_| TargetError::NonFatal)?;
         regs.set_register(reg.0, value).map_err(|_| TargetError::NonFatal)?;
@@ -634,6 +637,7 @@ impl SingleRegisterAccess<Tid> for ProcessTarget {
 
 impl MultiThreadResume for ProcessTarget {
     fn resume(&mut self) -> Result<(), Self::Error> {
+        self.settle_diversion(true);
         let step = self.actions.iter().find(|(_, action)| matches!(action, Action::Step(_))).map(|(tid, _)| *tid);
         if let Some(stop) = self.take_armed(step.is_some()) {
             self.stop_now = Some(stop);
@@ -682,6 +686,7 @@ impl MultiThreadResume for ProcessTarget {
 
 impl ReverseCont<Tid> for ProcessTarget {
     fn reverse_cont(&mut self) -> Result<(), Self::Error> {
+        self.settle_diversion(false);
         let stop = match self.take_armed(false) {
             Some(stop) => stop,
             None => self.run_backwards(),
@@ -693,6 +698,7 @@ impl ReverseCont<Tid> for ProcessTarget {
 
 impl ReverseStep<Tid> for ProcessTarget {
     fn reverse_step(&mut self, tid: Tid) -> Result<(), Self::Error> {
+        self.settle_diversion(false);
         let stop = match self.take_armed(true) {
             Some(stop) => stop,
             None => self.step_backwards(pid_of(tid)),
