@@ -272,3 +272,56 @@ fn gdb_reverse_execution_matches_record_full_static() {
 fn gdb_reverse_execution_matches_record_full_dynamic() {
     compare_with_record_full("dynamic", &["-O0"]);
 }
+
+/// `--attach PID --record`: a running program is recorded from the moment
+/// the stub attaches. Forward to two calls of `tick`, then backwards: the
+/// first call's argument and the counter before it are the ones seen going
+/// forwards, and the history begins at the attach (not at the program's
+/// start), after which forwards runs into the same call again.
+#[test]
+fn gdb_reverse_continues_through_a_history_recorded_from_attach() {
+    if !gdb_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse-attach");
+    let program = build("attach_ticks", &dir, &["-O0"]);
+    let mut running = Command::new(&program).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    stub.args(["--record", "--listen", "127.0.0.1:0", "--attach", &running.id().to_string()]);
+    let (child, line) = spawn_stub(stub);
+    assert!(line.contains("attached and stopped"), "{line}");
+    let (_, port) = pid_and_port(&line);
+    let target = format!("target remote 127.0.0.1:{port}");
+    let out = common::gdb(
+        &program,
+        &[
+            &target,
+            "break tick",
+            "continue",
+            "p/x $rdi",
+            "continue",
+            "p/x $rdi",
+            "p/x counter",
+            "reverse-continue",
+            "p/x $rdi",
+            "p/x counter",
+            "reverse-continue",
+            "continue",
+            "p/x $rdi",
+            "monitor record status",
+            "kill",
+        ],
+    );
+    let _ = wait_exit(child);
+    let _ = running.kill();
+    let _ = running.wait();
+    let values = common::printed_values(&out);
+    assert_eq!(values.len(), 6, "{out}");
+    let first = values[0];
+    assert!(first > 1, "the program had counted before the attach:\n{out}");
+    assert_eq!(values[1..3], [first + 1, first], "forwards:\n{out}");
+    assert_eq!(values[3..5], [first, first - 1], "back at the first call, the counter before it:\n{out}");
+    assert!(out.contains("No more reverse-execution history."), "the history begins at the attach:\n{out}");
+    assert_eq!(values[5], first, "forwards from the attach into the first call again:\n{out}");
+}
