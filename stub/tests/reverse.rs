@@ -325,3 +325,53 @@ fn gdb_reverse_continues_through_a_history_recorded_from_attach() {
     assert!(out.contains("No more reverse-execution history."), "the history begins at the attach:\n{out}");
     assert_eq!(values[5], first, "forwards from the attach into the first call again:\n{out}");
 }
+
+/// Expressions and writes in the past through GDB 13: a call at a past
+/// stop returns what it returns there, a variable set there reads back
+/// (the process runs a diversion from that state), and the next move
+/// through the history shows the recorded values again — forwards and
+/// backwards — with the live program's end as recorded.
+#[test]
+fn gdb_calls_and_writes_in_the_past_leave_the_history_as_recorded() {
+    if !gdb_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse-diversion");
+    let program = build("lldb_reverse", &dir, &["-O0", "-static"]);
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(&program);
+    let (child, line) = spawn_stub(stub);
+    let (_, port) = pid_and_port(&line);
+    let target = format!("target remote 127.0.0.1:{port}");
+    let out = common::gdb(
+        &program,
+        &[
+            "set confirm off",
+            &target,
+            "break stop_recording",
+            "continue",
+            "break trigger_breakpoint",
+            "reverse-continue",
+            "p/x *g_watched_var_ptr",
+            "p/x false_condition() + 40",
+            "set var *g_watched_var_ptr = 7",
+            "p/x *g_watched_var_ptr",
+            "stepi",
+            "p/x *g_watched_var_ptr",
+            "p/x false_condition() + 41",
+            "reverse-stepi",
+            "reverse-stepi",
+            "p/x *g_watched_var_ptr",
+            "delete",
+            "continue",
+            "continue",
+        ],
+    );
+    let status = wait_exit(child);
+    let values = common::printed_values(&out);
+    assert!(out.contains("Breakpoint 2, trigger_breakpoint"), "{out}");
+    assert_eq!(values, [2, 40, 7, 2, 41, 2], "{out}");
+    assert!(out.contains("No more reverse-execution history."), "forwards through the history to its end:\n{out}");
+    assert!(out.contains("exited normally"), "the program ends as recorded:\n{out}");
+    assert!(status.is_some(), "the stub ends with the program");
+}
