@@ -375,3 +375,56 @@ fn gdb_calls_and_writes_in_the_past_leave_the_history_as_recorded() {
     assert!(out.contains("exited normally"), "the program ends as recorded:\n{out}");
     assert!(status.is_some(), "the stub ends with the program");
 }
+
+/// Read and access watchpoints (`Z3`, `Z4`) in a full recording, through
+/// GDB 13: backwards, `rwatch` stops at the one instruction that read the
+/// global (PC on it, not yet run: it names the global) and then finds no
+/// earlier read; forwards from the start, `awatch` stops after each store
+/// and the read, in order.
+#[test]
+fn gdb_read_and_access_watchpoints_stop_in_the_past() {
+    if !gdb_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse-read-watch");
+    let program = build("read_watch", &dir, &["-O0", "-static"]);
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(&program);
+    let (child, line) = spawn_stub(stub);
+    let (_, port) = pid_and_port(&line);
+    let target = format!("target remote 127.0.0.1:{port}");
+    let out = common::gdb(
+        &program,
+        &[
+            "set confirm off",
+            &target,
+            "break done",
+            "continue",
+            "delete",
+            "rwatch shared",
+            "reverse-continue",
+            "info symbol $pc",
+            "x/i $pc",
+            "reverse-continue",
+            "delete",
+            "awatch shared",
+            "continue",
+            "info symbol $pc",
+            "continue",
+            "info symbol $pc",
+            "continue",
+            "info symbol $pc",
+            "kill",
+        ],
+    );
+    let _ = wait_exit(child);
+    let functions: Vec<&str> = out.lines().filter(|l| l.contains(" in section .text")).map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(functions, ["reader", "writer", "reader", "writer"], "{out}");
+    let read_at = out.lines().find(|l| l.starts_with("=> ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(read_at.contains("<shared>"), "the reverse stop is on the instruction that reads it: {read_at}\n{out}");
+    assert!(out.contains("No more reverse-execution history."), "no read before it:\n{out}");
+    assert!(out.contains("Hardware read watchpoint 2: shared"), "{out}");
+    // Once when set, then at each of its three stops.
+    assert_eq!(out.matches("Hardware access (read/write) watchpoint 3: shared").count(), 4, "{out}");
+    assert_eq!(out.matches("Hardware read watchpoint 2: shared").count(), 2, "{out}");
+}

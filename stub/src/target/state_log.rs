@@ -148,6 +148,29 @@ fn byte_mask(word: u64, from: u64, to: u64) -> u8 {
     (lo..hi).fold(0, |mask, bit| mask | 1 << bit)
 }
 
+/// Notes that step `position` touched the bytes `range`, by word.
+fn index_words(words: &mut HashMap<u64, WordWrites>, range: Range<u64>, position: u64) {
+    for word in range.start / 8..=(range.end - 1) / 8 {
+        let mask = byte_mask(word, range.start, range.end);
+        let groups = words.entry(word).or_default();
+        match groups.iter_mut().find(|(m, _)| *m == mask) {
+            Some((_, steps)) if steps.last() == Some(&position) => {}
+            Some((_, steps)) => steps.push(position),
+            None => groups.push((mask, vec![position])),
+        }
+    }
+}
+
+/// The steps that touched a byte of `range`, per indexed word group that
+/// covers one: ascending lists.
+fn word_steps<'a>(words: &'a HashMap<u64, WordWrites>, range: &Range<u64>) -> impl Iterator<Item = &'a [u64]> + 'a {
+    let (start, end) = (range.start, range.end);
+    (start / 8..=(end.max(start + 1) - 1) / 8).flat_map(move |word| {
+        let wanted = byte_mask(word, start, end);
+        words.get(&word).map_or(&[][..], |groups| &groups[..]).iter().filter(move |(mask, _)| mask & wanted != 0).map(|(_, steps)| &steps[..])
+    })
+}
+
 /// How a changed register is kept in a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
@@ -295,6 +318,10 @@ pub struct StateLog {
     /// Page → the steps that wrote more than [`SMALL_WRITE`] bytes at once
     /// in it, ascending.
     bulk_pages: HashMap<u64, Vec<u64>>,
+    /// Word → the steps whose instruction read in it (what read and access
+    /// watchpoints stop at; a system call's reads are not seen, as the
+    /// processor's watchpoints do not see them).
+    read_words: HashMap<u64, WordWrites>,
     threads: BTreeMap<u64, ThreadSteps>,
     initial_mappings: Vec<Range<u64>>,
     /// (step, mappings in force after it), ascending.
@@ -346,7 +373,10 @@ impl StateLog {
             })
             .sum();
         let entry = |value: usize| 8 + value + 1;
-        let words: usize = self.words.capacity() * entry(24) + self.words.values().map(|groups| vec(groups) + groups.iter().map(|(_, steps)| vec(steps)).sum::<usize>()).sum::<usize>();
+        let words = |map: &HashMap<u64, WordWrites>| {
+            map.capacity() * entry(24) + map.values().map(|groups| vec(groups) + groups.iter().map(|(_, steps)| vec(steps)).sum::<usize>()).sum::<usize>()
+        };
+        let words = words(&self.words) + words(&self.read_words);
         let pages: usize = self.bulk_pages.capacity() * entry(24) + self.bulk_pages.values().map(vec).sum::<usize>();
         let mappings: usize = vec(&self.mappings) + self.mappings.iter().map(|(_, m)| vec(m)).sum::<usize>();
         let code = vec(&self.code) + self.code_index.capacity() * entry(16);
@@ -494,15 +524,7 @@ impl StateLog {
             writes += 1;
             let end = write.address + write.old.len() as u64;
             if write.old.len() <= SMALL_WRITE {
-                for word in write.address / 8..=(end - 1) / 8 {
-                    let mask = byte_mask(word, write.address, end);
-                    let groups = self.words.entry(word).or_default();
-                    match groups.iter_mut().find(|(m, _)| *m == mask) {
-                        Some((_, steps)) if steps.last() == Some(&position) => {}
-                        Some((_, steps)) => steps.push(position),
-                        None => groups.push((mask, vec![position])),
-                    }
-                }
+                index_words(&mut self.words, write.address..end, position);
             } else {
                 for page in write.address / PAGE..=(end - 1) / PAGE {
                     let steps = self.bulk_pages.entry(page).or_default();
@@ -673,14 +695,22 @@ impl StateLog {
     }
 
 
-    /// The steps that overwrote a byte of `range` with a small write, per
-    /// indexed word group that covers one: ascending lists.
-    fn word_writers(&self, range: &Range<u64>) -> impl Iterator<Item = &[u64]> + '_ {
-        let (start, end) = (range.start, range.end);
-        (start / 8..=(end.max(start + 1) - 1) / 8).flat_map(move |word| {
-            let wanted = byte_mask(word, start, end);
-            self.words.get(&word).map_or(&[][..], |groups| &groups[..]).iter().filter(move |(mask, _)| mask & wanted != 0).map(|(_, steps)| &steps[..])
-        })
+    /// The last step's instruction read the bytes of `ranges`.
+    pub fn reads_of_last_step(&mut self, ranges: &[Range<u64>]) {
+        let Some(position) = self.len().checked_sub(1) else { return };
+        for range in ranges.iter().filter(|r| !r.is_empty()) {
+            index_words(&mut self.read_words, range.clone(), position);
+        }
+    }
+
+    /// The latest step before `before` whose instruction read a byte of `range`.
+    pub fn last_read_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
+        word_steps(&self.read_words, &range).filter_map(|steps| steps[..steps.partition_point(|&s| s < before)].last().copied()).max()
+    }
+
+    /// The first step at or after `from` whose instruction read a byte of `range`.
+    pub fn first_read_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
+        word_steps(&self.read_words, &range).filter_map(|steps| steps.get(steps.partition_point(|&s| s < from)).copied()).min()
     }
 
     /// Whether step `step`'s long writes (bulk-indexed) cover a byte of `range`.
@@ -693,7 +723,7 @@ impl StateLog {
         if range.is_empty() {
             return None;
         }
-        let mut latest = self.word_writers(&range).filter_map(|steps| steps[..steps.partition_point(|&s| s < before)].last().copied()).max();
+        let mut latest = word_steps(&self.words, &range).filter_map(|steps| steps[..steps.partition_point(|&s| s < before)].last().copied()).max();
         for page in range.start / PAGE..=(range.end - 1) / PAGE {
             let Some(list) = self.bulk_pages.get(&page) else { continue };
             let below = &list[..list.partition_point(|&s| s < before)];
@@ -709,7 +739,7 @@ impl StateLog {
         if range.is_empty() {
             return None;
         }
-        let mut first = self.word_writers(&range).filter_map(|steps| steps.get(steps.partition_point(|&s| s < from)).copied()).min();
+        let mut first = word_steps(&self.words, &range).filter_map(|steps| steps.get(steps.partition_point(|&s| s < from)).copied()).min();
         for page in range.start / PAGE..=(range.end - 1) / PAGE {
             let Some(list) = self.bulk_pages.get(&page) else { continue };
             let at_or_after = &list[list.partition_point(|&s| s < from)..];

@@ -84,6 +84,8 @@ type Snapshot = Vec<Overwritten>;
 struct Prepared {
     before: Regs,
     overwritten: Vec<Overwritten>,
+    /// The bytes it will read (for read and access watchpoints).
+    reads: Vec<Range<u64>>,
     /// All writable memory before it (system calls and writes not
     /// computable in advance), and the mappings then.
     snapshot: Option<(Snapshot, Vec<Range<u64>>)>,
@@ -321,7 +323,7 @@ impl ProcessTarget {
         let mode = full.mode;
         let entering_handler = signal.is_some_and(|signal| process::has_handler(self.pid, tid, signal));
         let nothing_written =
-            |before: Regs| Prepared { before, overwritten: vec![], snapshot: None, repeats: false, system_call: false, flow: Flow::Other, entering_handler };
+            |before: Regs| Prepared { before, overwritten: vec![], reads: vec![], snapshot: None, repeats: false, system_call: false, flow: Flow::Other, entering_handler };
         let prepared = if mode == RecordMode::Branch {
             let Some(rip) = super::recording::rip(tid) else { return };
             nothing_written(Regs::only_pc(rip))
@@ -363,15 +365,21 @@ impl ProcessTarget {
         let system_call = insn.mnemonic() == Mnemonic::Syscall;
         let mut whole_memory = insn.is_invalid() || system_call;
         let mut overwritten = Vec::new();
+        let mut reads = Vec::new();
         if !whole_memory {
             let registers = address_registers(&before);
             let info = &mut self.full.as_mut().expect("recording").info;
             for used in info.info(&insn).used_memory() {
+                let size = used.memory_size().size();
+                let address = used.virtual_address(0, |register, _, _| registers.address_part(register));
+                if matches!(used.access(), OpAccess::Read | OpAccess::CondRead | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
+                    if let Some(address) = address.filter(|_| size > 0) {
+                        reads.push(address..address.saturating_add(size as u64));
+                    }
+                }
                 if !matches!(used.access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
                     continue;
                 }
-                let size = used.memory_size().size();
-                let address = used.virtual_address(0, |register, _, _| registers.address_part(register));
                 match address {
                     Some(address) if size > 0 && !used.index().is_vector_register() => overwritten.push(current_bytes(self.pid, address, size)),
                     _ => whole_memory = true,
@@ -380,7 +388,7 @@ impl ProcessTarget {
         }
         let snapshot = if whole_memory { snapshot(self.pid) } else { None };
         let repeats = insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix();
-        Prepared { before, overwritten, snapshot, repeats, system_call, flow: Flow::Other, entering_handler }
+        Prepared { before, overwritten, reads, snapshot, repeats, system_call, flow: Flow::Other, entering_handler }
     }
 
     /// Thread `tid` finished a step: it goes into the history, and its
@@ -407,10 +415,13 @@ impl ProcessTarget {
             // the same step.
             let before = prepared.before;
             let mut overwritten = prepared.overwritten;
+            let mut reads = prepared.reads;
             self.prepare_step(tid, None);
             if let Some(next) = self.full.as_mut().and_then(|full| full.prepared.get_mut(&tid)) {
                 overwritten.append(&mut next.overwritten);
                 next.overwritten = overwritten;
+                reads.append(&mut next.reads);
+                next.reads = reads;
                 next.before = before;
             }
             return;
@@ -435,6 +446,7 @@ impl ProcessTarget {
             }
         }
         full.log.push(tid.as_raw() as u64, &prepared.before, &after, overwritten, mappings, prepared.flow);
+        full.log.reads_of_last_step(&prepared.reads);
         self.prepare_step(tid, None);
     }
 
@@ -525,16 +537,21 @@ impl ProcessTarget {
         hardware.then_some(StopReason::HwBreak(thread))
     }
 
-    /// A write watchpoint whose bytes step `position` changed.
+    /// A watchpoint step `position` triggers: a write watchpoint whose
+    /// bytes it changed, a read one whose bytes its instruction read, an
+    /// access one whose bytes it read or wrote.
     fn watch_triggered_by(&self, position: u64) -> Option<StopReason> {
         let full = self.full.as_ref()?;
         let (tid, _) = full.log.at(position)?;
         for slot in self.debug_slots.iter().flatten() {
             let Some(kind) = slot.watch else { continue };
+            let watched = slot.address..slot.address + slot.len;
+            if kind != WatchKind::Write && full.log.last_read_before(watched.clone(), position + 1) == Some(position) {
+                return Some(StopReason::Watch { tid: tid_of(Pid::from_raw(tid as i32)), kind, addr: slot.address });
+            }
             if kind == WatchKind::Read {
                 continue;
             }
-            let watched = slot.address..slot.address + slot.len;
             let touches = full.log.overwritten_by(position).any(|(at, old)| at < watched.end && watched.start < at + old.len() as u64);
             if !touches {
                 continue;
@@ -589,10 +606,14 @@ impl ProcessTarget {
         addresses
     }
 
-    /// The ranges watched for writes (a write watchpoint or an access one).
-    fn watched_for_writes(&self) -> Vec<Range<u64>> {
-        let slots = self.debug_slots.iter().flatten().filter(|slot| slot.watch.is_some_and(|kind| kind != WatchKind::Read));
-        slots.map(|slot| slot.address..slot.address + slot.len).collect()
+    /// The ranges watched for writes (a write watchpoint or an access
+    /// one) and for reads (a read watchpoint or an access one).
+    fn watched(&self) -> (Vec<Range<u64>>, Vec<Range<u64>>) {
+        let ranges = |wanted: WatchKind| {
+            let slots = self.debug_slots.iter().flatten().filter(move |slot| slot.watch.is_some_and(|kind| kind == wanted || kind == WatchKind::ReadWrite));
+            slots.map(|slot| slot.address..slot.address + slot.len).collect()
+        };
+        (ranges(WatchKind::Write), ranges(WatchKind::Read))
     }
 
     /// `bc`: back to the latest earlier breakpoint or watched change, or
@@ -602,11 +623,12 @@ impl ProcessTarget {
     pub(super) fn run_backwards(&mut self) -> StopReason {
         let full = self.full.as_ref().expect("recording");
         let mut from = full.position.unwrap_or(full.log.len());
-        let (breakpoints, watched) = (self.breakpoint_addresses(), self.watched_for_writes());
+        let (breakpoints, (written, read)) = (self.breakpoint_addresses(), self.watched());
         loop {
             let log = &self.full.as_ref().expect("recording").log;
-            let writes = watched.iter().filter_map(|range| log.last_write_before(range.clone(), from));
-            let Some(position) = writes.chain(log.last_pc_before(&breakpoints, from)).max() else { break };
+            let writes = written.iter().filter_map(|range| log.last_write_before(range.clone(), from));
+            let reads = read.iter().filter_map(|range| log.last_read_before(range.clone(), from));
+            let Some(position) = writes.chain(reads).chain(log.last_pc_before(&breakpoints, from)).max() else { break };
             // The write is seen before the instruction that made it.
             if let Some(stop) = self.watch_triggered_by(position).or_else(|| self.breakpoint_at(position)) {
                 self.moved_to(position);
@@ -640,7 +662,7 @@ impl ProcessTarget {
         let len = full.log.len();
         let from = full.position.unwrap_or(len);
         let stepped_stands_here = step.is_some_and(|t| full.log.at(from).is_some_and(|(tid, _)| tid == t.as_raw() as u64));
-        let (breakpoints, watched) = (self.breakpoint_addresses(), self.watched_for_writes());
+        let (breakpoints, (written, read)) = (self.breakpoint_addresses(), self.watched());
         let mut position = from;
         while position < len {
             // An inserted breakpoint traps before its instruction runs,
@@ -669,8 +691,9 @@ impl ProcessTarget {
             let next = position + 1;
             let stepped = step.and_then(|t| log.next_of_thread(t.as_raw() as u64, next));
             let breakpoint = if step.is_none() { log.first_pc_from(&breakpoints, next) } else { None };
-            let writes = watched.iter().filter_map(|range| log.first_write_from(range.clone(), next));
-            position = writes.chain(stepped).chain(breakpoint).min().unwrap_or(len);
+            let writes = written.iter().filter_map(|range| log.first_write_from(range.clone(), next));
+            let reads = read.iter().filter_map(|range| log.first_read_from(range.clone(), next));
+            position = writes.chain(reads).chain(stepped).chain(breakpoint).min().unwrap_or(len);
         }
         self.moved_to(len);
         if step.is_none() && len > 0 {
