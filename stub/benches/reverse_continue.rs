@@ -18,7 +18,7 @@
 //! 10 million instructions at 15 an iteration; recording it takes minutes).
 
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,14 +26,6 @@ use object::{Object, ObjectSymbol};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-
-fn build(dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let exe = dir.join("bench_loop");
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs/bench_loop.c");
-    assert!(Command::new("gcc").args(["-g", "-O1", "-static", "-o"]).arg(&exe).arg(source).status().unwrap().success());
-    exe
-}
 
 /// The address of symbol `name` in `program`.
 fn symbol(program: &Path, name: &str) -> u64 {
@@ -159,7 +151,7 @@ fn main() {
     }
     let long: u64 = std::env::var("RETRACE_BENCH_LONG").map_or(666_666, |n| n.parse().unwrap());
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-reverse-continue");
-    let program = build(&dir);
+    let program = retrace_tests::recordings::build("bench_loop", &dir, &["-O1", "-static"]);
     let (begin, end, work, environ) = (symbol(&program, "bench_begin"), symbol(&program, "bench_end"), symbol(&program, "work"), symbol(&program, "__environ"));
 
     // 1. About 200,000 instructions: bc against GDB's reverse-continue.

@@ -336,18 +336,9 @@ fn gdb_calls_and_writes_in_the_past_leave_the_history_as_recorded() {
     if !gdb_present() {
         return;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse-diversion");
-    let program = build("lldb_reverse", &dir, &["-O0", "-static"]);
-    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
-    stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(&program);
-    let (child, line) = spawn_stub(stub);
-    let (_, port) = pid_and_port(&line);
-    let target = format!("target remote 127.0.0.1:{port}");
-    let out = common::gdb(
-        &program,
+    let (out, status) = gdb_on_recording(
+        "lldb_reverse",
         &[
-            "set confirm off",
-            &target,
             "break stop_recording",
             "continue",
             "break trigger_breakpoint",
@@ -367,7 +358,6 @@ fn gdb_calls_and_writes_in_the_past_leave_the_history_as_recorded() {
             "continue",
         ],
     );
-    let status = wait_exit(child);
     let values = common::printed_values(&out);
     assert!(out.contains("Breakpoint 2, trigger_breakpoint"), "{out}");
     assert_eq!(values, [2, 40, 7, 2, 41, 2], "{out}");
@@ -386,18 +376,9 @@ fn gdb_read_and_access_watchpoints_stop_in_the_past() {
     if !gdb_present() {
         return;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse-read-watch");
-    let program = build("read_watch", &dir, &["-O0", "-static"]);
-    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
-    stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(&program);
-    let (child, line) = spawn_stub(stub);
-    let (_, port) = pid_and_port(&line);
-    let target = format!("target remote 127.0.0.1:{port}");
-    let out = common::gdb(
-        &program,
+    let (out, _) = gdb_on_recording(
+        "read_watch",
         &[
-            "set confirm off",
-            &target,
             "break done",
             "continue",
             "delete",
@@ -417,7 +398,6 @@ fn gdb_read_and_access_watchpoints_stop_in_the_past() {
             "kill",
         ],
     );
-    let _ = wait_exit(child);
     let functions: Vec<&str> = out.lines().filter(|l| l.contains(" in section .text")).map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(functions, ["reader", "writer", "reader", "writer"], "{out}");
     let read_at = out.lines().find(|l| l.starts_with("=> ")).unwrap_or_else(|| panic!("{out}"));
@@ -427,4 +407,21 @@ fn gdb_read_and_access_watchpoints_stop_in_the_past() {
     // Once when set, then at each of its three stops.
     assert_eq!(out.matches("Hardware access (read/write) watchpoint 3: shared").count(), 4, "{out}");
     assert_eq!(out.matches("Hardware read watchpoint 2: shared").count(), 2, "{out}");
+}
+
+/// GDB 13 against `retrace-stub --record` on `name` (from
+/// tests/programs, static -O0): `commands` after `set confirm off` and
+/// `target remote`; its output and whether the stub ended by itself.
+fn gdb_on_recording(name: &str, commands: &[&str]) -> (String, Option<i32>) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("reverse-{name}"));
+    let program = build(name, &dir, &["-O0", "-static"]);
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    stub.args(["--record", "--listen", "127.0.0.1:0", "--"]).arg(&program);
+    let (child, line) = spawn_stub(stub);
+    let (_, port) = pid_and_port(&line);
+    let target = format!("target remote 127.0.0.1:{port}");
+    let mut all = vec!["set confirm off", &target];
+    all.extend(commands);
+    let out = common::gdb(&program, &all);
+    (out, wait_exit(child))
 }
