@@ -110,15 +110,20 @@ impl Session {
         u64::from_le_bytes(u64::from_str_radix(&reply, 16).unwrap_or_else(|_| panic!("p10: {reply}")).to_be_bytes())
     }
 
-    fn instructions(&mut self) -> u64 {
-        let hex: String = self.send(&format!("qRcmd,{}", "record status --json".bytes().map(|b| format!("{b:02x}")).collect::<String>()));
-        let mut reply = hex;
-        // `O` packets carry the text; then `OK`.
+    /// `monitor COMMAND`: the text its `O` packets carried before `OK`.
+    fn monitor(&mut self, command: &str) -> String {
+        let mut reply = self.send(&format!("qRcmd,{}", command.bytes().map(|b| format!("{b:02x}")).collect::<String>()));
         let mut text = String::new();
         while let Some(body) = reply.strip_prefix('O').filter(|_| reply != "OK") {
             text.extend((0..body.len() / 2).map(|i| u8::from_str_radix(&body[2 * i..2 * i + 2], 16).unwrap() as char));
             reply = common::read_packet(&mut self.stream).unwrap();
         }
+        assert_eq!(reply, "OK", "monitor {command}: {text}");
+        text
+    }
+
+    fn instructions(&mut self) -> u64 {
+        let text = self.monitor("record status --json");
         let status: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|_| panic!("record status: {text}"));
         status["instructions"].as_u64().unwrap()
     }
@@ -216,11 +221,7 @@ fn main() {
     stop_at(&mut session, &reply, begin, "bc to bench_begin over the long history");
     session.send(&format!("z0,{begin:x},1"));
     // From bench_end again, back to the C library's write of __environ.
-    let goto_end = format!("qRcmd,{}", "goto end".bytes().map(|b| format!("{b:02x}")).collect::<String>());
-    let mut reply = session.send(&goto_end);
-    while reply.starts_with('O') && reply != "OK" {
-        reply = common::read_packet(&mut session.stream).unwrap();
-    }
+    session.monitor("goto end");
     let reply = session.send("c");
     assert!(reply.starts_with('T'), "goto end: {reply}");
     session.send(&format!("Z2,{environ:x},8"));

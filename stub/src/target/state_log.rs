@@ -171,6 +171,21 @@ fn word_steps<'a>(words: &'a HashMap<u64, WordWrites>, range: &Range<u64>) -> im
     })
 }
 
+/// The latest step before `before` in `words` that touched a byte of `range`.
+fn last_in_words(words: &HashMap<u64, WordWrites>, range: &Range<u64>, before: u64) -> Option<u64> {
+    word_steps(words, range).filter_map(|steps| steps[..steps.partition_point(|&s| s < before)].last().copied()).max()
+}
+
+/// The first step at or after `from` in `words` that touched a byte of `range`.
+fn first_in_words(words: &HashMap<u64, WordWrites>, range: &Range<u64>, from: u64) -> Option<u64> {
+    word_steps(words, range).filter_map(|steps| steps.get(steps.partition_point(|&s| s < from)).copied()).min()
+}
+
+/// Whether some address of `addresses` (sorted) lies in `low..=high`.
+fn any_within(addresses: &[u64], (low, high): (u64, u64)) -> bool {
+    addresses[addresses.partition_point(|&a| a < low)..].first().is_some_and(|&a| a <= high)
+}
+
 /// How a changed register is kept in a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
@@ -705,12 +720,12 @@ impl StateLog {
 
     /// The latest step before `before` whose instruction read a byte of `range`.
     pub fn last_read_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
-        word_steps(&self.read_words, &range).filter_map(|steps| steps[..steps.partition_point(|&s| s < before)].last().copied()).max()
+        last_in_words(&self.read_words, &range, before)
     }
 
     /// The first step at or after `from` whose instruction read a byte of `range`.
     pub fn first_read_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
-        word_steps(&self.read_words, &range).filter_map(|steps| steps.get(steps.partition_point(|&s| s < from)).copied()).min()
+        first_in_words(&self.read_words, &range, from)
     }
 
     /// Whether step `step`'s long writes (bulk-indexed) cover a byte of `range`.
@@ -723,7 +738,7 @@ impl StateLog {
         if range.is_empty() {
             return None;
         }
-        let mut latest = word_steps(&self.words, &range).filter_map(|steps| steps[..steps.partition_point(|&s| s < before)].last().copied()).max();
+        let mut latest = last_in_words(&self.words, &range, before);
         for page in range.start / PAGE..=(range.end - 1) / PAGE {
             let Some(list) = self.bulk_pages.get(&page) else { continue };
             let below = &list[..list.partition_point(|&s| s < before)];
@@ -739,7 +754,7 @@ impl StateLog {
         if range.is_empty() {
             return None;
         }
-        let mut first = word_steps(&self.words, &range).filter_map(|steps| steps.get(steps.partition_point(|&s| s < from)).copied()).min();
+        let mut first = first_in_words(&self.words, &range, from);
         for page in range.start / PAGE..=(range.end - 1) / PAGE {
             let Some(list) = self.bulk_pages.get(&page) else { continue };
             let at_or_after = &list[list.partition_point(|&s| s < from)..];
@@ -763,11 +778,10 @@ impl StateLog {
     /// near them.
     pub fn last_pc_before(&self, addresses: &[u64], before: u64) -> Option<u64> {
         let ids = self.ids_at(addresses);
-        let near = |&(low, high): &(u64, u64)| addresses[addresses.partition_point(|&a| a < low)..].first().is_some_and(|&a| a <= high);
         let mut end = before.min(self.len()) as usize;
         while end > 0 {
             let chunk = (end - 1) / CHUNK;
-            if near(&self.pc_bounds[chunk]) {
+            if any_within(addresses, self.pc_bounds[chunk]) {
                 if let Some(i) = (chunk * CHUNK..end).rev().find(|&i| ids.binary_search(&self.instructions[i]).is_ok()) {
                     return Some(i as u64);
                 }
@@ -781,12 +795,11 @@ impl StateLog {
     /// `addresses` (sorted).
     pub fn first_pc_from(&self, addresses: &[u64], from: u64) -> Option<u64> {
         let ids = self.ids_at(addresses);
-        let near = |&(low, high): &(u64, u64)| addresses[addresses.partition_point(|&a| a < low)..].first().is_some_and(|&a| a <= high);
         let mut start = from as usize;
         while start < self.instructions.len() {
             let chunk = start / CHUNK;
             let end = ((chunk + 1) * CHUNK).min(self.instructions.len());
-            if near(&self.pc_bounds[chunk]) {
+            if any_within(addresses, self.pc_bounds[chunk]) {
                 if let Some(i) = (start..end).find(|&i| ids.binary_search(&self.instructions[i]).is_ok()) {
                     return Some(i as u64);
                 }

@@ -249,11 +249,11 @@ impl ProcessTarget {
         if full.mode == RecordMode::Branch {
             return Err("the past cannot be changed or run in `--record=branch` mode: only its instruction addresses are recorded".into());
         }
-        let Some((present, _)) = snapshot(self.pid) else { return Err("the process's writable memory is too large to copy".into()) };
+        let Some((writable, _)) = snapshot(self.pid) else { return Err("the process's writable memory is too large to copy".into()) };
         let mut memory = Vec::new();
         let registers: Vec<(Pid, Regs)> = self.threads.iter().filter_map(|&tid| Some((tid, read_all_registers(tid).ok()?))).collect();
         // Memory as it was then, written where it differs from now.
-        for run in &present {
+        for run in &writable {
             let start = run.address;
             let end = start + run.old.len() as u64;
             let mut present = |address: u64, buf: &mut [u8]| {
@@ -618,8 +618,8 @@ impl ProcessTarget {
 
     /// `bc`: back to the latest earlier breakpoint or watched change, or
     /// the start of history. Only steps at a breakpoint's address or that
-    /// wrote a watched byte can stop it: the history's indexes find them,
-    /// latest first, without walking the steps between.
+    /// wrote or read a watched byte can stop it: the history's indexes find
+    /// them, latest first, without walking the steps between.
     pub(super) fn run_backwards(&mut self) -> StopReason {
         let full = self.full.as_ref().expect("recording");
         let mut from = full.position.unwrap_or(full.log.len());
@@ -686,7 +686,8 @@ impl ProcessTarget {
                 return Some(StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP });
             }
             // On to the next step that can stop: the stepped thread's, one
-            // at a breakpoint (when not stepping), one writing a watched byte.
+            // at a breakpoint (when not stepping), one writing or reading a
+            // watched byte.
             let log = &self.full.as_ref().expect("recording").log;
             let next = position + 1;
             let stepped = step.and_then(|t| log.next_of_thread(t.as_raw() as u64, next));
