@@ -7,6 +7,8 @@
 //! * [`process`] — launching under ptrace, memory and memory-map reading;
 //! * [`control`] — the process-control core every backend shares: the one
 //!   owner of `waitpid` (threads, clone/fork/vfork, exec, signals, exit);
+//! * [`blocks`] — branch stops: threads run block by block to an `int3`
+//!   the program never sees, the branch emulated there;
 //! * [`software`] — the software backend: single-steps every thread and
 //!   encodes the flow as genuine Intel PT ([`pt_writer`]), so every consumer
 //!   (retrace, libipt, LLDB's intel-pt plugin) decodes one format;
@@ -20,6 +22,7 @@
 //!
 //! It must never parse trace formats itself: that is the decoder's job.
 
+pub mod blocks;
 pub mod bundle_writer;
 pub mod control;
 pub mod emulate;

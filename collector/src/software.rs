@@ -14,7 +14,7 @@ use nix::unistd::Pid;
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
 use crate::control::{ProcessEvent, Spawn, TracedProcess, Wait};
-use crate::emulate::{emulate_branch, Registers};
+use crate::blocks::{self, Block, Int3s};
 use crate::perf_clock::TraceClock;
 use crate::process::{self, LoadedModule, Tracee};
 use crate::pt_writer::{ThreadPtWriter, DEFAULT_PSB_PERIOD};
@@ -192,23 +192,6 @@ struct ThreadState {
     finished: bool,
 }
 
-/// A straight run of instructions ending at a branch (or any instruction
-/// that transfers control), discovered from the tracee's code.
-#[derive(Debug, Clone)]
-struct Block {
-    /// The instructions before the end, in order.
-    body: Vec<(u64, InsnInfo)>,
-    /// Address of the ending instruction, where the breakpoint goes.
-    end: u64,
-    /// The ending instruction.
-    end_insn: InsnInfo,
-    /// Its original bytes.
-    end_bytes: [u8; 16],
-}
-
-const INT3: u8 = 0xcc;
-const MAX_BLOCK: usize = 4096;
-
 /// Offset of `rip` in `struct user_regs_struct` (the start of `struct user`).
 const USER_RIP_OFFSET: usize = 16 * 8;
 
@@ -231,8 +214,8 @@ struct Recorder<'a> {
     exit_ip: Option<u64>,
     /// Branch stops are in use (branch mode while the process has one thread).
     branch_stops: bool,
-    /// Breakpoint address → original byte.
-    breakpoints: HashMap<u64, u8>,
+    /// The branch stops' breakpoints.
+    int3s: Int3s,
     blocks: HashMap<u64, Block>,
     /// Decoded instructions of read-only code, for single-stepping.
     insn_cache: HashMap<u64, InsnInfo>,
@@ -269,13 +252,7 @@ impl Recorder<'_> {
     /// Reads code at `ip` as it is without our breakpoints.
     fn read_code(&self, ip: u64, buf: &mut [u8]) -> usize {
         let n = process::read_memory(self.pid, ip, buf);
-        if !self.breakpoints.is_empty() {
-            for (i, byte) in buf[..n].iter_mut().enumerate() {
-                if let Some(original) = self.breakpoints.get(&(ip + i as u64)) {
-                    *byte = *original;
-                }
-            }
-        }
+        self.int3s.hide(ip, &mut buf[..n]);
         n
     }
 
@@ -369,44 +346,6 @@ impl Recorder<'_> {
         self.maps.iter().any(|m| m.start <= ip && ip < m.end && m.writable)
     }
 
-    fn discover_block(&mut self, start: u64) -> Option<Block> {
-        let mut body = Vec::new();
-        let mut ip = start;
-        let mut bytes = [0u8; 16];
-        while body.len() < MAX_BLOCK {
-            let n = self.read_code(ip, &mut bytes);
-            let insn = classify(&bytes[..n], ip, ExecMode::Bits64)?;
-            if insn.kind != FlowKind::Other {
-                return Some(Block { body, end: ip, end_insn: insn, end_bytes: bytes });
-            }
-            body.push((ip, insn));
-            ip += insn.len as u64;
-        }
-        None
-    }
-
-    fn insert_breakpoint(&mut self, address: u64) -> Result<(), Errno> {
-        if self.breakpoints.contains_key(&address) {
-            return Ok(());
-        }
-        let word = ptrace::read(self.pid, address as ptrace::AddressType)? as u64;
-        let patched = (word & !0xff) | INT3 as u64;
-        ptrace::write(self.pid, address as ptrace::AddressType, patched as libc::c_long)?;
-        self.breakpoints.insert(address, word as u8);
-        Ok(())
-    }
-
-    fn set_byte(&self, pid: Pid, address: u64, byte: u8) -> Result<(), Errno> {
-        let word = ptrace::read(pid, address as ptrace::AddressType)? as u64;
-        ptrace::write(pid, address as ptrace::AddressType, ((word & !0xff) | byte as u64) as libc::c_long)
-    }
-
-    fn remove_all_breakpoints(&mut self, pid: Pid) {
-        for (&address, &byte) in &self.breakpoints {
-            let _ = self.set_byte(pid, address, byte);
-        }
-    }
-
     /// Lets the thread continue from its `next_ip`: with branch stops when
     /// possible, else one single step.
     fn resume(&mut self, tid: Pid, signal: Option<Signal>) -> Result<(), RecordError> {
@@ -416,7 +355,7 @@ impl Recorder<'_> {
         }
         let block = match self.blocks.get(&ip) {
             Some(block) => block.clone(),
-            None => match self.discover_block(ip) {
+            None => match blocks::discover(ip, |at, buf| self.read_code(at, buf), |_| false) {
                 Some(block) => {
                     self.blocks.insert(ip, block.clone());
                     block
@@ -429,7 +368,7 @@ impl Recorder<'_> {
             let regs = ptrace::getregs(tid).map_err(Self::ptrace_error("PTRACE_GETREGS", tid))?;
             return self.at_branch(tid, &block, regs);
         }
-        if self.insert_breakpoint(block.end).is_err() {
+        if self.int3s.insert(self.pid, block.end).is_err() {
             return self.step(tid, signal);
         }
         self.thread(tid).track = Track::Block { start: ip };
@@ -443,38 +382,19 @@ impl Recorder<'_> {
     /// single-step the original instruction.
     fn at_branch(&mut self, tid: Pid, block: &Block, mut regs: libc::user_regs_struct) -> Result<(), RecordError> {
         let at = block.end;
-        let mut read_u64 = |address: u64| {
-            let mut word = [0u8; 8];
-            (process::read_memory(tid, address, &mut word) == 8).then(|| u64::from_le_bytes(word))
-        };
-        let effect = emulate_branch(&block.end_bytes, at, &Registers::from_user(&regs), &mut read_u64);
-        if let Some(effect) = effect {
-            if let Some(value) = effect.push {
-                let target = effect.rsp.expect("a push moves rsp");
-                if process::write_memory(tid, target, &value.to_le_bytes()) != 8 {
-                    return self.step_over(tid, at, regs);
-                }
+        match blocks::take_branch(tid, block, &mut regs, true).map_err(Self::ptrace_error("PTRACE_SETREGS", tid))? {
+            Some(next) => {
+                self.record_executed(tid, at, &block.end_insn, Some(next));
+                self.thread(tid).next_ip = Some(next);
+                self.resume(tid, None)
             }
-            regs.rip = effect.next_ip;
-            if let Some(rsp) = effect.rsp {
-                regs.rsp = rsp;
-            }
-            if let Some(rcx) = effect.rcx {
-                regs.rcx = rcx;
-            }
-            ptrace::setregs(tid, regs).map_err(Self::ptrace_error("PTRACE_SETREGS", tid))?;
-            self.record_executed(tid, at, &block.end_insn, Some(effect.next_ip));
-            self.thread(tid).next_ip = Some(effect.next_ip);
-            return self.resume(tid, None);
+            None => self.step_over(tid, at, regs),
         }
-        self.step_over(tid, at, regs)
     }
 
     /// Single-steps the original instruction at `at` (a breakpoint address).
     fn step_over(&mut self, tid: Pid, at: u64, mut regs: libc::user_regs_struct) -> Result<(), RecordError> {
-        if let Some(&byte) = self.breakpoints.get(&at) {
-            self.set_byte(self.pid, at, byte).map_err(Self::ptrace_error("PTRACE_POKEDATA", tid))?;
-        }
+        self.int3s.lift(self.pid, at).map_err(Self::ptrace_error("PTRACE_POKEDATA", tid))?;
         if regs.rip != at {
             regs.rip = at;
             ptrace::setregs(tid, regs).map_err(Self::ptrace_error("PTRACE_SETREGS", tid))?;
@@ -508,8 +428,8 @@ impl Recorder<'_> {
         match track {
             Track::Step => self.resume(tid, None),
             Track::StepOver { at } => {
-                if self.branch_stops && self.breakpoints.contains_key(&at) {
-                    let _ = self.set_byte(self.pid, at, INT3);
+                if self.branch_stops {
+                    let _ = self.int3s.rearm(self.pid, at);
                 }
                 self.resume(tid, None)
             }
@@ -542,8 +462,7 @@ impl Recorder<'_> {
     fn leave_branch_mode(&mut self) {
         if self.branch_stops {
             tracing::info!("second thread: switching from branch stops to single-stepping");
-            self.remove_all_breakpoints(self.pid);
-            self.breakpoints.clear();
+            self.int3s.remove_all(self.pid);
             self.branch_stops = false;
         }
     }
@@ -593,7 +512,7 @@ impl Recorder<'_> {
         tracing::info!(pid = self.pid.as_raw(), threads = image.threads.len(), "execve: a new program image");
         self.finished_images.push(image);
         // The old address space and everything learnt about it are gone.
-        self.breakpoints.clear();
+        self.int3s.forget();
         self.blocks.clear();
         self.insn_cache.clear();
         self.maps.clear();
@@ -635,7 +554,7 @@ impl Recorder<'_> {
             match event {
                 ProcessEvent::ForkedChild(child) => {
                     // Not recorded: give it its code back (it is let go after this).
-                    self.remove_all_breakpoints(child);
+                    self.int3s.put_back_in(child);
                 }
                 ProcessEvent::Trap(tid) => self.on_trap(tid)?,
                 ProcessEvent::ThreadStarted(tid) => {
@@ -650,8 +569,8 @@ impl Recorder<'_> {
                     let Ok(now) = rip(tid) else { continue };
                     self.catch_up(tid, now);
                     if let Track::StepOver { at } = self.thread(tid).track {
-                        if self.branch_stops && self.breakpoints.contains_key(&at) {
-                            let _ = self.set_byte(self.pid, at, INT3);
+                        if self.branch_stops {
+                            let _ = self.int3s.rearm(self.pid, at);
                         }
                     }
                     let handled = process::has_handler(self.pid, tid, signal);
@@ -731,7 +650,7 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
         undecodable: 0,
         exit_ip: None,
         branch_stops: options.mode == StepMode::Branch,
-        breakpoints: HashMap::new(),
+        int3s: Int3s::default(),
         blocks: HashMap::new(),
         insn_cache: HashMap::new(),
         clock: TraceClock::choose(),

@@ -11,11 +11,22 @@
 //!   read from its own /proc; the stub: the history's size, before and
 //!   after, and its RSS growth, read by the same probe).
 //!
+//! And `retrace-stub --record=branch` against `retrace record --mode
+//! branch`'s recorder (the collector, run here as the CLI runs it, the tracee
+//! on the bench's CPU) on a longer run: instructions per second, the
+//! stub over the stretch, the collector over the whole program (its
+//! start-up is a few percent of it).
+//!
 //! `cargo bench -p retrace-stub --bench reverse` (`RETRACE_BENCH_ITERATIONS`,
-//! default 2000: the loop count, 55 instructions an iteration).
+//! default 2000: the loop count, 15 instructions an iteration;
+//! `RETRACE_BENCH_BRANCH_ITERATIONS`, default 100000, for the branch-mode
+//! comparison).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+use retrace_collector::process::{current_cpu, launch, LaunchOptions};
+use retrace_collector::software::{record, RecordOptions, StepMode};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -144,6 +155,16 @@ fn stub_record(program: &Path, dir: &Path, iterations: &str, mode: &str) -> Meas
     }
 }
 
+/// `retrace record --mode branch`'s recorder on the whole program.
+fn collector_branch(program: &Path, iterations: &str) -> Measured {
+    let mut options = LaunchOptions::new(program.as_os_str(), [iterations]);
+    options.pin_cpu = Some(current_cpu());
+    let recording = record(launch(&options).unwrap(), &RecordOptions { mode: StepMode::Branch, ..RecordOptions::default() }).unwrap();
+    assert_eq!(recording.outcome, retrace_collector::software::Outcome::Exited(0));
+    let bytes = recording.trace_bytes() as f64;
+    Measured { instructions: recording.instructions(), seconds: recording.elapsed.as_secs_f64(), bytes, resident: bytes }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -155,6 +176,9 @@ fn main() {
     let pinned = gdb_record_full(&program, &dir, &iterations, true);
     let full = stub_record(&program, &dir, &iterations, "full");
     let branch = stub_record(&program, &dir, &iterations, "branch");
+    let long = std::env::var("RETRACE_BENCH_BRANCH_ITERATIONS").unwrap_or_else(|_| "100000".into());
+    let long_branch = stub_record(&program, &dir, &long, "branch");
+    let collector = collector_branch(&program, &long);
     println!("bench_loop {iterations} (static -O1), bench_begin to bench_end");
     println!("{:<36} {:>12} {:>9} {:>12} {:>10} {:>12}", "recorder", "instructions", "seconds", "instr/s", "B/instr", "RSS B/instr");
     for (name, m) in [
@@ -179,4 +203,11 @@ fn main() {
     println!("full bytes per instruction vs GDB record full: {:.3}x (goal <= 0.1x)", per(&full) / per(&gdb));
     println!("full resident growth per instruction vs GDB record full: {:.3}x", (full.resident / full.instructions as f64) / per(&gdb));
     println!("branch recording speed vs GDB record full: {:.2}x", rate(&branch) / rate(&gdb));
+    println!();
+    println!("bench_loop {long}: branch mode");
+    println!("{:<52} {:>12} {:>9} {:>12}", "recorder", "instructions", "seconds", "instr/s");
+    for (name, m) in [("retrace record --mode branch (collector, whole run)", &collector), ("retrace-stub --record=branch (GDB, the stretch)", &long_branch)] {
+        println!("{name:<52} {:>12} {:>9.3} {:>12.0}", m.instructions, m.seconds, rate(m));
+    }
+    println!("branch recording under the stub vs retrace record --mode branch: {:.2}x (goal >= 0.8x)", rate(&long_branch) / rate(&collector));
 }

@@ -125,3 +125,51 @@ fn lldb_branch_mode_has_the_pc_of_full_mode_and_nothing_stale() {
         assert_eq!(b["code_read"], true, "code is read in branch mode: {b}");
     }
 }
+
+/// One GDB session on `block_edges` recorded in `mode`: a hardware
+/// watchpoint hit inside a block, a breakpoint inside straight-line code,
+/// a signal passed to its handler, a fork, then on to the end. The PC and
+/// `monitor record status --json` at each stop, and GDB's output.
+fn edges_session(program: &Path, mode: &str, line: usize) -> (Vec<u64>, Vec<serde_json::Value>, String) {
+    let (child, port) = start_recording(program, mode);
+    let pc = "python print('PC=%d' % int(gdb.parse_and_eval('$pc')))";
+    let status = "monitor record status --json";
+    let target = format!("target remote 127.0.0.1:{port}");
+    let inside = format!("break block_edges.c:{line}");
+    let commands = [
+        &target, "handle SIGUSR1 nostop noprint pass", "watch watched", "continue", pc, status, "delete", &inside, "continue", pc, status, "delete",
+        "break done", "continue", pc, status, "delete", "continue",
+    ];
+    let out = gdb(program, &commands);
+    end_stub(child);
+    (pcs(&out), json_lines(&out), out)
+}
+
+#[test]
+fn branch_mode_runs_block_by_block_and_records_every_instruction_full_mode_steps() {
+    if !require("gcc", which("gcc").is_some()) || !require("gdb", which("gdb").is_some()) {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse_branch").join("edges");
+    let _ = std::fs::remove_dir_all(&dir);
+    let program = build("block_edges", &dir, &["-O0", "-static"]);
+    let source = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/programs/block_edges.c")).unwrap();
+    let line = source.lines().position(|l| l.contains("a breakpoint here is inside a block")).unwrap() + 1;
+    // Full mode single-steps every instruction: the count to match.
+    let (full_pcs, full_status, full) = edges_session(&program, "full", line);
+    let (branch_pcs, branch_status, branch) = edges_session(&program, "branch", line);
+    assert_eq!(full_pcs.len(), 3, "{full}");
+    assert_eq!(branch_pcs, full_pcs, "the PC at the watchpoint, the breakpoint inside a block and `done` (left: branch)\n{branch}");
+    let counts = |s: &[serde_json::Value]| s.iter().map(|v| v["instructions"].as_u64().unwrap()).collect::<Vec<_>>();
+    assert_eq!(counts(&branch_status), counts(&full_status), "instructions recorded at each stop (left: branch, right: full)\n{branch}");
+    assert!(counts(&full_status)[0] > 1000, "{full}");
+    for out in [&full, &branch] {
+        assert!(out.contains("Hardware watchpoint 1: watched"), "{out}");
+        let new_value = |o: &str| o.lines().find(|l| l.starts_with("New value = ")).map(str::to_string);
+        assert_eq!(new_value(out), new_value(&full), "{out}");
+        // The forked child ran `churn` (code the stub had int3s in) and
+        // computed what the parent does.
+        assert!(out.contains("exited normally"), "{out}");
+    }
+    assert_eq!(branch_pcs[1], gdb_breakpoint_address(&branch, 2), "{branch}");
+}

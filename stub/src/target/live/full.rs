@@ -227,6 +227,21 @@ impl ProcessTarget {
         self.full.as_ref().is_some_and(|full| full.diversion.is_none()) || self.tracing.traces(tid)
     }
 
+    /// Whether every register of every instruction is kept
+    /// (`--record=full`): then threads are recorded one step at a time.
+    pub(super) fn records_every_register(&self) -> bool {
+        self.full.as_ref().is_some_and(|full| full.mode == RecordMode::Full)
+    }
+
+    /// Thread `tid` ran the instruction at `ip` and goes on at `next`,
+    /// seen without a step of its own (a block run): into the history of a
+    /// `--record=branch` recording.
+    pub(super) fn history_executed(&mut self, tid: Pid, ip: u64, next: u64, flow: Flow) {
+        if let Some(full) = self.full.as_mut().filter(|full| full.mode == RecordMode::Branch && full.diversion.is_none()) {
+            full.log.push(tid.as_raw() as u64, &Regs::only_pc(ip), &Regs::only_pc(next), Vec::new(), None, flow);
+        }
+    }
+
     /// Whether the process is recorded for reverse execution.
     pub(super) fn full_recording(&self) -> bool {
         self.full.is_some()

@@ -33,6 +33,7 @@ use retrace_collector::process;
 use crate::arch::{RegNumber, Regs};
 use crate::target::{copy_window, Inferior, StopReason};
 
+mod block_runs;
 mod full;
 pub mod libraries;
 pub mod recording;
@@ -86,6 +87,8 @@ pub struct ProcessTarget {
     pending_stop: Option<StopReason>,
     /// The history kept for reverse execution (`--record`).
     full: Option<full::FullRecording>,
+    /// Recorded continues run block by block ([`block_runs`]).
+    blocks: block_runs::BlockRuns,
     /// Forward replay stops at the end of the history (GDB's convention)
     /// rather than running on live (LLDB's): see
     /// [`Inferior::client_is_lldb`].
@@ -279,6 +282,7 @@ impl ProcessTarget {
             pending_stop: None,
             stop_note: None,
             full: None,
+            blocks: block_runs::BlockRuns::default(),
             history_end_stops: true,
         }
     }
@@ -378,6 +382,7 @@ impl ProcessTarget {
     /// breakpoints hidden. Returns how many bytes were read.
     pub(super) fn program_memory(&self, address: u64, buf: &mut [u8]) -> usize {
         let n = process::read_memory(self.pid, address, buf);
+        self.blocks.hide(address, &mut buf[..n]);
         for (i, byte) in buf[..n].iter_mut().enumerate() {
             if let Some(original) = self.breakpoints.get(&(address + i as u64)) {
                 *byte = *original;

@@ -182,6 +182,28 @@ impl ProcessTarget {
         Some((insn, bytes[0]))
     }
 
+    /// Whether `ip` lies in a mapping no one can write (code that cannot
+    /// change while the program runs).
+    pub(super) fn fixed_code(&mut self, ip: u64) -> bool {
+        let maps = self.tracing.code.maps.get_or_insert_with(|| process::read_maps(self.pid).unwrap_or_default());
+        maps.iter().any(|m| m.start <= ip && ip < m.end && !m.writable)
+    }
+
+    /// A traced thread ran `insn` at `ip` and goes on at `next`, seen
+    /// without a step of its own (a block run): into its trace.
+    pub(super) fn ring_executed(&mut self, tid: Pid, ip: u64, insn: &InsnInfo, next: u64) {
+        if let Some(thread) = self.tracing.threads.get_mut(&tid) {
+            thread.ring.executed(ip, insn, Some(next), self.tracing.clock.now());
+        }
+    }
+
+    /// A traced thread's next instruction is at `ip`.
+    pub(super) fn ring_pending(&mut self, tid: Pid, ip: u64) {
+        if let Some(thread) = self.tracing.threads.get_mut(&tid) {
+            thread.next_ip = Some(ip);
+        }
+    }
+
     /// Whether the instruction at `ip` is one whose single step ends at
     /// once (no system call, which may block): then the stepping thread
     /// alone is waited for.
@@ -264,25 +286,16 @@ impl ProcessTarget {
     /// A thread in a recorded continue finished an instruction and stands
     /// at `now`: the stop due there, or `None` once it runs on.
     pub(super) fn step_on(&mut self, tid: Pid, now: u64) -> Option<StopReason> {
-        if self.breakpoints.contains_key(&now) {
-            return Some(StopReason::SwBreak(tid_of(tid)));
-        }
-        if self.debug_slots.iter().flatten().any(|slot| slot.watch.is_none() && slot.address == now) {
-            return Some(StopReason::HwBreak(tid_of(tid)));
-        }
-        match ptrace::step(tid, None) {
-            Ok(()) | Err(nix::Error::ESRCH) => None,
-            Err(error) => {
-                tracing::warn!(tid = tid.as_raw(), %error, "cannot step a recorded thread");
-                Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: gdbstub::common::Signal::SIGTRAP })
-            }
-        }
+        self.stop_before(tid, now).or_else(|| self.run_on(tid, now, false))
     }
 
     /// The stop due after a recorded continue's step, in the order the
     /// hardware reports them: a watchpoint hit by the instruction, the
     /// program's own `int3`, then what stands at the next instruction.
     pub(super) fn after_recorded_step(&mut self, tid: Pid, now: u64, slot: Option<super::DebugSlot>) -> Option<StopReason> {
+        if self.in_block(tid) {
+            return self.block_stopped(tid, slot);
+        }
         let pending = self.tracing.threads.get(&tid).and_then(|t| t.next_ip);
         if let Some(slot) = slot {
             if slot.watch.is_none() && pending == Some(now) {
@@ -329,6 +342,7 @@ impl ProcessTarget {
     /// The process exec'd: the old program's traces are gone with it; the
     /// thread left is traced afresh if it or the process was.
     pub(super) fn trace_exec(&mut self, tid: Pid, former: Pid) {
+        self.blocks_stopped(true);
         let kept = self.tracing.threads.remove(&former).or_else(|| self.tracing.threads.remove(&tid)).map(|t| t.settings);
         self.tracing.threads.clear();
         self.tracing.code.clear();
@@ -375,6 +389,7 @@ impl ProcessTarget {
 
     /// A stop is reported: every traced thread's trace ends at its PC.
     pub(super) fn traces_stopped(&mut self) {
+        self.blocks_stopped(false);
         if let Some(own) = self.tracing.own_affinity.take() {
             let _ = nix::sched::sched_setaffinity(Pid::from_raw(0), &own);
         }

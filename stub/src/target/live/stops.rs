@@ -131,12 +131,14 @@ impl ProcessTarget {
                     }
                 }
                 WaitStatus::Stopped(tid, Signal::SIGSTOP) if self.interrupted => {
+                    self.block_interrupted(tid);
                     self.running.remove(&tid);
                     self.stop_others(Some(tid));
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGINT });
                 }
                 WaitStatus::Stopped(tid, Signal::SIGTRAP) if self.records(tid) => {
-                    let now = rip(tid).unwrap_or(0);
+                    // (A block's stop reads all registers itself.)
+                    let now = if self.in_block(tid) { 0 } else { rip(tid).unwrap_or(0) };
                     let slot = if self.debug_slots.iter().any(Option::is_some) { triggered_slot(tid).and_then(|i| self.debug_slots[i]) } else { None };
                     let reason = if self.recording.contains(&tid) {
                         match self.after_recorded_step(tid, now, slot) {
@@ -144,7 +146,8 @@ impl ProcessTarget {
                             None => {
                                 // Stepped on.
                                 self.tracing.steps_in_a_row += 1;
-                                if self.tracing.steps_in_a_row < STEPS_IN_A_ROW && self.steps_promptly(now) {
+                                let prompt = self.blocks.take_prompt().unwrap_or_else(|| self.steps_promptly(now));
+                                if self.tracing.steps_in_a_row < STEPS_IN_A_ROW && prompt {
                                     only = Some(tid);
                                 } else {
                                     self.tracing.steps_in_a_row = 0;
@@ -189,6 +192,7 @@ impl ProcessTarget {
                     return Some(reason);
                 }
                 WaitStatus::Stopped(tid, signal) => {
+                    self.block_interrupted(tid);
                     self.running.remove(&tid);
                     self.stop_others(Some(tid));
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: crate::signals::to_gdb(signal) });
