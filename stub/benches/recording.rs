@@ -2,8 +2,9 @@
 //!
 //! 1. the instruction rate of a program recorded by the stub while lldb-22
 //!    drives it (`process trace start`, continue from `main` to `done`)
-//!    against `retrace record`'s recorder (the collector, single-step mode,
-//!    as `retrace record --mode step` runs it) on the same program;
+//!    against `retrace record`'s recorder (the collector, branch mode, as
+//!    `retrace record --mode branch` runs it) on the same program (the stub
+//!    records a lone thread block by block too);
 //! 2. the time from sending `jLLDBTraceGetBinaryData` for an 8 MiB trace to
 //!    its last byte, against the time to receive 8 MiB of ordinary replies
 //!    (`m` memory reads of a packet each) over the same loopback connection.
@@ -126,7 +127,7 @@ fn main() {
     let mut options = LaunchOptions::new(program.as_os_str(), [iterations.as_str()]);
     options.pin_cpu = Some(current_cpu());
     let tracee = launch(&options).unwrap();
-    let recording = record(tracee, &RecordOptions { mode: StepMode::Step, keep_instruction_log: true, ..RecordOptions::default() }).unwrap();
+    let recording = record(tracee, &RecordOptions { mode: StepMode::Branch, keep_instruction_log: true, ..RecordOptions::default() }).unwrap();
     let record_rate = recording.instructions() as f64 / recording.elapsed.as_secs_f64();
     let (plain, t_plain) = lldb_session(&program, &iterations, false);
     let (traced, t_traced) = lldb_session(&program, &iterations, true);
@@ -136,7 +137,7 @@ fn main() {
     let stretch = log[start..].iter().position(|&a| a == to).unwrap();
     assert!(plain.contains("exited with status = 0"), "{plain}");
     let stub_rate = stretch as f64 / (t_traced - t_plain);
-    println!("recording {} ({iterations} iterations), single-step mode", program.display());
+    println!("recording {} ({iterations} iterations), branch mode", program.display());
     println!("{:<52} {:>14} {:>12}", "", "instructions", "insns/s");
     println!("{:<52} {:>14} {:>12.0}", "retrace record (collector, pinned to one CPU)", recording.instructions(), record_rate);
     println!(

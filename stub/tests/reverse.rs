@@ -425,3 +425,37 @@ fn gdb_on_recording(name: &str, commands: &[&str]) -> (String, Option<i32>) {
     let out = common::gdb(&program, &all);
     (out, wait_exit(child))
 }
+
+#[test]
+fn memory_a_system_call_wrote_unkept_is_unavailable_before_it_never_stale() {
+    if !gdb_present() {
+        return;
+    }
+    // 600 MiB of writable memory: the `read()` cannot be bracketed by
+    // copies, so what it wrote is not kept.
+    let (out, status) = gdb_on_recording(
+        "huge_writable",
+        &[
+            "break done",
+            "continue",
+            "print buffer",
+            "break before_read",
+            "reverse-continue",
+            "info symbol $pc",
+            "print buffer",
+            "print sizeof(buffer)",
+            "delete",
+            "continue",
+            "continue",
+        ],
+    );
+    let printed: Vec<&str> = out.lines().filter(|l| l.starts_with('$') || l.contains("Cannot access memory")).collect();
+    assert_eq!(printed.first().copied(), Some("$1 = \"after!\\000\""), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("before_read + ")), "back before the read:\n{out}");
+    assert!(
+        printed.iter().any(|l| l.contains("Cannot access memory at address")) && !printed.iter().skip(1).any(|l| l.contains("after!")),
+        "before the read the buffer is unavailable, not what the read wrote:\n{out}"
+    );
+    assert!(out.contains("exited normally"), "{out}");
+    assert_eq!(status, Some(0), "{out}");
+}

@@ -341,6 +341,11 @@ pub struct StateLog {
     initial_mappings: Vec<Range<u64>>,
     /// (step, mappings in force after it), ascending.
     mappings: Vec<(u64, Vec<Range<u64>>)>,
+    /// (step, ranges it may have written without the old bytes being
+    /// kept), ascending: a system call in a process whose writable memory
+    /// was too large to copy. A byte there is unknown before the step
+    /// unless an earlier step saved it.
+    lost: Vec<(u64, Vec<Range<u64>>)>,
     /// Overwrites not made by an instruction (the debugger's writes, a
     /// signal frame), charged to the next step.
     pending: Vec<Overwritten>,
@@ -393,7 +398,7 @@ impl StateLog {
         };
         let words = words(&self.words) + words(&self.read_words);
         let pages: usize = self.bulk_pages.capacity() * entry(24) + self.bulk_pages.values().map(vec).sum::<usize>();
-        let mappings: usize = vec(&self.mappings) + self.mappings.iter().map(|(_, m)| vec(m)).sum::<usize>();
+        let mappings: usize = [&self.mappings, &self.lost].iter().map(|list| vec(list) + list.iter().map(|(_, m)| vec(m)).sum::<usize>()).sum();
         let code = vec(&self.code) + self.code_index.capacity() * entry(16);
         vec(&self.instructions) + code + vec(&self.pc_bounds) + vec(&self.thread_runs) + vec(&self.records) + vec(&self.record_starts) + threads + words + pages + mappings
     }
@@ -658,6 +663,7 @@ impl StateLog {
         let buf = &mut buf[..len];
         let from_present = present(address, buf);
         let mut restored = vec![false; len];
+        let mut unknown_from = len;
         if len > 0 {
             let end = address + len as u64;
             // Per byte, the first step at or after `position` that
@@ -689,6 +695,20 @@ impl StateLog {
                     }
                 }
             }
+            // Bytes whose first write from `position` on was not kept.
+            let mut lost_at = Vec::new();
+            for (step, ranges) in &self.lost[self.lost.partition_point(|(s, _)| *s < position)..] {
+                if first.iter().all(|&f| f <= *step) {
+                    break;
+                }
+                lost_at.push(*step);
+                for range in ranges {
+                    earliest(&mut first, range.start, range.end, *step);
+                }
+            }
+            if let Some(i) = first.iter().position(|f| lost_at.binary_search(f).is_ok()) {
+                unknown_from = i;
+            }
             let mut steps: Vec<u64> = first.iter().copied().filter(|&s| s != u64::MAX).collect();
             steps.sort_unstable();
             steps.dedup();
@@ -705,10 +725,19 @@ impl StateLog {
                 }
             }
         }
-        // A byte is known if read now or put back.
-        (0..len).find(|&i| i >= from_present && !restored[i]).unwrap_or(len)
+        // A byte is known if read now or put back, and not lost.
+        (0..len).find(|&i| i >= from_present && !restored[i]).unwrap_or(len).min(unknown_from)
     }
 
+
+    /// The last step may have written anywhere in `ranges` without the
+    /// old bytes being kept: before it, those bytes are unknown (where no
+    /// earlier step kept them).
+    pub fn lost_writes_of_last_step(&mut self, ranges: Vec<Range<u64>>) {
+        if let Some(position) = self.len().checked_sub(1) {
+            self.lost.push((position, ranges));
+        }
+    }
 
     /// The last step's instruction read the bytes of `ranges`.
     pub fn reads_of_last_step(&mut self, ranges: &[Range<u64>]) {
@@ -959,6 +988,34 @@ mod tests {
             buf[..n].copy_from_slice(&memory[offset..offset + n]);
             n
         }
+    }
+
+    #[test]
+    fn bytes_a_step_wrote_unkept_are_unknown_before_it_unless_kept_earlier() {
+        // Memory 0x1000..0x1100 holds 9s now. Step 1 wrote 0x1010..0x1018
+        // (kept: it held 1s); step 3, a system call, may have written all
+        // of 0x1000..0x1100 unkept.
+        let now = vec![9u8; 0x100];
+        let mut log = StateLog::new(vec![0x1000..0x1100]);
+        log.push(1, &regs(0x10, 0), &regs(0x11, 0), vec![], None, Flow::Other);
+        log.push(1, &regs(0x11, 0), &regs(0x12, 0), vec![Overwritten { address: 0x1010, old: vec![1; 8] }], None, Flow::Other);
+        log.push(1, &regs(0x12, 0), &regs(0x13, 0), vec![], None, Flow::Other);
+        log.push(1, &regs(0x13, 0), &regs(0x14, 0), vec![], None, Flow::Other);
+        log.lost_writes_of_last_step(vec![0x1000..0x1100]);
+        log.push(1, &regs(0x14, 0), &regs(0x15, 0), vec![], None, Flow::Other);
+        let read = |position: u64, address: u64, len: usize| {
+            let mut buf = vec![0u8; len];
+            let n = log.read_at(position, address, &mut buf, &mut reader(&now));
+            buf.truncate(n);
+            buf
+        };
+        assert_eq!(read(4, 0x1000, 0x20), vec![9; 0x20], "after the call: the present");
+        assert_eq!(read(5, 0x1000, 0x20), vec![9; 0x20]);
+        assert_eq!(read(3, 0x1000, 0x20), Vec::<u8>::new(), "before it: unknown, not the present");
+        assert_eq!(read(2, 0x1020, 8), Vec::<u8>::new());
+        assert_eq!(read(0, 0x1010, 8), vec![1; 8], "kept by step 1, before the call");
+        assert_eq!(read(0, 0x1010, 0x10), vec![1; 8], "known as far as step 1 kept");
+        assert_eq!(read(2, 0x1010, 8), Vec::<u8>::new(), "after step 1, before the call: unknown");
     }
 
     #[test]

@@ -69,8 +69,9 @@ impl std::str::FromStr for RecordMode {
 const SIGNAL_FRAME_ROOM: u64 = 128 + 16 * 1024;
 
 /// The most writable memory copied around one system call. Beyond it the
-/// bytes the kernel writes are not kept, and nothing yet refuses the past
-/// there: reads before such a call may show what it wrote (a known gap).
+/// bytes the kernel writes are not kept: before such a call, writable
+/// memory reads as unavailable (where no earlier step kept it), never as
+/// what the call wrote.
 const SNAPSHOT_LIMIT: u64 = 512 << 20;
 
 /// RFLAGS.TF.
@@ -89,6 +90,9 @@ struct Prepared {
     /// All writable memory before it (system calls and writes not
     /// computable in advance), and the mappings then.
     snapshot: Option<(Snapshot, Vec<Range<u64>>)>,
+    /// It needed that copy, and the memory was too large to copy: what
+    /// it writes is not kept.
+    unsaved: bool,
     /// A REP string instruction: its iterations are one step.
     repeats: bool,
     /// A `syscall` instruction.
@@ -338,7 +342,7 @@ impl ProcessTarget {
         let mode = full.mode;
         let entering_handler = signal.is_some_and(|signal| process::has_handler(self.pid, tid, signal));
         let nothing_written =
-            |before: Regs| Prepared { before, overwritten: vec![], reads: vec![], snapshot: None, repeats: false, system_call: false, flow: Flow::Other, entering_handler };
+            |before: Regs| Prepared { before, overwritten: vec![], reads: vec![], snapshot: None, unsaved: false, repeats: false, system_call: false, flow: Flow::Other, entering_handler };
         let prepared = if mode == RecordMode::Branch {
             let Some(rip) = super::recording::rip(tid) else { return };
             nothing_written(Regs::only_pc(rip))
@@ -402,8 +406,12 @@ impl ProcessTarget {
             }
         }
         let snapshot = if whole_memory { snapshot(self.pid) } else { None };
+        let unsaved = whole_memory && snapshot.is_none();
+        if unsaved {
+            tracing::warn!(pc = format_args!("{:#x}", before.rip), "writable memory over {SNAPSHOT_LIMIT} bytes: what this instruction writes is not kept, and earlier memory it may write reads as unavailable");
+        }
         let repeats = insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix();
-        Prepared { before, overwritten, reads, snapshot, repeats, system_call, flow: Flow::Other, entering_handler }
+        Prepared { before, overwritten, reads, snapshot, unsaved, repeats, system_call, flow: Flow::Other, entering_handler }
     }
 
     /// Thread `tid` finished a step: it goes into the history, and its
@@ -462,6 +470,10 @@ impl ProcessTarget {
         }
         full.log.push(tid.as_raw() as u64, &prepared.before, &after, overwritten, mappings, prepared.flow);
         full.log.reads_of_last_step(&prepared.reads);
+        if prepared.unsaved {
+            let writable = process::read_maps(self.pid).unwrap_or_default().iter().filter(|m| m.writable).map(|m| m.start..m.end).collect();
+            full.log.lost_writes_of_last_step(writable);
+        }
         self.prepare_step(tid, None);
     }
 
