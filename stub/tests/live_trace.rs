@@ -171,7 +171,9 @@ fn every_thread(flags: &[&str]) {
             "c",
             "thread list",
             "thread trace dump instructions 1 -a -f --raw",
-            "thread trace dump instructions 2 -a -f --raw",
+            // The selected thread: the worker that reached the breakpoint
+            // first (which one does is up to the scheduler).
+            "thread trace dump instructions -a -f --raw",
             "breakpoint delete 2",
             // Threads, then the program, end while traced.
             "c",
