@@ -75,19 +75,9 @@ fn set_byte(pid: Pid, address: u64, byte: u8) -> Result<(), Errno> {
 }
 
 impl Int3s {
-    /// Whether there is one at `address`.
-    pub fn contains(&self, address: u64) -> bool {
-        self.original.contains_key(&address)
-    }
-
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.original.is_empty()
-    }
-
-    /// The program's byte under the one at `address`.
-    pub fn original(&self, address: u64) -> Option<u8> {
-        self.original.get(&address).copied()
     }
 
     /// Puts one at `address` in `pid`'s memory (nothing if it is there).

@@ -3,6 +3,7 @@
 //! [`ThreadPtWriter`](crate::pt_writer::ThreadPtWriter).
 
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -216,7 +217,8 @@ struct Recorder<'a> {
     branch_stops: bool,
     /// The branch stops' breakpoints.
     int3s: Int3s,
-    blocks: HashMap<u64, Block>,
+    /// Blocks found, by first address (shared: the hot path only counts references).
+    blocks: HashMap<u64, Rc<Block>>,
     /// Decoded instructions of read-only code, for single-stepping.
     insn_cache: HashMap<u64, InsnInfo>,
     clock: TraceClock,
@@ -355,7 +357,7 @@ impl Recorder<'_> {
         }
         let block = match self.blocks.get(&ip) {
             Some(block) => block.clone(),
-            None => match blocks::discover(ip, |at, buf| self.read_code(at, buf), |_| false) {
+            None => match blocks::discover(ip, |at, buf| self.read_code(at, buf), |_| false).map(Rc::new) {
                 Some(block) => {
                     self.blocks.insert(ip, block.clone());
                     block
