@@ -85,16 +85,21 @@ fn flow_of(insn: &InsnInfo) -> Flow {
 }
 
 impl ProcessTarget {
-    /// Whether thread `tid`, continuing recorded, may run block by block
-    /// from `ip`.
-    fn runs_blocks(&mut self, tid: Pid, ip: u64) -> bool {
-        self.threads.len() == 1 && self.recording.contains(&tid) && !self.records_every_register() && self.fixed_code(ip)
+    /// Whether thread `tid`, continuing recorded, may run block by block.
+    fn runs_blocks(&self, tid: Pid) -> bool {
+        self.threads.len() == 1 && self.recording.contains(&tid) && !self.records_every_register()
     }
 
-    /// The block at `ip`, ending also before the client's breakpoints.
+    /// The block at `ip`, ending also before the client's breakpoints;
+    /// `None` where code may change (a writable mapping: JIT code is
+    /// stepped). Blocks and the mappings are forgotten together, before
+    /// every system call on the address space.
     fn block_at(&mut self, ip: u64) -> Option<Rc<Block>> {
         if let Some(block) = self.blocks.blocks.get(&ip) {
             return Some(block.clone());
+        }
+        if !self.fixed_code(ip) {
+            return None;
         }
         let block = Rc::new(blocks::discover(ip, |at, buf| self.program_memory(at, buf), |at| self.breakpoints.contains_key(&at))?);
         self.blocks.blocks.insert(ip, block.clone());
@@ -140,7 +145,7 @@ impl ProcessTarget {
             let _ = self.blocks.int3s.rearm(self.pid, at);
         }
         loop {
-            if !self.runs_blocks(tid, now) {
+            if !self.runs_blocks(tid) {
                 return self.single_step(tid, now, moved);
             }
             let Some(block) = self.block_at(now) else { return self.single_step(tid, now, moved) };
@@ -189,12 +194,13 @@ impl ProcessTarget {
             self.prepare_step(tid, None);
         }
         let system_call = !self.steps_promptly(now);
-        if system_call && !self.blocks.int3s.is_empty() {
+        if system_call {
             let number = ptrace::getregs(tid).map_or(u64::MAX, |regs| regs.rax);
             if ADDRESS_SPACE_SYSCALLS.contains(&number) {
-                tracing::trace!(number, "system call on the address space: the stub's int3s go");
+                tracing::trace!(number, "system call on the address space: the stub's int3s and blocks go, and the mappings are read afresh");
                 self.blocks.int3s.remove_all(self.pid);
                 self.blocks.blocks.clear();
+                self.forget_code();
             }
         }
         self.blocks.prompt = Some(!system_call);
@@ -259,10 +265,7 @@ impl ProcessTarget {
     /// Thread `tid` stopped for a signal or an interrupt: what it ran of
     /// its block before its PC is recorded.
     pub(super) fn block_interrupted(&mut self, tid: Pid) {
-        if !self.in_block(tid) {
-            return;
-        }
-        let Some((_, start)) = self.blocks.running.take() else { return };
+        let Some((_, start)) = self.blocks.running.take_if(|(running, _)| *running == tid) else { return };
         let (Some(block), Some(now)) = (self.blocks.blocks.get(&start).cloned(), super::recording::rip(tid)) else { return };
         self.block_ran_to(tid, &block, now);
     }

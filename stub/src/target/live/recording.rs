@@ -189,6 +189,12 @@ impl ProcessTarget {
         maps.iter().any(|m| m.start <= ip && ip < m.end && !m.writable)
     }
 
+    /// The code and mappings known may change (a system call on the
+    /// address space is about to run): read them afresh.
+    pub(super) fn forget_code(&mut self) {
+        self.tracing.code.clear();
+    }
+
     /// A traced thread ran `insn` at `ip` and goes on at `next`, seen
     /// without a step of its own (a block run): into its trace.
     pub(super) fn ring_executed(&mut self, tid: Pid, ip: u64, insn: &InsnInfo, next: u64) {
