@@ -209,6 +209,14 @@ impl Stops<'_> {
         e
     }
 
+    /// Stopped at the start of the history, and LLDB says so.
+    fn at_boundary(&self, name: &str) -> &serde_json::Value {
+        let e = self.resumed(name, STOPPED);
+        assert_eq!(e["reason"].as_u64(), Some(HISTORY_BOUNDARY), "{name}:\n{}", self.text);
+        assert!(e["thread_list"].as_str().unwrap().contains("stop reason = history boundary"), "{name}:\n{}", self.text);
+        e
+    }
+
     /// Stopped for `reason` in `function`.
     fn stop(&self, name: &str, reason: u64, function: &str) -> &serde_json::Value {
         let e = self.resumed(name, STOPPED);
@@ -241,9 +249,7 @@ fn breakpoint(mode: &str) {
     assert_eq!(at["at"], events[0]["initial"], "the threads stopped at the breakpoint are the initial ones:\n{text}");
     let address = at["address"].as_u64().unwrap();
     assert_eq!(at["pc"].as_u64(), Some(address), "{text}");
-    let boundary = stops.resumed("plain continue keeps the direction", STOPPED);
-    assert_eq!(boundary["reason"].as_u64(), Some(HISTORY_BOUNDARY), "{text}");
-    assert!(boundary["thread_list"].as_str().unwrap().contains("stop reason = history boundary"), "{text}");
+    let boundary = stops.at_boundary("plain continue keeps the direction");
     // Quirks.
     assert_eq!(stops.stop("forward to the breakpoint", BREAKPOINT, "trigger_breakpoint")["pc"].as_u64(), Some(address), "{text}");
     let again = stops.resumed("reverse from on the breakpoint", STOPPED);
@@ -261,9 +267,7 @@ fn breakpoint(mode: &str) {
 fn boundary(mode: &str) {
     let Some((events, text)) = session(mode, "boundary") else { return };
     let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
-    let boundary = stops.resumed("reverse to the boundary", STOPPED);
-    assert_eq!(boundary["reason"].as_u64(), Some(HISTORY_BOUNDARY), "{text}");
-    assert!(boundary["thread_list"].as_str().unwrap().contains("stop reason = history boundary"), "{text}");
+    stops.at_boundary("reverse to the boundary");
     let exit = stops.resumed("forward to the exit", "exited");
     assert_eq!(exit["exit_status"], 0, "{text}");
 }
@@ -277,9 +281,7 @@ fn boundary(mode: &str) {
 fn conditions(mode: &str) {
     let Some((events, text)) = session(mode, "conditions") else { return };
     let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
-    let boundary = stops.resumed("reverse past both false conditions", STOPPED);
-    assert_eq!(boundary["reason"].as_u64(), Some(HISTORY_BOUNDARY), "{text}");
-    assert!(boundary["thread_list"].as_str().unwrap().contains("stop reason = history boundary"), "{text}");
+    stops.at_boundary("reverse past both false conditions");
     let at = stops.stop("forward to the true condition", BREAKPOINT, "trigger_breakpoint");
     assert_eq!(at["watched"], 2, "{text}");
     assert_eq!(stops.event("a call in the past")["result"], 40, "{text}");
