@@ -62,14 +62,13 @@ impl PerfIntelPt {
         let config = PtEventConfig { buffer_size: 4096, ..self.config };
         ThreadPtEvent::open(&self.pmu, &config, 0).map(drop)
     }
-}
 
-impl ThreadTraceSource for PerfIntelPt {
-    type Trace = (ThreadPtEvent, usize);
-
-    fn open(&mut self, tid: Pid) -> Result<Self::Trace, String> {
-        let size = self.budget.reserve(self.config.buffer_size).ok_or_else(|| self.budget.exhausted_message())?;
-        let config = PtEventConfig { buffer_size: size, ..self.config };
+    /// Opens thread `tid`'s trace configured by `config` (each thread may
+    /// have its own size and settings; the budget may give a smaller ring):
+    /// the event and the ring's size, which [`Self::close`] gives back.
+    pub fn open_configured(&mut self, tid: Pid, config: PtEventConfig) -> Result<(ThreadPtEvent, usize), String> {
+        let size = self.budget.reserve(config.buffer_size).ok_or_else(|| self.budget.exhausted_message())?;
+        let config = PtEventConfig { buffer_size: size, ..config };
         match ThreadPtEvent::open(&self.pmu, &config, tid.as_raw()) {
             Ok(event) => Ok((event, size)),
             Err(error) => {
@@ -85,10 +84,24 @@ impl ThreadTraceSource for PerfIntelPt {
         }
     }
 
-    fn read(&mut self, (event, size): Self::Trace) -> Vec<u8> {
-        let bytes = event.snapshot();
+    /// Closes a trace [`Self::open_configured`] opened: its ring's room
+    /// goes back to the budget.
+    pub fn close(&mut self, (event, size): (ThreadPtEvent, usize)) {
         drop(event);
         self.budget.release(size);
+    }
+}
+
+impl ThreadTraceSource for PerfIntelPt {
+    type Trace = (ThreadPtEvent, usize);
+
+    fn open(&mut self, tid: Pid) -> Result<Self::Trace, String> {
+        self.open_configured(tid, self.config)
+    }
+
+    fn read(&mut self, trace: Self::Trace) -> Vec<u8> {
+        let bytes = trace.0.snapshot();
+        self.close(trace);
         bytes
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use retrace_collector::process::{attach, launch, LaunchOptions};
 use retrace_stub::protocol::session::{serve, SessionEnd};
-use retrace_stub::target::live::{ProcessTarget, RecordMode};
+use retrace_stub::target::live::{ProcessTarget, RecordMode, TraceRecorder};
 use retrace_stub::target::saved_trace::SavedTrace;
 
 /// A gdb-remote server for LLDB and GDB.
@@ -18,8 +18,10 @@ use retrace_stub::target::saved_trace::SavedTrace;
 ///   lldb ./prog -o "gdb-remote 1234"
 ///   gdb ./prog -ex "target remote :1234"
 ///
-/// Recording while you debug (software Intel PT, one instruction at a time:
-/// trace short stretches). In LLDB:
+/// Recording while you debug: the CPU's Intel PT where it has one, else
+/// Intel PT written in software (stops at branches: about 350,000
+/// instructions a second here; `--trace-with step` single-steps). Each
+/// thread's trace is a ring of the newest data (4 KiB to 1 GiB). In LLDB:
 ///
 ///   (lldb) b main
 ///   (lldb) c
@@ -29,6 +31,7 @@ use retrace_stub::target::saved_trace::SavedTrace;
 ///   (lldb) thread trace dump instructions
 ///   (lldb) thread trace dump function-calls
 ///   (lldb) process trace stop
+///   (lldb) process plugin packet monitor trace status    # the recorder, instructions per thread
 ///
 /// In GDB:
 ///
@@ -92,6 +95,16 @@ struct Args {
     /// memory at every instruction, `branch` the order of instructions only.
     #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "full", conflicts_with = "replay")]
     record: Option<RecordMode>,
+    /// What makes the traces of `process trace start`, `thread trace
+    /// start` and `record btrace pt`: `auto` (the CPU's Intel PT where the
+    /// intel_pt PMU exists, else `branch`), `branch` (software: the program
+    /// runs freely to each branch; one thread at a time, several threads are
+    /// stepped), `step` (software: one single step per instruction, about
+    /// ten times slower), `intel-pt` (the CPU's, refused where absent).
+    /// `monitor trace recorder NAME` changes it between traces, and
+    /// `monitor trace status` says which is in use.
+    #[arg(long, value_name = "RECORDER", default_value = "auto")]
+    trace_with: TraceRecorder,
     /// Serve a saved trace (its trace.json) instead of a live process.
     #[arg(long, value_name = "TRACE_JSON", conflicts_with_all = ["command", "attach"])]
     replay: Option<std::path::PathBuf>,
@@ -149,7 +162,7 @@ fn main() -> ExitCode {
     // The address bound (with port 0 the system chose the port).
     let bound = listener.local_addr().map_or_else(|_| args.listen.to_string(), |a| a.to_string());
     eprintln!("retrace-stub: process {} {how}; listening on {bound}", tracee.pid);
-    let mut target = ProcessTarget::with_threads(tracee.pid, &threads);
+    let mut target = ProcessTarget::with_threads(tracee.pid, &threads).trace_with(args.trace_with);
     if let Some(mode) = args.record {
         target = target.record(mode);
         eprintln!("retrace-stub: recording ({mode:?}) for reverse execution");

@@ -320,10 +320,32 @@ fn bad_trace_requests_get_error_replies() {
     assert_eq!(monitor(&mut stream, &format!("trace data {tid}")), "0".repeat(2 * 8192) + "\n");
     assert_eq!(monitor(&mut stream, "trace cpuinfo"), cpuinfo);
     assert_eq!(monitor(&mut stream, "trace data 1"), "error: Thread 1 not currently traced\n");
-    assert_eq!(monitor(&mut stream, "trace data x"), "error: `x` is not a thread id; usage: trace data TID | trace cpuinfo\n");
+    let usage = "usage: trace data TID | trace cpuinfo | trace status [--json] | trace recorder auto|branch|step|intel-pt";
+    assert_eq!(monitor(&mut stream, "trace data x"), format!("error: `x` is not a thread id; {usage}\n"));
+    assert_eq!(monitor(&mut stream, "trace frobnicate"), format!("error: {usage}\n"));
+    assert_eq!(
+        monitor(&mut stream, "trace recorder fast"),
+        "error: `fast` is not a trace recorder: auto, branch, step or intel-pt\n"
+    );
+    // The recorder of a running trace changes only between software ones.
+    let status = monitor(&mut stream, "trace recorder intel-pt");
+    assert!(status.starts_with("error: the traces being made use software Intel PT"), "{status}");
+    let status: serde_json::Value = serde_json::from_str(&monitor(&mut stream, "trace status --json")).unwrap();
+    assert_eq!(status["threads"][0]["tid"], tid);
+    assert_eq!(status["threads"][0]["size"], 8192);
+    assert_eq!(status["threads"][0]["instructions"], 0);
     assert_eq!(trace(&mut stream, "jLLDBTraceStop", r#"{"type":"intel-pt","tids":null}"#), "OK");
     let reply = trace(&mut stream, "jLLDBTraceStop", &format!(r#"{{"type":"intel-pt","tids":[{tid}]}}"#));
     assert_eq!(text(&reply), format!("Thread {tid} not currently traced"));
+    // A thread that exists but is no longer traced has no trace data.
+    let reply = trace(&mut stream, "jLLDBTraceGetBinaryData", &format!(r#"{{"type":"intel-pt","kind":"iptTrace","tid":{tid},"cpuId":null}}"#));
+    assert_eq!(text(&reply), format!("Thread {tid} not currently traced"));
+    assert_eq!(monitor(&mut stream, "trace status"), "recorder: none yet (auto when tracing starts)\nsince tracing started: 0 single steps, 0 block runs\nno thread is traced\n");
+    // Malformed JSON in every trace packet.
+    for packet in ["jLLDBTraceStop", "jLLDBTraceGetState", "jLLDBTraceGetBinaryData"] {
+        let reply = trace(&mut stream, packet, r#"{"type":"intel-pt","#);
+        assert!(text(&reply).starts_with(&format!("malformed {packet} request: ")), "{packet}: {reply}");
+    }
     // The session goes on.
     assert!(exchange(&mut stream, "qfThreadInfo").starts_with('m'));
     drop(stream);
@@ -358,6 +380,158 @@ fn a_saved_live_trace_loads_in_lldb_and_retrace_as_it_was_dumped_live() {
     let ours = String::from_utf8_lossy(&ours.stdout).into_owned() + &String::from_utf8_lossy(&ours.stderr);
     let ours = raw_dumps(&ours);
     assert_eq!(ours.values().next().map(|(a, _)| a), Some(addresses), "retrace dump");
+}
+
+/// Runs lldb-22 against `retrace-stub --trace-with RECORDER` on `program`;
+/// `sysfs`: where the stub is to look for the `intel_pt` PMU.
+fn lldb_tracing_with(recorder: &str, sysfs: Option<&Path>, program: &Path, commands: &[&str]) -> String {
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    stub.args(["--trace-with", recorder, "--listen", "127.0.0.1:0", "--"]).arg(program);
+    if let Some(sysfs) = sysfs {
+        stub.env("RETRACE_INTEL_PT_SYSFS", sysfs);
+    }
+    let (stub, line) = common::spawn_stub(stub);
+    let (_, port) = common::pid_and_port(&line);
+    let mut args = vec!["-b".to_string(), "-o".into(), format!("gdb-remote {port}")];
+    for command in commands {
+        args.extend(["-o".to_string(), command.to_string()]);
+    }
+    args.push(program.display().to_string());
+    let out = Command::new("timeout").arg("120").arg("lldb-22").args(&args).stdin(Stdio::null()).output().unwrap();
+    let _ = wait_exit(stub);
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// The numbers `monitor trace status` gave, in order: single steps, block
+/// runs, then the instructions of each thread.
+fn trace_status_counts(out: &str) -> Vec<Vec<u64>> {
+    out.lines()
+        .filter(|line| line.starts_with("since tracing started: ") || (line.starts_with("thread ") && line.contains("-byte trace")))
+        .map(|line| {
+            let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+            if line.starts_with("thread ") {
+                vec![numbers[2]]
+            } else {
+                numbers
+            }
+        })
+        .collect()
+}
+
+/// A trace started, stopped, the program run untraced, a trace started
+/// again: the dumps hold exactly the two traced stretches, with either
+/// software recorder, and `monitor trace status` shows how each ran
+/// (`step` single-steps every instruction, `branch` runs blocks).
+fn trace_stop_and_restart(recorder: &str) -> ([u64; 2], Vec<u64>, String) {
+    // No output: a ground truth whose stdout differs takes the same path.
+    let program = program("recursion", &["-O2", "-static"]);
+    let out = lldb_tracing_with(
+        recorder,
+        None,
+        &program,
+        &[
+            "b main",
+            "c",
+            "process trace start",
+            "b fib",
+            "c",
+            "thread trace dump instructions -a -f --raw",
+            "process trace stop",
+            "breakpoint delete 2",
+            "b depth",
+            // Untraced: every call of fib.
+            "c",
+            "process trace start -s 1MiB",
+            // Through depth's loop and exit's handlers.
+            "b _exit",
+            "c",
+            "thread trace dump instructions -a -f --raw",
+            "process plugin packet monitor trace status",
+            "process trace stop",
+            "c",
+        ],
+    );
+    let at = |n| breakpoint_address(&out, n);
+    assert!(out.contains("stop reason = breakpoint 3.1"), "{out}");
+    let truth = ground_truth(&program, &[]);
+    let mut expected = stretch(&truth[0], at(1), at(2)).to_vec();
+    let second = stretch(&truth[0], at(3), at(4));
+    expected.extend_from_slice(second);
+    let dumps = raw_dumps(&out);
+    assert_eq!(dumps.len(), 1, "one thread dumped:\n{out}");
+    let (addresses, errors) = dumps.values().next().unwrap();
+    assert!(errors.is_empty(), "error items: {errors:?}\n{out}");
+    assert_eq!(addresses.len(), expected.len(), "the two traced stretches, nothing of the untraced one\n{out}");
+    assert_eq!(*addresses, expected);
+    assert!(out.contains("exited with status = "), "{out}");
+    let counts = trace_status_counts(&out);
+    assert_eq!(counts.len(), 2, "monitor trace status:\n{out}");
+    assert_eq!(counts[1], [second.len() as u64], "instructions the status counts for the second trace:\n{out}");
+    assert!(out.contains("thread ") && out.contains(": 1048576-byte trace"), "{out}");
+    let [steps, blocks] = counts[0][..] else { panic!("steps and blocks:\n{out}") };
+    ([steps, blocks], second.to_vec(), out)
+}
+
+#[test]
+fn a_trace_stopped_and_started_again_holds_the_traced_stretches_only_branch_recorder() {
+    if !tools() {
+        return;
+    }
+    let ([steps, blocks], second, out) = trace_stop_and_restart("branch");
+    assert!(out.contains("recorder: software Intel PT, stops at branches (branch)"), "{out}");
+    assert!(blocks > 0, "branch runs blocks:\n{out}");
+    assert!(steps < second.len() as u64 / 2, "branch single-steps few of the {} instructions: {steps}\n{out}", second.len());
+}
+
+#[test]
+fn a_trace_stopped_and_started_again_holds_the_traced_stretches_only_step_recorder() {
+    if !tools() {
+        return;
+    }
+    let ([steps, blocks], second, out) = trace_stop_and_restart("step");
+    assert!(out.contains("recorder: software Intel PT, one single step per instruction (step)"), "{out}");
+    assert_eq!(blocks, 0, "step runs no block:\n{out}");
+    assert!(steps >= second.len() as u64, "step single-steps each of the {} instructions: {steps}\n{out}", second.len());
+}
+
+/// `--trace-with intel-pt` where the CPU has no Intel PT (this machine
+/// class; a fake sysfs description elsewhere): `process trace start` is
+/// refused with the reason, and the session goes on; `auto` records in
+/// software and says why.
+#[test]
+fn the_cpus_intel_pt_absent_is_refused_with_the_reason_and_auto_falls_back() {
+    if !tools() {
+        return;
+    }
+    let program = program("debuggee", &["-O0"]);
+    let absent = Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-intel-pt");
+    let _ = std::fs::remove_dir_all(&absent);
+    // (A failing command ends LLDB's batch; one run through the script
+    // interpreter does not.)
+    let out = lldb_tracing_with(
+        "intel-pt",
+        Some(&absent),
+        &program,
+        &["b main", "c", "script lldb.debugger.HandleCommand('process trace start')", "b add", "c", "process plugin packet monitor trace status"],
+    );
+    let missing = absent.join("type");
+    assert!(
+        out.contains(&format!("error: no Intel PT on this machine ({} does not exist: an AMD CPU, or a VM without Intel PT); start retrace-stub with --trace-with branch to record in software", missing.display())),
+        "{out}"
+    );
+    assert!(out.contains("recorder: none yet (intel-pt when tracing starts)"), "{out}");
+    assert!(out.contains("stop reason = breakpoint 2.1"), "the session goes on:\n{out}");
+    let out = lldb_tracing_with("auto", Some(&absent), &program, &["b main", "c", "process trace start", "b add", "c", "process plugin packet monitor trace status", "thread trace dump info"]);
+    assert!(out.contains(&format!("recorder: software Intel PT, stops at branches (branch); not the CPU's Intel PT: no Intel PT on this machine ({} does not exist", missing.display())), "{out}");
+    assert!(out.contains("Number of individual errors: 0"), "{out}");
+    // The PMU described but no event opening (a bogus type): `auto` falls
+    // back at the first thread, `intel-pt` refuses with the kernel's error.
+    std::fs::create_dir_all(&absent).unwrap();
+    std::fs::write(&missing, "4294967\n").unwrap();
+    let out = lldb_tracing_with("intel-pt", Some(&absent), &program, &["b main", "c", "script lldb.debugger.HandleCommand('process trace start')"]);
+    assert!(out.contains("error: Intel PT for thread ") && out.contains("perf_event_open(intel_pt): "), "{out}");
+    let out = lldb_tracing_with("auto", Some(&absent), &program, &["b main", "c", "process trace start", "b add", "c", "process plugin packet monitor trace status"]);
+    assert!(out.contains("recorder: software Intel PT, stops at branches (branch); not the CPU's Intel PT: Intel PT for thread "), "{out}");
 }
 
 /// Tracing stops and starts again; one thread of several is traced alone.

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::framing::unescape;
 use crate::hex::hex;
-use crate::target::{Inferior, TraceStart};
+use crate::target::{Inferior, TraceStart, TraceStatus};
 
 /// The only trace type served.
 const TRACE_TYPE: &str = "intel-pt";
@@ -126,7 +126,7 @@ pub(crate) fn monitor_packet(body: &[u8], target: &mut impl Inferior) -> Option<
 /// hex, `trace cpuinfo` the `procfsCpuInfo` text. `None`: not such a
 /// command.
 fn monitor(command: &str, target: &mut impl Inferior) -> Option<Result<String, String>> {
-    const USAGE: &str = "usage: trace data TID | trace cpuinfo";
+    const USAGE: &str = "usage: trace data TID | trace cpuinfo | trace status [--json] | trace recorder auto|branch|step|intel-pt";
     let words: Vec<&str> = command.split_whitespace().collect();
     let (kind, tid) = match words.as_slice() {
         ["trace", "data", tid] => match tid.parse::<u64>() {
@@ -134,6 +134,13 @@ fn monitor(command: &str, target: &mut impl Inferior) -> Option<Result<String, S
             Err(_) => return Some(Err(format!("`{tid}` is not a thread id; {USAGE}"))),
         },
         ["trace", "cpuinfo"] => ("procfsCpuInfo", None),
+        ["trace", "status"] => return Some(target.trace_status().map(|status| status_text(&status))),
+        ["trace", "status", "--json"] => {
+            return Some(target.trace_status().map(|status| serde_json::to_string(&status).expect("plain data") + "\n"))
+        }
+        ["trace", "recorder", name] => {
+            return Some(target.trace_recorder(name).and_then(|()| target.trace_status()).map(|status| status_text(&status)))
+        }
         ["trace", ..] => return Some(Err(USAGE.into())),
         _ => return None,
     };
@@ -147,6 +154,20 @@ fn monitor(command: &str, target: &mut impl Inferior) -> Option<Result<String, S
         }
         None => String::from_utf8_lossy(&bytes).into_owned(),
     }))
+}
+
+/// `monitor trace status` as text.
+fn status_text(status: &TraceStatus) -> String {
+    let mut text = format!("recorder: {}\n", status.recorder);
+    text.push_str(&format!("since tracing started: {} single steps, {} block runs\n", status.single_steps, status.block_runs));
+    for thread in &status.threads {
+        let instructions = thread.instructions.map_or_else(|| "instructions not counted (the CPU's trace)".to_string(), |n| format!("{n} instructions recorded"));
+        text.push_str(&format!("thread {}: {}-byte trace, {instructions}\n", thread.tid, thread.size));
+    }
+    if status.threads.is_empty() {
+        text.push_str("no thread is traced\n");
+    }
+    text
 }
 
 fn start(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {

@@ -61,6 +61,32 @@ pub struct TraceState {
     pub tsc_conversion: Option<TscConversion>,
 }
 
+/// How the traces are being made (`monitor trace status`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceStatus {
+    /// The recorder, in words.
+    pub recorder: String,
+    /// Single steps of recorded threads since tracing started.
+    pub single_steps: u64,
+    /// Runs to the next branch (block runs) since tracing started.
+    pub block_runs: u64,
+    /// Each traced thread.
+    pub threads: Vec<ThreadTraceStatus>,
+}
+
+/// One traced thread in a [`TraceStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ThreadTraceStatus {
+    /// Linux tid.
+    pub tid: u64,
+    /// The trace's size in bytes.
+    pub size: usize,
+    /// Instructions recorded since the thread's trace started, older ones
+    /// dropped from the ring included (`None`: the CPU counts none).
+    pub instructions: Option<u64>,
+}
+
 /// Copies what `buf` can take of `data[offset..offset + length]` (a
 /// `qXfer` read's window); returns how many bytes.
 pub(crate) fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
@@ -311,6 +337,17 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
     /// size [`Self::trace_state`] gives; the same bytes until the program
     /// runs again.
     fn trace_data(&mut self, _tid: u64) -> Result<Vec<u8>, String> {
+        Err(TRACING_UNSUPPORTED.into())
+    }
+
+    /// How the traces are being made (`monitor trace status`).
+    fn trace_status(&mut self) -> Result<TraceStatus, String> {
+        Err(TRACING_UNSUPPORTED.into())
+    }
+
+    /// Chooses the recorder (`monitor trace recorder NAME`): `auto`,
+    /// `branch`, `step` or `intel-pt`.
+    fn trace_recorder(&mut self, _name: &str) -> Result<(), String> {
         Err(TRACING_UNSUPPORTED.into())
     }
 

@@ -87,7 +87,7 @@ fn flow_of(insn: &InsnInfo) -> Flow {
 impl ProcessTarget {
     /// Whether thread `tid`, continuing recorded, may run block by block.
     fn runs_blocks(&self, tid: Pid) -> bool {
-        self.threads.len() == 1 && self.recording.contains(&tid) && !self.records_every_register()
+        self.threads.len() == 1 && self.recording.contains(&tid) && !self.records_every_register() && !self.tracing.steps_only()
     }
 
     /// The block at `ip`, ending also before the client's breakpoints;
@@ -170,6 +170,7 @@ impl ProcessTarget {
             }
             self.blocks.running = Some((tid, now));
             self.blocks.prompt = Some(true);
+            self.tracing.block_runs += 1;
             return match ptrace::cont(tid, None) {
                 Ok(()) | Err(nix::Error::ESRCH) => None,
                 Err(error) => Some(self.cannot_run(tid, error)),
@@ -204,6 +205,7 @@ impl ProcessTarget {
             }
         }
         self.blocks.prompt = Some(!system_call);
+        self.tracing.single_steps += 1;
         match ptrace::step(tid, None) {
             Ok(()) | Err(nix::Error::ESRCH) => None,
             Err(error) => Some(self.cannot_run(tid, error)),

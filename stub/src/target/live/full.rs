@@ -225,10 +225,11 @@ impl ProcessTarget {
         self
     }
 
-    /// Whether the thread's continues are recorded one step at a time
-    /// (not in a diversion: it does not change the history).
+    /// Whether the thread's continues are recorded by the stub, step by
+    /// step or block by block (not in a diversion: it does not change the
+    /// history; not a thread the CPU's Intel PT traces: it runs freely).
     pub(super) fn records(&self, tid: Pid) -> bool {
-        self.full.as_ref().is_some_and(|full| full.diversion.is_none()) || self.tracing.traces(tid)
+        self.full.as_ref().is_some_and(|full| full.diversion.is_none()) || self.tracing.records_in_software(tid)
     }
 
     /// Whether every register of every instruction is kept

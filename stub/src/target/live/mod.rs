@@ -38,6 +38,7 @@ mod full;
 pub mod libraries;
 pub mod recording;
 pub use full::RecordMode;
+pub use recording::TraceRecorder;
 mod stops;
 
 const INT3: u8 = 0xcc;
@@ -287,6 +288,12 @@ impl ProcessTarget {
         }
     }
 
+    /// Traces are made by `recorder` (`--trace-with`; `auto` by default).
+    pub fn trace_with(mut self, recorder: TraceRecorder) -> Self {
+        self.tracing.recorder = recorder;
+        self
+    }
+
     /// Loads the debug registers of every thread from the slots.
     fn apply_debug_registers(&self) -> Result<(), String> {
         for tid in &self.threads {
@@ -426,6 +433,7 @@ impl ProcessTarget {
                     if traced {
                         self.before_traced_resume(tid, signal);
                         self.prepare_step(tid, signal);
+                        self.tracing.single_steps += 1;
                     }
                     self.stepping.insert(tid);
                     ptrace::step(tid, signal)
@@ -543,6 +551,18 @@ impl Inferior for ProcessTarget {
 
     fn take_stop_note(&mut self) -> Option<String> {
         self.stop_note.take()
+    }
+
+    fn trace_status(&mut self) -> Result<crate::target::TraceStatus, String> {
+        Ok(self.tracing_status())
+    }
+
+    fn trace_recorder(&mut self, name: &str) -> Result<(), String> {
+        self.set_trace_recorder(name.parse()?)
+    }
+
+    fn trace_cpu(&self) -> retrace_decoder::bundle::CpuInfo {
+        self.tracing_cpu()
     }
 
     fn register_available(&mut self, tid: u64, n: usize) -> bool {

@@ -18,13 +18,15 @@ use std::collections::BTreeMap;
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+use retrace_collector::hardware::PerfIntelPt;
+use retrace_collector::intel_pt::{IntelPtError, PtEventConfig, ThreadPtEvent, SYSFS_DIR};
 use retrace_collector::perf_clock::TraceClock;
 use retrace_collector::process;
 use retrace_collector::trace_ring::{TraceRing, MIN_RING_SIZE};
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
 use super::{tid_of, ProcessTarget, INT3};
-use crate::target::{StopReason, TraceStart, TraceState};
+use crate::target::{StopReason, ThreadTraceStatus, TraceStart, TraceState, TraceStatus};
 
 /// The largest trace kept per thread (`iptTraceSize`), 1 GiB: more is
 /// refused rather than risk the stub's memory.
@@ -44,11 +46,101 @@ pub(super) fn rip(tid: Pid) -> Option<u64> {
     ptrace::read_user(tid, USER_RIP_OFFSET as ptrace::AddressType).ok().map(|value| value as u64)
 }
 
-/// How each thread's ring is made.
+/// Which recorder makes the traces (`retrace-stub --trace-with`, `monitor
+/// trace recorder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceRecorder {
+    /// The CPU's Intel PT where the `intel_pt` PMU exists and an event
+    /// opens for the threads; else software branch stops.
+    Auto,
+    /// Software: a thread runs freely to each branch and stops there
+    /// (block by block); a process with more threads than one is stepped.
+    Branch,
+    /// Software: one single step per instruction (slower, and what every
+    /// other recorder is checked against).
+    Step,
+    /// The CPU's Intel PT through `perf_event_open`, one AUX ring per
+    /// thread; refused where the PMU is absent.
+    IntelPt,
+}
+
+impl TraceRecorder {
+    /// The names the command line and `monitor trace recorder` take.
+    pub const NAMES: &'static str = "auto, branch, step or intel-pt";
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceRecorder::Auto => "auto",
+            TraceRecorder::Branch => "branch",
+            TraceRecorder::Step => "step",
+            TraceRecorder::IntelPt => "intel-pt",
+        }
+    }
+}
+
+impl std::str::FromStr for TraceRecorder {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(TraceRecorder::Auto),
+            "branch" => Ok(TraceRecorder::Branch),
+            "step" => Ok(TraceRecorder::Step),
+            "intel-pt" => Ok(TraceRecorder::IntelPt),
+            _ => Err(format!("`{text}` is not a trace recorder: {}", TraceRecorder::NAMES)),
+        }
+    }
+}
+
+/// The recorder the traces being made use: chosen when tracing starts,
+/// kept while anything is traced.
+enum RecorderInUse {
+    /// Software Intel PT; `steps_only`: every instruction single-stepped;
+    /// `why`: why not the hardware, when `auto` asked for it.
+    Software { steps_only: bool, why: Option<String> },
+    /// The CPU's Intel PT.
+    IntelPt(PerfIntelPt),
+}
+
+impl std::fmt::Debug for RecorderInUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl RecorderInUse {
+    fn describe(&self) -> String {
+        match self {
+            RecorderInUse::Software { steps_only: true, .. } => "software Intel PT, one single step per instruction (step)".into(),
+            RecorderInUse::Software { steps_only: false, why } => {
+                let mut text = String::from("software Intel PT, stops at branches (branch)");
+                if let Some(why) = why {
+                    text.push_str(&format!("; not the CPU's Intel PT: {why}"));
+                }
+                text
+            }
+            RecorderInUse::IntelPt(_) => "the CPU's Intel PT (intel-pt)".into(),
+        }
+    }
+}
+
+/// Why the CPU's Intel PT cannot record here, for the user.
+fn intel_pt_refusal(error: &IntelPtError) -> String {
+    match error {
+        IntelPtError::Absent { path } => {
+            format!("no Intel PT on this machine ({} does not exist: an AMD CPU, or a VM without Intel PT); start retrace-stub with --trace-with branch to record in software", path.display())
+        }
+        other => format!("the CPU's Intel PT cannot be used: {other}"),
+    }
+}
+
+/// How each thread's trace is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct RingSettings {
     size: usize,
     psb_period: usize,
+    /// The PSB period as the client gave it (an exponent), for the hardware.
+    psb_exponent: Option<u64>,
     tsc: bool,
 }
 
@@ -63,20 +155,63 @@ impl RingSettings {
     }
 }
 
+/// Where a traced thread's trace is written.
+enum ThreadTrace {
+    /// By the stub, as the thread is stepped or stopped at branches.
+    Ring(TraceRing),
+    /// By the CPU, into the event's AUX ring of this many bytes.
+    IntelPt(ThreadPtEvent, usize),
+}
+
+impl std::fmt::Debug for ThreadTrace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ThreadTrace::Ring(ring) => f.debug_tuple("Ring").field(ring).finish(),
+            ThreadTrace::IntelPt(_, size) => f.debug_tuple("IntelPt").field(size).finish(),
+        }
+    }
+}
+
 /// One traced thread.
 #[derive(Debug)]
 pub(super) struct TracedThread {
-    ring: TraceRing,
+    trace: ThreadTrace,
     settings: RingSettings,
     /// The instruction the thread executes next, while it is followed.
     next_ip: Option<u64>,
-    /// The ring's contents as read at this stop.
+    /// The trace's contents as read at this stop.
     contents: Option<Vec<u8>>,
 }
 
 impl TracedThread {
-    fn new(settings: RingSettings) -> Self {
-        TracedThread { ring: settings.ring(), settings, next_ip: None, contents: None }
+    fn size(&self) -> usize {
+        match &self.trace {
+            ThreadTrace::Ring(ring) => ring.size(),
+            ThreadTrace::IntelPt(_, size) => *size,
+        }
+    }
+
+    /// The ring the stub writes, for a thread recorded in software.
+    fn ring(&mut self) -> Option<&mut TraceRing> {
+        match &mut self.trace {
+            ThreadTrace::Ring(ring) => Some(ring),
+            ThreadTrace::IntelPt(..) => None,
+        }
+    }
+
+    /// The trace now, oldest byte first, exactly [`Self::size`] bytes
+    /// (zeros, which decoders skip as padding, before data that does not
+    /// fill it), as lldb-server hands out a thread's AUX ring.
+    fn read(&self) -> Vec<u8> {
+        match &self.trace {
+            ThreadTrace::Ring(ring) => ring.contents(),
+            ThreadTrace::IntelPt(event, size) => {
+                let data = event.snapshot();
+                let mut out = vec![0u8; size.saturating_sub(data.len())];
+                out.extend_from_slice(&data[data.len().saturating_sub(*size)..]);
+                out
+            }
+        }
     }
 }
 
@@ -87,6 +222,16 @@ pub(super) struct Tracing {
     /// while the rings stay within `limit` bytes in all.
     process: Option<(RingSettings, Option<u64>)>,
     threads: BTreeMap<Pid, TracedThread>,
+    /// The recorder asked for.
+    pub(super) recorder: TraceRecorder,
+    /// Where the `intel_pt` PMU is described (sysfs; tests give a fake).
+    intel_pt_sysfs: std::path::PathBuf,
+    /// The recorder of the traces being made, while anything is traced.
+    in_use: Option<RecorderInUse>,
+    /// Since tracing started: single steps and block runs of recorded
+    /// threads (how the software recorder ran them).
+    pub(super) single_steps: u64,
+    pub(super) block_runs: u64,
     clock: TraceClock,
     code: CodeCache,
     /// Steps taken in a row without looking at other threads or the client.
@@ -101,7 +246,21 @@ pub(super) struct Tracing {
 
 impl Default for Tracing {
     fn default() -> Self {
-        Tracing { process: None, threads: BTreeMap::new(), clock: TraceClock::choose(), code: CodeCache::default(), steps_in_a_row: 0, own_affinity: None, beside: None, pinned: Vec::new() }
+        Tracing {
+            process: None,
+            threads: BTreeMap::new(),
+            recorder: TraceRecorder::Auto,
+            intel_pt_sysfs: std::env::var_os("RETRACE_INTEL_PT_SYSFS").map_or_else(|| SYSFS_DIR.into(), Into::into),
+            in_use: None,
+            single_steps: 0,
+            block_runs: 0,
+            clock: TraceClock::choose(),
+            code: CodeCache::default(),
+            steps_in_a_row: 0,
+            own_affinity: None,
+            beside: None,
+            pinned: Vec::new(),
+        }
     }
 }
 
@@ -138,8 +297,104 @@ impl Tracing {
         self.threads.contains_key(&tid)
     }
 
+    /// Whether `tid` is traced by the stub (stepped or stopped at
+    /// branches), not by the CPU.
+    pub(super) fn records_in_software(&self, tid: Pid) -> bool {
+        self.threads.get(&tid).is_some_and(|thread| matches!(thread.trace, ThreadTrace::Ring(_)))
+    }
+
+    /// Whether the software recorder was asked to single-step every
+    /// instruction (`step`), not to run blocks.
+    pub(super) fn steps_only(&self) -> bool {
+        matches!(self.in_use, Some(RecorderInUse::Software { steps_only: true, .. }))
+    }
+
     fn total_bytes(&self) -> u64 {
-        self.threads.values().map(|t| t.ring.size() as u64).sum()
+        self.threads.values().map(|t| t.size() as u64).sum()
+    }
+
+    /// The recorder for traces about to start, chosen as asked: the
+    /// hardware where `auto` finds it, else software.
+    fn choose(&self) -> Result<RecorderInUse, String> {
+        let hardware = || PerfIntelPt::new(&self.intel_pt_sysfs, PtEventConfig::default());
+        Ok(match self.recorder {
+            TraceRecorder::Branch => RecorderInUse::Software { steps_only: false, why: None },
+            TraceRecorder::Step => RecorderInUse::Software { steps_only: true, why: None },
+            TraceRecorder::IntelPt => RecorderInUse::IntelPt(hardware().map_err(|e| intel_pt_refusal(&e))?),
+            TraceRecorder::Auto => match hardware() {
+                Ok(pt) => RecorderInUse::IntelPt(pt),
+                Err(error) => RecorderInUse::Software { steps_only: false, why: Some(intel_pt_refusal(&error)) },
+            },
+        })
+    }
+
+    /// A new trace for thread `tid`, by the recorder in use.
+    fn open(&mut self, tid: Pid, settings: RingSettings) -> Result<TracedThread, String> {
+        let trace = match &mut self.in_use {
+            Some(RecorderInUse::IntelPt(pt)) => {
+                let config = PtEventConfig { tsc: settings.tsc, psb_period: settings.psb_exponent, buffer_size: settings.size };
+                let (event, size) = pt.open_configured(tid, config).map_err(|e| format!("Intel PT for thread {tid}: {e}"))?;
+                ThreadTrace::IntelPt(event, size)
+            }
+            _ => ThreadTrace::Ring(settings.ring()),
+        };
+        Ok(TracedThread { trace, settings, next_ip: None, contents: None })
+    }
+
+    /// Thread `tid` is traced no more; its ring's room is given back.
+    fn close(&mut self, tid: Pid) {
+        let Some(thread) = self.threads.remove(&tid) else { return };
+        if let (ThreadTrace::IntelPt(event, size), Some(RecorderInUse::IntelPt(pt))) = (thread.trace, &mut self.in_use) {
+            pt.close((event, size));
+        }
+    }
+
+    /// Every trace is closed.
+    fn close_all(&mut self) {
+        let tids: Vec<Pid> = self.threads.keys().copied().collect();
+        for tid in tids {
+            self.close(tid);
+        }
+    }
+
+    /// With nothing traced, the next start chooses the recorder afresh.
+    fn settle(&mut self) {
+        if self.threads.is_empty() && self.process.is_none() {
+            self.in_use = None;
+        }
+    }
+
+    /// Opens traces for `tids`, all or none. Under `auto`, a hardware
+    /// event that does not open (the budget, the kernel's refusal) makes
+    /// every thread recorded in software instead.
+    fn open_all(&mut self, tids: &[Pid], settings: RingSettings) -> Result<(), String> {
+        let chose_now = self.in_use.is_none();
+        if chose_now {
+            self.in_use = Some(self.choose()?);
+            self.single_steps = 0;
+            self.block_runs = 0;
+        }
+        let mut opened = Vec::new();
+        for &tid in tids {
+            match self.open(tid, settings) {
+                Ok(thread) => opened.push((tid, thread)),
+                Err(error) => {
+                    for (tid, thread) in opened {
+                        self.threads.insert(tid, thread);
+                        self.close(tid);
+                    }
+                    if chose_now && self.recorder == TraceRecorder::Auto && matches!(self.in_use, Some(RecorderInUse::IntelPt(_))) {
+                        tracing::warn!(%error, "the CPU's Intel PT does not open: recording in software");
+                        self.in_use = Some(RecorderInUse::Software { steps_only: false, why: Some(error) });
+                        return self.open_all(tids, settings);
+                    }
+                    self.settle();
+                    return Err(error);
+                }
+            }
+        }
+        self.threads.extend(opened);
+        Ok(())
     }
 }
 
@@ -160,7 +415,7 @@ fn ring_settings(request: &TraceStart) -> Result<RingSettings, String> {
             return Err(format!("Invalid psb_period. Valid values are: {}.", valid.join(", ")));
         }
     };
-    Ok(RingSettings { size: size as usize, psb_period, tsc: request.tsc })
+    Ok(RingSettings { size: size as usize, psb_period, psb_exponent: request.psb_period, tsc: request.tsc })
 }
 
 impl ProcessTarget {
@@ -198,8 +453,9 @@ impl ProcessTarget {
     /// A traced thread ran `insn` at `ip` and goes on at `next`, seen
     /// without a step of its own (a block run): into its trace.
     pub(super) fn ring_executed(&mut self, tid: Pid, ip: u64, insn: &InsnInfo, next: u64) {
-        if let Some(thread) = self.tracing.threads.get_mut(&tid) {
-            thread.ring.executed(ip, insn, Some(next), self.tracing.clock.now());
+        let time = self.tracing.clock.now();
+        if let Some(ring) = self.tracing.threads.get_mut(&tid).and_then(TracedThread::ring) {
+            ring.executed(ip, insn, Some(next), time);
         }
     }
 
@@ -244,14 +500,15 @@ impl ProcessTarget {
         }
         let time = self.tracing.clock.now();
         let thread = self.tracing.threads.get_mut(&tid)?;
+        thread.next_ip = Some(now);
+        let ring = thread.ring()?;
         match insn {
-            Some(insn) => thread.ring.executed(ip, &insn, Some(now), time),
+            Some(insn) => ring.executed(ip, &insn, Some(now), time),
             None => {
                 tracing::warn!(tid = tid.as_raw(), ip = format_args!("{ip:#x}"), "cannot decode an executed instruction: a gap in the trace");
-                thread.ring.stopped(ip);
+                ring.stopped(ip);
             }
         }
-        thread.next_ip = Some(now);
         insn
     }
 
@@ -278,6 +535,7 @@ impl ProcessTarget {
             }
         }
         self.prepare_step(tid, signal);
+        self.tracing.single_steps += 1;
         match ptrace::step(tid, signal) {
             Ok(()) => {
                 self.recording.insert(tid);
@@ -341,26 +599,41 @@ impl ProcessTarget {
             self.stop_note = Some(format!("reason:processor trace;description:{};", crate::hex::hex(&message)));
             return false;
         }
-        self.tracing.threads.insert(tid, TracedThread::new(settings));
-        true
+        match self.tracing.open(tid, settings) {
+            Ok(thread) => {
+                self.tracing.threads.insert(tid, thread);
+                true
+            }
+            Err(message) => {
+                tracing::warn!(tid = tid.as_raw(), message, "a new thread is not traced");
+                self.stop_note = Some(format!("reason:processor trace;description:{};", crate::hex::hex(&message)));
+                false
+            }
+        }
     }
 
     /// The process exec'd: the old program's traces are gone with it; the
     /// thread left is traced afresh if it or the process was.
     pub(super) fn trace_exec(&mut self, tid: Pid, former: Pid) {
         self.blocks_stopped(true);
-        let kept = self.tracing.threads.remove(&former).or_else(|| self.tracing.threads.remove(&tid)).map(|t| t.settings);
-        self.tracing.threads.clear();
+        let kept = [former, tid].iter().find_map(|t| self.tracing.threads.get(t)).map(|t| t.settings);
+        self.tracing.close_all();
         self.tracing.code.clear();
         self.recording.clear();
         if let Some(settings) = kept.or(self.tracing.process.map(|(settings, _)| settings)) {
-            self.tracing.threads.insert(tid, TracedThread::new(settings));
+            match self.tracing.open(tid, settings) {
+                Ok(thread) => {
+                    self.tracing.threads.insert(tid, thread);
+                }
+                Err(message) => tracing::warn!(message, "the program exec'd: its thread is not traced"),
+            }
         }
+        self.tracing.settle();
     }
 
     /// A thread is gone: so is its trace (as lldb-server frees it).
     pub(super) fn trace_thread_gone(&mut self, tid: Pid) {
-        self.tracing.threads.remove(&tid);
+        self.tracing.close(tid);
         self.recording.remove(&tid);
     }
 
@@ -405,10 +678,10 @@ impl ProcessTarget {
         }
         self.recording.clear();
         for (&tid, thread) in &mut self.tracing.threads {
-            if let Some(ip) = rip(tid) {
-                thread.ring.stopped(ip);
-            }
             thread.next_ip = None;
+            if let (Some(ring), Some(ip)) = (thread.ring(), rip(tid)) {
+                ring.stopped(ip);
+            }
         }
     }
 
@@ -439,9 +712,7 @@ impl ProcessTarget {
                         ));
                     }
                 }
-                for tid in new {
-                    self.tracing.threads.insert(tid, TracedThread::new(settings));
-                }
+                self.tracing.open_all(&new, settings)?;
                 self.tracing.process = Some((settings, request.process_limit));
             }
             Some(tids) => {
@@ -457,12 +728,10 @@ impl ProcessTarget {
                     }
                     new.push(pid);
                 }
-                for pid in new {
-                    self.tracing.threads.insert(pid, TracedThread::new(settings));
-                }
+                self.tracing.open_all(&new, settings)?;
             }
         }
-        tracing::info!(threads = self.tracing.threads.len(), ring = settings.size, "tracing started");
+        tracing::info!(threads = self.tracing.threads.len(), ring = settings.size, recorder = ?self.tracing.in_use, "tracing started");
         Ok(())
     }
 
@@ -470,22 +739,27 @@ impl ProcessTarget {
         match threads {
             None => {
                 self.tracing.process = None;
-                self.tracing.threads.clear();
+                self.tracing.close_all();
             }
             Some(tids) => {
+                let mut stopped = Vec::new();
                 for &tid in tids {
                     let pid = i32::try_from(tid).ok().map(Pid::from_raw).filter(|pid| self.tracing.traces(*pid));
                     let Some(pid) = pid else { return Err(format!("Thread {tid} not currently traced")) };
-                    self.tracing.threads.remove(&pid);
+                    stopped.push(pid);
+                }
+                for pid in stopped {
+                    self.tracing.close(pid);
                 }
             }
         }
+        self.tracing.settle();
         Ok(())
     }
 
     pub(super) fn tracing_state(&self) -> TraceState {
         TraceState {
-            threads: self.tracing.threads.iter().map(|(tid, t)| (tid.as_raw() as u64, t.ring.size())).collect(),
+            threads: self.tracing.threads.iter().map(|(tid, t)| (tid.as_raw() as u64, t.size())).collect(),
             tsc_conversion: Some(self.tracing.clock.conversion()),
         }
     }
@@ -495,6 +769,49 @@ impl ProcessTarget {
         let Some(thread) = pid.and_then(|pid| self.tracing.threads.get_mut(&pid)) else {
             return Err(format!("Thread {tid} not currently traced"));
         };
-        Ok(thread.contents.get_or_insert_with(|| thread.ring.contents()).clone())
+        if thread.contents.is_none() {
+            thread.contents = Some(thread.read());
+        }
+        Ok(thread.contents.clone().unwrap_or_default())
+    }
+
+    /// How the traces are being made, and what each holds.
+    pub(super) fn tracing_status(&mut self) -> TraceStatus {
+        let tracing = &mut self.tracing;
+        TraceStatus {
+            recorder: tracing.in_use.as_ref().map_or_else(|| format!("none yet ({} when tracing starts)", tracing.recorder.name()), RecorderInUse::describe),
+            single_steps: tracing.single_steps,
+            block_runs: tracing.block_runs,
+            threads: tracing
+                .threads
+                .iter_mut()
+                .map(|(tid, thread)| ThreadTraceStatus { tid: tid.as_raw() as u64, size: thread.size(), instructions: thread.ring().map(|ring| ring.instructions()) })
+                .collect(),
+        }
+    }
+
+    /// Sets the recorder for traces started from now on; a software
+    /// recorder in use switches between `step` and `branch` at once.
+    pub(super) fn set_trace_recorder(&mut self, recorder: TraceRecorder) -> Result<(), String> {
+        match (&mut self.tracing.in_use, recorder) {
+            (Some(RecorderInUse::Software { steps_only, .. }), TraceRecorder::Step | TraceRecorder::Branch) => {
+                *steps_only = recorder == TraceRecorder::Step;
+            }
+            (Some(in_use), TraceRecorder::IntelPt | TraceRecorder::Auto) | (Some(in_use @ RecorderInUse::IntelPt(_)), _) => {
+                return Err(format!("the traces being made use {}: stop tracing first (process trace stop, record stop)", in_use.describe()));
+            }
+            (None, _) => {}
+        }
+        self.tracing.recorder = recorder;
+        Ok(())
+    }
+
+    /// The CPU a decoder of the traces should assume: this one for the
+    /// hardware's traces, else the one software recordings declare.
+    pub(super) fn tracing_cpu(&self) -> retrace_decoder::bundle::CpuInfo {
+        match self.tracing.in_use {
+            Some(RecorderInUse::IntelPt(_)) => retrace_collector::hardware::host_cpu_info().unwrap_or_else(retrace_decoder::bundle::CpuInfo::software_recording),
+            _ => retrace_decoder::bundle::CpuInfo::software_recording(),
+        }
     }
 }

@@ -32,6 +32,7 @@ impl ProcessTarget {
                         if let Some(now) = rip(tid) {
                             self.record_progress(tid, now);
                         }
+                        self.tracing.single_steps += 1;
                         let _ = ptrace::step(tid, None);
                     }
                     Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {
