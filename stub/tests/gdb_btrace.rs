@@ -148,18 +148,24 @@ fn gdb_function_call_history_agrees_with_retrace_dump_function_calls() {
     let program = program("debuggee");
     let (stub, port) = start_stub(&program);
     let target = format!("target remote 127.0.0.1:{port}");
-    let out = gdb(&program, &[&target, "break main", "continue", "record btrace pt", "break 9", "continue", "record function-call-history /ic 1,100000", "kill"]);
+    let out = gdb(&program, &[&target, "break main", "continue", "record btrace pt", "break 9", "continue", "record function-call-history /ilc 1,100000", "kill"]);
     let _ = wait_exit(stub);
-    // "N\t<indent>function\tinst A,B": GDB's last range ends at the current
-    // instruction, which has not run.
-    let mut gdb_segments: Vec<(String, usize)> = out
+    // "N\t<indent>function\tinst A,B\tat FILE:L[,M]": GDB's last range ends
+    // at the current instruction, which has not run; its lines are the
+    // first and last of the segment.
+    let mut gdb_segments: Vec<(String, usize, (u32, u32))> = out
         .lines()
         .filter_map(|l| {
             let mut fields = l.split('\t');
             fields.next()?.trim().parse::<u32>().ok()?;
             let function = fields.next()?.trim().to_string();
             let (a, b) = fields.next()?.strip_prefix("inst ")?.split_once(',')?;
-            Some((function, b.trim().parse::<usize>().ok()? - a.parse::<usize>().ok()? + 1))
+            let lines = fields.next()?.strip_prefix("at ")?.rsplit_once(':')?.1;
+            let lines = match lines.split_once(',') {
+                Some((first, last)) => (first.parse().ok()?, last.trim().parse().ok()?),
+                None => (lines.trim().parse().ok()?, lines.trim().parse().ok()?),
+            };
+            Some((function, b.trim().parse::<usize>().ok()? - a.parse::<usize>().ok()? + 1, lines))
         })
         .collect();
     assert_eq!(gdb_segments.len(), 3, "{out}");
@@ -187,15 +193,23 @@ fn gdb_function_call_history_agrees_with_retrace_dump_function_calls() {
         .filter_map(|l| l.trim().split_once(": 0x").and_then(|(id, _)| id.parse().ok()))
         .collect();
     // "<indent>module`function + off at file:l:c to l:c  [first, last]"
-    let ours: Vec<(String, usize)> = calls
+    let ours: Vec<(String, usize, (u32, u32))> = calls
         .lines()
         .filter_map(|l| {
             let (head, range) = l.trim().rsplit_once("  [")?;
             let (first, last) = range.strip_suffix(']')?.split_once(", ")?;
             let (first, last): (u64, u64) = (first.parse().ok()?, last.parse().ok()?);
             let function = head.split('`').nth(1)?.split(' ').next()?.to_string();
-            Some((function, instruction_ids.range(first..=last).count()))
+            let (from, to) = head.split_once(" at ")?.1.split_once(" to ")?;
+            let lines = (from.split(':').nth(1)?.parse().ok()?, to.split(':').next()?.parse().ok()?);
+            Some((function, instruction_ids.range(first..=last).count(), lines))
         })
         .collect();
+    // GDB's last segment counts the current instruction's line too (the
+    // breakpoint's, 9), which has not run: the last that ran is line 8's.
+    let last = gdb_segments.last_mut().unwrap();
+    assert_eq!(last.2 .1, 9, "{out}");
+    last.2 .1 = 8;
+    assert_eq!(ours.last().map(|segment| segment.2 .1), Some(8), "{calls}");
     assert_eq!(ours, gdb_segments, "retrace dump function-calls:\n{calls}\nGDB:\n{out}");
 }

@@ -144,6 +144,22 @@ fn lldb_traces_a_static_o2_stretch_exactly() {
 }
 
 #[test]
+fn lldb_traces_a_dynamic_o2_stretch_exactly() {
+    if !tools() {
+        return;
+    }
+    single_thread_stretch("recursion", &["-O2"], "main", "depth", "process trace start", false);
+}
+
+#[test]
+fn lldb_traces_a_static_o0_stretch_exactly() {
+    if !tools() {
+        return;
+    }
+    single_thread_stretch("debuggee", &["-O0", "-static"], "main", "add", "process trace start --tsc", true);
+}
+
+#[test]
 fn lldb_traces_every_thread_of_a_threaded_program() {
     if !tools() {
         return;
@@ -170,19 +186,27 @@ fn every_thread(flags: &[&str]) {
             "b work",
             "c",
             "thread list",
-            "thread trace dump instructions 1 -a -f --raw",
-            // The selected thread: the worker that reached the breakpoint
-            // first (which one does is up to the scheduler).
-            "thread trace dump instructions -a -f --raw",
+            // Every thread there is (how many workers exist yet is up to
+            // the scheduler; a dump of an index past the last is an error,
+            // which the script interpreter keeps from ending the batch).
+            "script for i in range(1, 6): lldb.debugger.HandleCommand('thread trace dump instructions %d -a -f --raw' % i)",
             "breakpoint delete 2",
-            // Threads, then the program, end while traced.
+            // The workers end while traced; the main thread goes on to exit.
+            "b exit",
+            "c",
+            "process plugin packet monitor trace status",
+            "thread trace dump instructions -c 4",
             "c",
         ],
     );
     let (main_bp, work_bp) = (breakpoint_address(&out, 1), breakpoint_address(&out, 2));
     let truth = ground_truth(&program, &[]);
-    let dumps = raw_dumps(&out);
+    let (at_work, after) = out.split_once("stop reason = breakpoint 3.1").unwrap_or_else(|| panic!("stopped at exit:\n{out}"));
+    // `thread list`'s lines: "thread #N: tid = T, 0x…".
+    let listed = at_work.lines().filter(|l| l.contains("thread #") && l.contains(": tid = ") && l.contains(", 0x")).count();
+    let dumps = raw_dumps(at_work);
     assert!(dumps.len() >= 2, "the main thread and at least one worker:\n{out}");
+    assert_eq!(dumps.len(), listed, "every thread listed is dumped\n{out}");
     for (tid, (addresses, errors)) in &dumps {
         assert!(errors.is_empty(), "thread {tid}: {errors:?}\n{out}");
         assert!(!addresses.is_empty(), "thread {tid} traced");
@@ -210,6 +234,14 @@ fn every_thread(flags: &[&str]) {
     }
     let stopped_worker = dumps.values().any(|(a, _)| a[0] != main_bp && truth[1].get(a.len()) == Some(&work_bp));
     assert!(stopped_worker, "a worker's trace ends at the breakpoint in work:\n{out}");
+    // The workers' traces went with them; the main thread's goes on.
+    let main_tid = dumps.iter().find(|(_, (a, _))| a[0] == main_bp).map(|(tid, _)| *tid).expect("the main thread dumped");
+    let traced: Vec<&str> = after.lines().filter(|l| l.starts_with("thread ") && l.contains("-byte trace")).collect();
+    assert_eq!(traced.len(), 1, "only the main thread is traced after the workers exited:\n{after}");
+    assert!(traced[0].starts_with(&format!("thread {main_tid}: ")), "{after}");
+    let dump = after.split_once("thread trace dump instructions -c 4").and_then(|(_, rest)| rest.split_once("(lldb) c")).map(|(dump, _)| dump);
+    let dump = dump.unwrap_or_else(|| panic!("the main thread's dump at exit:\n{after}"));
+    assert!(dump.contains("`main + ") && !dump.contains("error"), "{dump}");
     assert!(out.contains("exited with status = "), "the program ends while traced:\n{out}");
 }
 

@@ -125,13 +125,16 @@ impl RecorderInUse {
 }
 
 /// Why the CPU's Intel PT cannot record here, for the user.
-fn intel_pt_refusal(error: &IntelPtError) -> String {
+fn intel_pt_absent(error: &IntelPtError) -> String {
     match error {
-        IntelPtError::Absent { path } => {
-            format!("no Intel PT on this machine ({} does not exist: an AMD CPU, or a VM without Intel PT); start retrace-stub with --trace-with branch to record in software", path.display())
-        }
+        IntelPtError::Absent { path } => format!("no Intel PT on this machine ({} does not exist: an AMD CPU, or a VM without Intel PT)", path.display()),
         other => format!("the CPU's Intel PT cannot be used: {other}"),
     }
+}
+
+/// The refusal of `--trace-with intel-pt` where the hardware is absent.
+fn intel_pt_refusal(error: &IntelPtError) -> String {
+    format!("{}; start retrace-stub with --trace-with branch to record in software", intel_pt_absent(error))
 }
 
 /// How each thread's trace is made.
@@ -323,7 +326,7 @@ impl Tracing {
             TraceRecorder::IntelPt => RecorderInUse::IntelPt(hardware().map_err(|e| intel_pt_refusal(&e))?),
             TraceRecorder::Auto => match hardware() {
                 Ok(pt) => RecorderInUse::IntelPt(pt),
-                Err(error) => RecorderInUse::Software { steps_only: false, why: Some(intel_pt_refusal(&error)) },
+                Err(error) => RecorderInUse::Software { steps_only: false, why: Some(intel_pt_absent(&error)) },
             },
         })
     }
