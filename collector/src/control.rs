@@ -102,6 +102,12 @@ pub enum Wait {
     Block,
     /// Return at once when nothing is pending.
     Poll,
+    /// Block until this thread has something to report (a debugger
+    /// stopping its threads one by one). Events already queued (a forked
+    /// child reported after its parent's fork) still come first, and may
+    /// be about another thread; a thread that cannot be waited for any
+    /// more (reaped already) is `Err(ECHILD)`.
+    Thread(Pid),
 }
 
 /// A traced process: its threads and the bookkeeping behind
@@ -211,14 +217,16 @@ impl TracedProcess {
             if self.over {
                 return Ok(None);
             }
-            let mut flags = WaitPidFlag::__WALL;
-            if wait == Wait::Poll {
-                flags |= WaitPidFlag::WNOHANG;
-            }
-            let status = match waitpid(self.wait_for, Some(flags)) {
+            let (whom, flags) = match wait {
+                Wait::Block => (self.wait_for, WaitPidFlag::__WALL),
+                Wait::Poll => (self.wait_for, WaitPidFlag::__WALL | WaitPidFlag::WNOHANG),
+                Wait::Thread(tid) => (tid, WaitPidFlag::__WALL),
+            };
+            let status = match waitpid(whom, Some(flags)) {
                 Ok(WaitStatus::StillAlive) => return Ok(None),
                 Ok(status) => status,
                 Err(Errno::EINTR) => return Ok(None),
+                Err(error) if matches!(wait, Wait::Thread(_)) => return Err(error),
                 Err(Errno::ECHILD) if self.wait_for != Pid::from_raw(-1) => {
                     // The tracee left the process group it led: wait for any child.
                     self.wait_for = Pid::from_raw(-1);

@@ -315,3 +315,57 @@ fn stop_flag_ends_the_hardware_loop_while_the_program_sleeps() {
     // The program was killed and reaped.
     assert!(nix::sys::signal::kill(pid, None).is_err(), "sleep {pid} still exists");
 }
+
+/// `Wait::Thread` (a debugger stopping threads one by one) reports only
+/// that thread's events; the others' stay pending for the next wait.
+#[test]
+fn waiting_for_one_thread_leaves_the_others_events_pending() {
+    use nix::sys::ptrace;
+    use retrace_collector::control::{ProcessEvent, Spawn, TracedProcess, Wait};
+    let dir = work_dir("wait-thread");
+    let Some(exe) = build("threads", &dir, &["-pthread"]) else { return };
+    let tracee = launch(&LaunchOptions::new(exe.as_os_str(), Vec::<&str>::new())).expect("launch");
+    let pid = tracee.pid;
+    let mut process = TracedProcess::new(pid, [pid]);
+    ptrace::cont(pid, None).unwrap();
+    // Run to the first worker's first instruction; the main thread is held
+    // in its clone event.
+    let (mut held_parent, mut worker) = (None, None);
+    while worker.is_none() || held_parent.is_none() {
+        match process.next_event(Wait::Block).unwrap().expect("an event") {
+            ProcessEvent::Spawned { parent, kind: Spawn::Thread, .. } => held_parent = Some(parent),
+            ProcessEvent::ThreadStarted(tid) => worker = Some(tid),
+            other => {
+                if let Some(tid) = other.stopped_thread() {
+                    ptrace::cont(tid, None).unwrap();
+                }
+            }
+        }
+    }
+    let (main, worker) = (held_parent.unwrap(), worker.unwrap());
+    assert_eq!(main, pid);
+    // Both run; the worker is sent a SIGSTOP and the main thread runs on to
+    // its next clone event. Waiting for the worker gets the worker's stop.
+    ptrace::cont(main, None).unwrap();
+    ptrace::cont(worker, None).unwrap();
+    // SAFETY: tgkill has no memory-safety preconditions.
+    unsafe { libc::syscall(libc::SYS_tgkill, pid.as_raw(), worker.as_raw(), libc::SIGSTOP) };
+    let mut seen = Vec::new();
+    loop {
+        let event = process.next_event(Wait::Thread(worker)).unwrap().expect("the worker's event");
+        seen.push(event);
+        match event {
+            // Stopped, or (its loop is short) it exited first.
+            ProcessEvent::Signal(tid, nix::sys::signal::Signal::SIGSTOP) | ProcessEvent::ThreadGone(tid) if tid == worker => break,
+            _ if event.stopped_thread() == Some(worker) => ptrace::cont(worker, None).unwrap(),
+            _ => panic!("only the worker's events: {seen:?}"),
+        }
+    }
+    // The main thread's event (its next clone, or the next worker's start)
+    // was left for the next wait.
+    let next = process.next_event(Wait::Block).unwrap().expect("the main thread's event");
+    let others = matches!(next, ProcessEvent::Spawned { parent, .. } if parent == main) || matches!(next, ProcessEvent::ThreadStarted(tid) if tid != worker);
+    assert!(others, "{next:?} after {seen:?}");
+    process.kill();
+    assert!(process.is_over());
+}

@@ -8,9 +8,13 @@
 //! 2. the time from sending `jLLDBTraceGetBinaryData` for an 8 MiB trace to
 //!    its last byte, against the time to receive 8 MiB of ordinary replies
 //!    (`m` memory reads of a packet each) over the same loopback connection.
+//!    The ring is filled with a real trace first (the program run recorded
+//!    to `done`), so its bytes need the protocol's escapes as real ones do.
 //!
 //! `cargo bench -p retrace-stub --bench recording`
-//! (`RETRACE_BENCH_ITERATIONS`, default 5000: the program's loop count).
+//! (`RETRACE_BENCH_ITERATIONS`, default 5000: the program's loop count in
+//! 1; `RETRACE_BENCH_FILL_ITERATIONS`, default 2,000,000: in 2, enough to
+//! fill 8 MiB).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -89,6 +93,20 @@ impl Client {
         self.0.write_all(&packet).unwrap();
     }
 
+    /// The next reply's body as sent (escapes kept).
+    fn reply_body(&mut self) -> Vec<u8> {
+        let mut byte = [0u8; 1];
+        while self.0.read(&mut byte).unwrap() == 1 && byte[0] != b'$' {}
+        let mut body = Vec::new();
+        let mut reader = BufReader::with_capacity(1 << 16, &mut self.0);
+        reader.read_until(b'#', &mut body).unwrap();
+        body.pop();
+        let mut sum = [0u8; 2];
+        reader.read_exact(&mut sum).unwrap();
+        assert!(reader.buffer().is_empty(), "one reply at a time");
+        body
+    }
+
     /// The next reply's length on the wire, from `$` to the checksum.
     fn reply_len(&mut self) -> usize {
         let mut reader = BufReader::with_capacity(1 << 16, &mut self.0);
@@ -149,7 +167,8 @@ fn main() {
     println!("under the debugger / retrace record: {:.2}x (goal >= 0.8x)", stub_rate / record_rate);
 
     // 2. An 8 MiB trace in one reply vs 8 MiB of ordinary replies.
-    let (child, port) = stub(&program, &["1"]);
+    let fill = std::env::var("RETRACE_BENCH_FILL_ITERATIONS").unwrap_or_else(|_| "2000000".into());
+    let (child, port) = stub(&program, &[&fill]);
     let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_nodelay(true).unwrap();
     let mut client = Client(stream);
@@ -174,6 +193,28 @@ fn main() {
         }
     }
     let tid: u64 = state.split("\"tid\":").nth(1).and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next()).and_then(|t| t.parse().ok()).expect("a traced thread");
+    // Recorded to `done` (the program is position-independent, loaded at
+    // 0x555555554000 with ASLR off, as the `m` reads below assume).
+    let image = std::fs::read(&program).unwrap();
+    let elf = object::File::parse(&*image).unwrap();
+    let done = object::Object::symbols(&elf).find(|s| object::ObjectSymbol::name(s) == Ok("done")).map(|s| object::ObjectSymbol::address(&s)).expect("done");
+    client.send(format!("Z0,{:x},1", 0x5555_5555_4000u64 + done).as_bytes());
+    assert_eq!(client.reply_body(), b"OK");
+    let start = Instant::now();
+    client.send(b"c");
+    let stop = client.reply_body();
+    let recorded_for = start.elapsed().as_secs_f64();
+    assert!(stop.starts_with(b"T05"), "stopped at done: {}", String::from_utf8_lossy(&stop));
+    client.send(format!(r#"jLLDBTraceGetBinaryData:{{"cpuId":null,"kind":"iptTrace","tid":{tid},"type":"intel-pt"}}"#).as_bytes());
+    let wire = client.reply_body();
+    let escapes = wire.iter().filter(|&&b| b == b'}').count();
+    let mut trace = Vec::with_capacity(wire.len());
+    let mut bytes = wire.iter();
+    while let Some(&b) = bytes.next() {
+        trace.push(if b == b'}' { bytes.next().unwrap() ^ 0x20 } else { b });
+    }
+    let padding = trace.iter().position(|&b| b != 0).unwrap_or(trace.len());
+    assert_eq!(trace.len(), 8 << 20, "the ring's size");
     let mut best_trace = f64::MAX;
     let mut best_plain = f64::MAX;
     let mut trace_bytes = 0;
@@ -200,4 +241,9 @@ fn main() {
     println!("{:<52} {:>14} {:>12.4}", "jLLDBTraceGetBinaryData, request to last byte", trace_bytes, best_trace);
     println!("{:<52} {:>14} {:>12.4}", "m packets (request, reply) until as many bytes", plain_bytes, best_plain);
     println!("trace reply / plain replies: {:.2}x the time", best_trace / best_plain);
+    println!(
+        "the trace: {fill} iterations recorded in {recorded_for:.1} s; {} bytes of data after {padding} of padding; {escapes} bytes escaped ({:.2} %)",
+        trace.len() - padding,
+        100.0 * escapes as f64 / trace.len() as f64
+    );
 }

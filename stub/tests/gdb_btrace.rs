@@ -213,3 +213,45 @@ fn gdb_function_call_history_agrees_with_retrace_dump_function_calls() {
     assert_eq!(ours.last().map(|segment| segment.2 .1), Some(8), "{calls}");
     assert_eq!(ours, gdb_segments, "retrace dump function-calls:\n{calls}\nGDB:\n{out}");
 }
+
+/// `qXfer:btrace:read:new` is the whole trace when it changed since the
+/// thread's last read, else an empty document (gdbserver's answer, after
+/// which GDB keeps the trace it has).
+#[test]
+fn a_new_read_is_empty_until_the_trace_changes() {
+    if !tools() {
+        return;
+    }
+    let program = program("debuggee");
+    let (stub, port) = start_stub(&program);
+    let out = gdb(
+        &program,
+        &[
+            &format!("target remote 127.0.0.1:{port}"),
+            "break main",
+            "continue",
+            "record btrace pt",
+            "maint packet qXfer:btrace:read:all:0,80",
+            "maint packet qXfer:btrace:read:new:0,80",
+            "stepi",
+            "maint packet qXfer:btrace:read:new:0,80",
+            "maint packet qXfer:btrace:read:new:0,80",
+            "maint packet qXfer:btrace:read:all:0,80",
+            "record stop",
+            "continue",
+        ],
+    );
+    assert_eq!(wait_exit(stub), Some(0));
+    let replies: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("received: ")).collect();
+    assert_eq!(replies.len(), 5, "{out}");
+    let whole = r#""m<btrace version="1.0"><pt><pt-config><cpu vendor="GenuineIntel" family="6" "#;
+    let empty = r#""l<btrace version="1.0"/>""#;
+    assert_eq!(replies[0][..whole.len()], *whole, "{out}");
+    assert_eq!(replies[1], empty, "nothing ran since the read:\n{out}");
+    // GDB itself may have read the trace at the stop after the step; if it
+    // did not, the first `new` gives the trace, and the second is empty.
+    assert!(replies[2] == empty || replies[2].starts_with(whole), "{out}");
+    assert_eq!(replies[3], empty, "{out}");
+    assert_eq!(replies[4][..whole.len()], *whole, "`all` is always the whole trace:\n{out}");
+    assert!(out.contains("exited with code 061"), "{out}");
+}

@@ -1,7 +1,10 @@
 //! GDB's branch-trace packets, answered before gdbstub (which has none):
 //! `Qbtrace:pt`, `Qbtrace:off`, `Qbtrace-conf:pt:size=`,
 //! `qXfer:btrace-conf:read` and `qXfer:btrace:read` (`all`, `new`,
-//! `delta`), for the thread `Hg` selected. GDB decodes the trace with its
+//! `delta`), for the thread `Hg` selected. As gdbserver for the pt
+//! format: `new` is the whole trace if it changed since the thread's last
+//! read, else an empty document (GDB keeps what it has); `delta` is refused
+//! (GDB cannot stitch pt traces and then reads `new`). GDB decodes the trace with its
 //! own libipt and replays it itself (`record btrace pt`, then
 //! `reverse-step`, `record instruction-history`…).
 //!
@@ -19,16 +22,32 @@ pub(crate) const FEATURES: &str = ";Qbtrace:off+;Qbtrace:pt+;Qbtrace-conf:pt:siz
 /// GDB's default (`set record btrace pt buffer-size`): 16 KiB.
 const DEFAULT_SIZE: u64 = 16 << 10;
 
-/// What the client configured for the next `Qbtrace:pt`.
+/// What the client configured for the next `Qbtrace:pt`, and the trace
+/// documents being read.
 #[derive(Debug)]
 pub(crate) struct BtraceConfig {
     size: u64,
+    /// The document a read at offset 0 made, for the reads of its later
+    /// windows: the thread, the annex, the text.
+    reading: Option<(u64, String, String)>,
+    /// A digest of each thread's trace as last read.
+    last_read: std::collections::HashMap<u64, u64>,
 }
 
 impl Default for BtraceConfig {
     fn default() -> Self {
-        BtraceConfig { size: DEFAULT_SIZE }
+        BtraceConfig { size: DEFAULT_SIZE, reading: None, last_read: std::collections::HashMap::new() }
     }
+}
+
+/// The trace document of a thread with nothing new to say.
+const EMPTY_DOCUMENT: &str = r#"<btrace version="1.0"/>"#;
+
+fn digest(data: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    data.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// An error reply GDB prints (`E.<text>`).
@@ -108,15 +127,28 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
         let (annex, window_text) = rest.split_once(':')?;
         let (offset, length) = offset_length(window_text)?;
         let Some(tid) = thread else { return Some(error("Must select a single thread.")) };
-        if annex == "delta" {
-            // GDB then reads everything again (`all`).
-            return Some(error("Reading a delta is not supported."));
+        match annex {
+            // GDB then reads `new`.
+            "delta" => return Some(error("Reading a delta is not supported.")),
+            "all" | "new" => {}
+            other => return Some(error(&format!("Bad branch trace read type: {other}"))),
         }
-        let data = match target.trace_data(tid) {
-            Ok(data) => data,
-            Err(message) => return Some(error(&message)),
-        };
-        return Some(window(document(&data, &target.trace_cpu()).as_bytes(), offset, length));
+        let same_read = config.reading.as_ref().is_some_and(|(t, a, _)| *t == tid && a == annex);
+        if offset == 0 || !same_read {
+            let data = match target.trace_data(tid) {
+                Ok(data) => data,
+                Err(message) => {
+                    config.reading = None;
+                    return Some(error(&message));
+                }
+            };
+            let digest = digest(&data);
+            let unchanged = config.last_read.insert(tid, digest) == Some(digest);
+            let text = if annex == "new" && unchanged { EMPTY_DOCUMENT.to_string() } else { document(&data, &target.trace_cpu()) };
+            config.reading = Some((tid, annex.to_string(), text));
+        }
+        let text = config.reading.as_ref().map_or("", |(.., text)| text.as_str());
+        return Some(window(text.as_bytes(), offset, length));
     }
     None
 }

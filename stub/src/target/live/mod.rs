@@ -28,6 +28,7 @@ use nix::sys::ptrace;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
+use retrace_collector::control::TracedProcess;
 use retrace_collector::process;
 
 use crate::arch::{RegNumber, Regs};
@@ -58,6 +59,12 @@ pub struct ProcessTarget {
     pub pid: Pid,
     /// Live threads.
     pub threads: BTreeSet<Pid>,
+    /// The process's events: the collector's process control, the one
+    /// owner of `waitpid` for it ([`stops`]).
+    control: TracedProcess,
+    /// The program ended while other threads were being stopped: reported
+    /// at the next wait.
+    ended: Option<StopReason>,
     /// Breakpoint address → original byte.
     breakpoints: HashMap<u64, u8>,
     actions: HashMap<Pid, Action>,
@@ -268,6 +275,8 @@ impl ProcessTarget {
         ProcessTarget {
             pid,
             threads: threads.iter().copied().collect(),
+            control: TracedProcess::new(pid, threads.iter().copied()),
+            ended: None,
             breakpoints: HashMap::new(),
             actions: HashMap::new(),
             scheduler_locked: false,
@@ -360,8 +369,8 @@ impl ProcessTarget {
                 let _ = poke_into(child, address, &[original]);
             }
         }
-        tracing::debug!(child = child.as_raw(), shares_memory, "forked child detached");
-        let _ = ptrace::detach(child, None);
+        // The process control detaches it before its next event.
+        tracing::debug!(child = child.as_raw(), shares_memory, "forked child let go");
     }
 
     /// A thread's registers where the debugger stands: from the history
@@ -523,7 +532,7 @@ impl Inferior for ProcessTarget {
     }
 
     fn kill(&mut self) {
-        process::kill_and_reap(self.pid);
+        self.control.kill();
     }
 
     fn detach(&mut self) {
@@ -850,7 +859,7 @@ impl ExtendedMode for ProcessTarget {
     }
 
     fn kill(&mut self, _pid: Option<gdbstub::common::Pid>) -> TargetResult<ShouldTerminate, Self> {
-        process::kill_and_reap(self.pid);
+        self.control.kill();
         self.threads.clear();
         Ok(ShouldTerminate::Yes)
     }

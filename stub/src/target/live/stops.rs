@@ -1,12 +1,14 @@
-//! How the live process stops: ptrace events collected until one must be
-//! reported to the client (all-stop: when one thread stops, the others are
-//! stopped too), and new threads let run with the others.
+//! How the live process stops: the events of the collector's process
+//! control ([`TracedProcess`], the one owner of `waitpid` for the program,
+//! as under `retrace record`) collected until one must be reported to the
+//! client (all-stop: when one thread stops, the others are stopped too),
+//! and new threads let run with the others.
 
 use gdbstub::common::Signal as GdbSignal;
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use retrace_collector::control::{ProcessEvent, Spawn, Wait};
 
 use super::recording::{rip, STEPS_IN_A_ROW};
 use super::{tid_of, triggered_slot, ProcessTarget};
@@ -24,9 +26,17 @@ impl ProcessTarget {
         }
         for tid in others {
             loop {
-                match waitpid(tid, Some(WaitPidFlag::__WALL)) {
-                    Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => break,
-                    Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) if self.recording.contains(&tid) => {
+                let event = match self.control.next_event(Wait::Thread(tid)) {
+                    Ok(Some(event)) => event,
+                    Ok(None) => continue,
+                    Err(_) => {
+                        self.thread_gone(tid);
+                        break;
+                    }
+                };
+                match event {
+                    ProcessEvent::Signal(t, Signal::SIGSTOP) if t == tid => break,
+                    ProcessEvent::Trap(t) if t == tid && self.recording.contains(&tid) => {
                         // A recorded step finished first; the SIGSTOP is
                         // still pending and comes before the next instruction.
                         if let Some(now) = rip(tid) {
@@ -35,7 +45,7 @@ impl ProcessTarget {
                         self.tracing.single_steps += 1;
                         let _ = ptrace::step(tid, None);
                     }
-                    Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {
+                    ProcessEvent::Trap(t) if t == tid => {
                         if let Ok(mut regs) = ptrace::getregs(tid) {
                             if self.has_breakpoint(regs.rip.wrapping_sub(1)) {
                                 regs.rip -= 1;
@@ -45,13 +55,25 @@ impl ProcessTarget {
                         // The SIGSTOP is still pending: collect it.
                         let _ = ptrace::cont(tid, None);
                     }
-                    Ok(WaitStatus::Stopped(_, _)) | Ok(WaitStatus::PtraceEvent(..)) => {
-                        let _ = ptrace::cont(tid, None);
-                    }
-                    _ => {
-                        self.threads.remove(&tid);
-                        self.trace_thread_gone(tid);
+                    ProcessEvent::ThreadGone(t) if t == tid => {
+                        self.thread_gone(tid);
                         break;
+                    }
+                    ProcessEvent::Exited(code) => {
+                        self.ended = Some(StopReason::Exited(code as u8));
+                        self.thread_gone(tid);
+                        break;
+                    }
+                    ProcessEvent::Killed(signal) => {
+                        self.ended = Some(StopReason::Terminated(crate::signals::to_gdb(signal)));
+                        self.thread_gone(tid);
+                        break;
+                    }
+                    other => {
+                        self.side_event(other);
+                        if let Some(stopped) = other.stopped_thread().filter(|&t| t == tid) {
+                            let _ = ptrace::cont(stopped, None);
+                        }
                     }
                 }
             }
@@ -59,60 +81,72 @@ impl ProcessTarget {
         }
     }
 
+    /// Bookkeeping for an event met while waiting for something else: a
+    /// new thread is known (its first stop is still to come), a forked
+    /// child gets its memory back, a thread gone is forgotten.
+    fn side_event(&mut self, event: ProcessEvent) {
+        match event {
+            ProcessEvent::Spawned { child, kind: Spawn::Thread, .. } => {
+                self.threads.insert(child);
+                self.new_threads.insert(child);
+            }
+            ProcessEvent::ForkedChild(child) => self.release_forked_child(child),
+            ProcessEvent::ThreadGone(tid) => self.thread_gone(tid),
+            _ => {}
+        }
+    }
+
+    /// Thread `tid` is gone.
+    fn thread_gone(&mut self, tid: Pid) {
+        self.threads.remove(&tid);
+        self.new_threads.remove(&tid);
+        self.running.remove(&tid);
+        self.trace_thread_gone(tid);
+    }
+
     /// Collects ptrace events until one must be reported to the client.
     pub(super) fn next_stop(&mut self) -> Option<StopReason> {
         // A recorded thread stepping an instruction that cannot block: wait
         // for it alone (a few hundred times in a row at most, then the other
         // threads and the client get their turn).
+        if let Some(end) = self.ended.take() {
+            return Some(end);
+        }
         let mut only: Option<Pid> = None;
         loop {
-            let status = match only.take() {
-                Some(tid) => waitpid(tid, Some(WaitPidFlag::__WALL)),
-                None => waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)),
+            let event = match only.take() {
+                Some(tid) => self.control.next_event(Wait::Thread(tid)),
+                None => self.control.next_event(Wait::Poll),
             };
-            let status = match status {
-                Ok(WaitStatus::StillAlive) => return None,
-                Ok(status) => status,
+            let event = match event {
+                Ok(Some(event)) => event,
+                Ok(None) => return None,
                 Err(_) => return Some(StopReason::Exited(0)),
             };
-            tracing::trace!(?status, "ptrace");
-            match status {
-                WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_CLONE => {
-                    if let Ok(new) = ptrace::getevent(tid) {
-                        let new = Pid::from_raw(new as i32);
-                        self.threads.insert(new);
-                        self.new_threads.insert(new);
-                    }
-                    self.resume_after_event(tid);
+            tracing::trace!(?event, "process event");
+            match event {
+                ProcessEvent::Spawned { parent, .. } => {
+                    self.side_event(event);
+                    self.resume_after_event(parent);
                 }
-                WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_EXEC && !self.threads.contains(&tid) && tid != self.pid => {
-                    self.resume_after_event(tid);
-                }
-                WaitStatus::PtraceEvent(tid, _, event) if event == libc::PTRACE_EVENT_EXEC => {
-                    // The program exec'd (the collector asks for exec events):
-                    // reported as the SIGTRAP the kernel sends without them.
-                    let former = ptrace::getevent(tid).map_or(tid, |former| Pid::from_raw(former as i32));
+                ProcessEvent::ForkedChild(_) | ProcessEvent::ThreadGone(_) => self.side_event(event),
+                ProcessEvent::Exec { tid, former } => {
+                    // Reported as the SIGTRAP the kernel sends without exec
+                    // events.
                     self.threads.retain(|t| *t == self.pid);
+                    self.new_threads.clear();
                     self.running.clear();
                     self.trace_exec(tid, former);
                     self.history_restarts();
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP });
                 }
-                WaitStatus::PtraceEvent(tid, _, _) => self.resume_after_event(tid),
-                WaitStatus::Stopped(tid, Signal::SIGSTOP)
-                    if !self.threads.contains(&tid)
-                        && !self.new_threads.contains(&tid)
-                        && retrace_collector::process::thread_group(tid).is_some_and(|group| group != self.pid) =>
-                {
-                    // A forked child's first stop (launch asks for fork events):
-                    // not a thread of the program.
-                    self.release_forked_child(tid);
-                }
-                WaitStatus::Stopped(tid, Signal::SIGSTOP) if self.new_threads.remove(&tid) || !self.threads.contains(&tid) => {
+                ProcessEvent::Exiting(tid) | ProcessEvent::Other(tid) => self.resume_after_event(tid),
+                ProcessEvent::ThreadStarted(tid) => {
                     // A new thread's first stop: let it run with the others, unless
                     // only some threads may run now (a step with the others held,
                     // while the client has lifted breakpoints): then it waits for
                     // the next resume.
+                    self.new_threads.remove(&tid);
                     self.threads.insert(tid);
                     self.init_thread_debug_registers();
                     let traced = self.trace_new_thread(tid) || self.full_recording();
@@ -131,13 +165,13 @@ impl ProcessTarget {
                         self.running.insert(tid);
                     }
                 }
-                WaitStatus::Stopped(tid, Signal::SIGSTOP) if self.interrupted => {
+                ProcessEvent::Signal(tid, Signal::SIGSTOP) if self.interrupted => {
                     self.block_interrupted(tid);
                     self.running.remove(&tid);
                     self.stop_others(Some(tid));
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGINT });
                 }
-                WaitStatus::Stopped(tid, Signal::SIGTRAP) if self.records(tid) => {
+                ProcessEvent::Trap(tid) if self.records(tid) => {
                     // (A block's stop reads all registers itself.)
                     let now = if self.in_block(tid) { 0 } else { rip(tid).unwrap_or(0) };
                     let slot = if self.debug_slots.iter().any(Option::is_some) { triggered_slot(tid).and_then(|i| self.debug_slots[i]) } else { None };
@@ -170,7 +204,7 @@ impl ProcessTarget {
                     self.stop_others(Some(tid));
                     return Some(reason);
                 }
-                WaitStatus::Stopped(tid, Signal::SIGTRAP) => {
+                ProcessEvent::Trap(tid) => {
                     self.running.remove(&tid);
                     let stepped = self.stepping.contains(&tid);
                     self.stop_others(Some(tid));
@@ -192,29 +226,20 @@ impl ProcessTarget {
                     }
                     return Some(reason);
                 }
-                WaitStatus::Stopped(tid, signal) => {
+                ProcessEvent::Signal(tid, signal) => {
                     self.block_interrupted(tid);
                     self.running.remove(&tid);
                     self.stop_others(Some(tid));
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: crate::signals::to_gdb(signal) });
                 }
-                WaitStatus::Exited(tid, code) => {
-                    self.threads.remove(&tid);
-                    self.running.remove(&tid);
-                    self.trace_thread_gone(tid);
-                    if tid == self.pid {
-                        return Some(StopReason::Exited(code as u8));
-                    }
+                ProcessEvent::Exited(code) => {
+                    self.thread_gone(self.pid);
+                    return Some(StopReason::Exited(code as u8));
                 }
-                WaitStatus::Signaled(tid, signal, _) => {
-                    self.threads.remove(&tid);
-                    self.running.remove(&tid);
-                    self.trace_thread_gone(tid);
-                    if tid == self.pid {
-                        return Some(StopReason::Terminated(crate::signals::to_gdb(signal)));
-                    }
+                ProcessEvent::Killed(signal) => {
+                    self.thread_gone(self.pid);
+                    return Some(StopReason::Terminated(crate::signals::to_gdb(signal)));
                 }
-                _ => {}
             }
         }
     }
