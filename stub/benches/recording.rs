@@ -13,7 +13,7 @@
 //!
 //! `cargo bench -p retrace-stub --bench recording`
 //! (`RETRACE_BENCH_ITERATIONS`, default 5000: the program's loop count in
-//! 1; `RETRACE_BENCH_FILL_ITERATIONS`, default 2,000,000: in 2, enough to
+//! 1; `RETRACE_BENCH_FILL_ITERATIONS`, default 2,200,000: in 2, enough to
 //! fill 8 MiB).
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -167,7 +167,7 @@ fn main() {
     println!("under the debugger / retrace record: {:.2}x (goal >= 0.8x)", stub_rate / record_rate);
 
     // 2. An 8 MiB trace in one reply vs 8 MiB of ordinary replies.
-    let fill = std::env::var("RETRACE_BENCH_FILL_ITERATIONS").unwrap_or_else(|_| "2000000".into());
+    let fill = std::env::var("RETRACE_BENCH_FILL_ITERATIONS").unwrap_or_else(|_| "2200000".into());
     let (child, port) = stub(&program, &[&fill]);
     let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_nodelay(true).unwrap();
@@ -201,7 +201,7 @@ fn main() {
     client.send(format!("Z0,{:x},1", 0x5555_5555_4000u64 + done).as_bytes());
     assert_eq!(client.reply_body(), b"OK");
     let start = Instant::now();
-    client.send(b"c");
+    client.send(b"vCont;c");
     let stop = client.reply_body();
     let recorded_for = start.elapsed().as_secs_f64();
     assert!(stop.starts_with(b"T05"), "stopped at done: {}", String::from_utf8_lossy(&stop));
