@@ -95,6 +95,16 @@ pub enum ProcessEvent {
     Other(Pid),
 }
 
+/// How a stopped thread goes on ([`TracedProcess::resume`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// Run freely until something stops it (`PTRACE_CONT`).
+    Free,
+    /// Execute one instruction and stop (`PTRACE_SINGLESTEP`): a
+    /// debugger's step, or a recorder's.
+    Step,
+}
+
 /// Whether [`TracedProcess::next_event`] may block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -153,6 +163,17 @@ impl TracedProcess {
             to_release: Vec::new(),
             queue: VecDeque::new(),
             over: false,
+        }
+    }
+
+    /// Resumes thread `tid`, stopped in an event of this process, as `how`
+    /// says, delivering `signal` if one is given. A recorder runs a thread
+    /// recorded by resuming it freely to breakpoints of its own and by
+    /// steps (`blocks`, `software`).
+    pub fn resume(&self, tid: Pid, how: Resume, signal: Option<Signal>) -> nix::Result<()> {
+        match how {
+            Resume::Free => ptrace::cont(tid, signal),
+            Resume::Step => ptrace::step(tid, signal),
         }
     }
 

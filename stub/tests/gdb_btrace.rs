@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{gdb, gdb_breakpoint_address as breakpoint_address, printed_values, retrace, start_stub, wait_exit};
+use common::{exchange, gdb, gdb_breakpoint_address as breakpoint_address, printed_values, retrace, start_stub, wait_exit};
 use retrace_collector::process::{launch, LaunchOptions};
 use retrace_collector::software::{record, RecordOptions, StepMode};
 use retrace_tests::recordings::build;
@@ -216,7 +216,8 @@ fn gdb_function_call_history_agrees_with_retrace_dump_function_calls() {
 
 /// `qXfer:btrace:read:new` is the whole trace when it changed since the
 /// thread's last read, else an empty document (gdbserver's answer, after
-/// which GDB keeps the trace it has).
+/// which GDB keeps the trace it has); `all` is always the whole trace.
+/// Raw packets, so that no client reads in between.
 #[test]
 fn a_new_read_is_empty_until_the_trace_changes() {
     if !tools() {
@@ -224,34 +225,42 @@ fn a_new_read_is_empty_until_the_trace_changes() {
     }
     let program = program("debuggee");
     let (stub, port) = start_stub(&program);
-    let out = gdb(
-        &program,
-        &[
-            &format!("target remote 127.0.0.1:{port}"),
-            "break main",
-            "continue",
-            "record btrace pt",
-            "maint packet qXfer:btrace:read:all:0,80",
-            "maint packet qXfer:btrace:read:new:0,80",
-            "stepi",
-            "maint packet qXfer:btrace:read:new:0,80",
-            "maint packet qXfer:btrace:read:new:0,80",
-            "maint packet qXfer:btrace:read:all:0,80",
-            "record stop",
-            "continue",
-        ],
-    );
-    assert_eq!(wait_exit(stub), Some(0));
-    let replies: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("received: ")).collect();
-    assert_eq!(replies.len(), 5, "{out}");
-    let whole = r#""m<btrace version="1.0"><pt><pt-config><cpu vendor="GenuineIntel" family="6" "#;
-    let empty = r#""l<btrace version="1.0"/>""#;
-    assert_eq!(replies[0][..whole.len()], *whole, "{out}");
-    assert_eq!(replies[1], empty, "nothing ran since the read:\n{out}");
-    // GDB itself may have read the trace at the stop after the step; if it
-    // did not, the first `new` gives the trace, and the second is empty.
-    assert!(replies[2] == empty || replies[2].starts_with(whole), "{out}");
-    assert_eq!(replies[3], empty, "{out}");
-    assert_eq!(replies[4][..whole.len()], *whole, "`all` is always the whole trace:\n{out}");
-    assert!(out.contains("exited with code 061"), "{out}");
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    assert_eq!(exchange(&mut stream, "QStartNoAckMode"), "OK");
+    let stop = exchange(&mut stream, "?");
+    let thread = stop.split("thread:").nth(1).and_then(|t| t.split(';').next()).unwrap_or_else(|| panic!("{stop}")).to_string();
+    assert_eq!(exchange(&mut stream, &format!("Hg{thread}")), "OK");
+    assert_eq!(exchange(&mut stream, "Qbtrace:pt"), "OK");
+    let whole = r#"<btrace version="1.0"><pt><pt-config><cpu vendor="GenuineIntel" family="6" model="134" stepping="7"/></pt-config><raw>"#;
+    let empty = r#"l<btrace version="1.0"/>"#;
+    // The whole document, read in windows as GDB reads it.
+    let read = |stream: &mut std::net::TcpStream, annex: &str| -> String {
+        let mut document = String::new();
+        loop {
+            let reply = exchange(stream, &format!("qXfer:btrace:read:{annex}:{:x},100", document.len()));
+            let (kind, text) = reply.split_at(1);
+            if document.is_empty() && reply == empty {
+                return reply;
+            }
+            document.push_str(text);
+            match kind {
+                "m" => continue,
+                "l" => return document,
+                _ => panic!("{reply}"),
+            }
+        }
+    };
+    let first = read(&mut stream, "new");
+    assert!(first.starts_with(whole) && first.ends_with("</raw></pt></btrace>"), "a first read is the whole trace: {first}");
+    assert_eq!(read(&mut stream, "new"), empty, "nothing ran since");
+    assert_eq!(read(&mut stream, "all"), first, "`all` is the whole trace");
+    let step = exchange(&mut stream, &format!("vCont;s:{thread}"));
+    assert!(step.starts_with("T05"), "{step}");
+    let second = read(&mut stream, "new");
+    assert!(second.starts_with(whole) && second != first, "the step changed the trace: {second}");
+    assert_eq!(read(&mut stream, "new"), empty);
+    assert_eq!(read(&mut stream, "all"), second);
+    drop(stream);
+    let _ = wait_exit(stub);
 }

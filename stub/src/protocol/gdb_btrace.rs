@@ -96,6 +96,7 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
     }
     let thread = selection.general_thread(&*target);
     if let Some(format) = text.strip_prefix("Qbtrace:") {
+        config.reading = None;
         let Some(tid) = thread else { return Some(error("Must select a single thread.")) };
         return Some(match format {
             "pt" => {
@@ -148,7 +149,13 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
             config.reading = Some((tid, annex.to_string(), text));
         }
         let text = config.reading.as_ref().map_or("", |(.., text)| text.as_str());
-        return Some(window(text.as_bytes(), offset, length));
+        let reply = window(text.as_bytes(), offset, length);
+        if reply.first() == Some(&b'l') {
+            // Read to the end: the next read, whatever its offset, reads
+            // the trace afresh.
+            config.reading = None;
+        }
+        return Some(reply);
     }
     None
 }

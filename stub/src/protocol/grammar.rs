@@ -156,6 +156,8 @@ pub(crate) fn malformed(body: &[u8]) -> bool {
             .strip_prefix("QEnvironmentHexEncoded:")
             .is_some_and(|hex| is_hex_bytes(hex) && hex.as_bytes().chunks(2).any(|pair| pair.eq_ignore_ascii_case(b"3d"))),
         'Q' if text.starts_with("QEnvironmentUnset") => !text.strip_prefix("QEnvironmentUnset:").is_some_and(is_hex_bytes),
+        // `monitor …`: the command in hex.
+        'q' if text.starts_with("qRcmd") => !text.strip_prefix("qRcmd,").is_some_and(is_hex_bytes),
         'q' if text.starts_with("qRegisterInfo") => !text.strip_prefix("qRegisterInfo").is_some_and(|n| n.len() <= 8 && is_hex64(n)),
         // `qSupported:feature;feature…` (none empty); a bare one is rewritten
         // before it gets here (see the session).
@@ -180,7 +182,7 @@ mod tests {
             "qThreadExtraInfo,p1c96.1c96", "vAttach;1c96", "QSetWorkingDir:2f746d70", "X1000,2:}]}]", "!", "qAttached", "qAttached:1c96",
             "qSupported", "qSupported:", "qSupported:xmlRegisters=i386;multiprocess+", "QDisableRandomization:1", "qRegisterInfo1a",
             "QEnvironmentHexEncoded:413d31", "qfThreadInfo", "qSearch:memory:1000;4;\u{de}\u{ad}",
-            "Hgp4d2.0", "vCont;c:04d2",
+            "Hgp4d2.0", "vCont;c:04d2", "qRcmd,7472616365207374617475732d2d6a736f6e", "qRcmd,",
         ] {
             assert!(!malformed(ok.as_bytes()), "{ok} rejected");
         }
@@ -194,6 +196,8 @@ mod tests {
             "Z0,1000,1;X2,abcd", "vCont;c\u{fffd}", "vCont;\u{e9}x", "qAttached:0",
             "vAttach;0", "qXfer:exec-file:read:0:0,1", "QEnvironmentHexEncoded:", "QEnvironmentHexEncoded:41",
             "qThreadExtraInfo,p-1.4d2", "qThreadExtraInfo,p0.4d2", "Hg00", "Hc00", "Hgp4d2.00", "Tp00.4d2", "vCont;c:00", "vCont;c:p4d2.00",
+            // Found by the packet-path fuzzer: gdbstub ended its session.
+            "qRcmd-", "qRcmd", "qRcmd,7", "qRcmd,zz",
         ] {
             assert!(malformed(bad.as_bytes()), "{bad} accepted");
         }

@@ -34,6 +34,7 @@ use gdbstub::common::Signal as GdbSignal;
 use nix::sys::ptrace;
 use nix::unistd::Pid;
 use retrace_collector::blocks::{self, Block, Int3s};
+use retrace_collector::control::Resume;
 use retrace_decoder::x86::{FlowKind, InsnInfo};
 
 use super::{tid_of, DebugSlot, ProcessTarget};
@@ -87,7 +88,7 @@ fn flow_of(insn: &InsnInfo) -> Flow {
 impl ProcessTarget {
     /// Whether thread `tid`, continuing recorded, may run block by block.
     fn runs_blocks(&self, tid: Pid) -> bool {
-        self.threads.len() == 1 && self.recording.contains(&tid) && !self.records_every_register() && !self.tracing.steps_only()
+        self.threads.len() + self.new_threads.len() == 1 && self.recording.contains(&tid) && !self.records_every_register() && !self.tracing.steps_only()
     }
 
     /// The block at `ip`, ending also before the client's breakpoints;
@@ -171,7 +172,7 @@ impl ProcessTarget {
             self.blocks.running = Some((tid, now));
             self.blocks.prompt = Some(true);
             self.tracing.block_runs += 1;
-            return match ptrace::cont(tid, None) {
+            return match self.control.resume(tid, Resume::Free, None) {
                 Ok(()) | Err(nix::Error::ESRCH) => None,
                 Err(error) => Some(self.cannot_run(tid, error)),
             };
@@ -206,7 +207,7 @@ impl ProcessTarget {
         }
         self.blocks.prompt = Some(!system_call);
         self.tracing.single_steps += 1;
-        match ptrace::step(tid, None) {
+        match self.control.resume(tid, Resume::Step, None) {
             Ok(()) | Err(nix::Error::ESRCH) => None,
             Err(error) => Some(self.cannot_run(tid, error)),
         }

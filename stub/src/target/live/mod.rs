@@ -28,7 +28,7 @@ use nix::sys::ptrace;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
-use retrace_collector::control::TracedProcess;
+use retrace_collector::control::{Resume, TracedProcess};
 use retrace_collector::process;
 
 use crate::arch::{RegNumber, Regs};
@@ -437,7 +437,7 @@ impl ProcessTarget {
                     self.start_recorded(tid, signal)?;
                     continue;
                 }
-                Action::Continue(signal) => ptrace::cont(tid, signal),
+                Action::Continue(signal) => self.control.resume(tid, Resume::Free, signal),
                 Action::Step(signal) => {
                     if traced {
                         self.before_traced_resume(tid, signal);
@@ -445,7 +445,7 @@ impl ProcessTarget {
                         self.tracing.single_steps += 1;
                     }
                     self.stepping.insert(tid);
-                    ptrace::step(tid, signal)
+                    self.control.resume(tid, Resume::Step, signal)
                 }
             };
             tracing::debug!(tid = tid.as_raw(), ?action, ?result, "resume");

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+use retrace_collector::control::Resume;
 use retrace_collector::hardware::PerfIntelPt;
 use retrace_collector::intel_pt::{IntelPtError, PtEventConfig, ThreadPtEvent, SYSFS_DIR};
 use retrace_collector::perf_clock::TraceClock;
@@ -539,7 +540,7 @@ impl ProcessTarget {
         }
         self.prepare_step(tid, signal);
         self.tracing.single_steps += 1;
-        match ptrace::step(tid, signal) {
+        match self.control.resume(tid, Resume::Step, signal) {
             Ok(()) => {
                 self.recording.insert(tid);
                 self.running.insert(tid);
@@ -585,7 +586,8 @@ impl ProcessTarget {
     /// process…) the way it was running: stepped when recorded or
     /// single-stepped by the client, else freely.
     pub(super) fn resume_after_event(&mut self, tid: Pid) {
-        let result = if self.recording.contains(&tid) || self.stepping.contains(&tid) { ptrace::step(tid, None) } else { ptrace::cont(tid, None) };
+        let how = if self.recording.contains(&tid) || self.stepping.contains(&tid) { Resume::Step } else { Resume::Free };
+        let result = self.control.resume(tid, how, None);
         if let Err(error) = result {
             tracing::debug!(tid = tid.as_raw(), %error, "resume after an event");
         }

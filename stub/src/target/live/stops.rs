@@ -8,7 +8,7 @@ use gdbstub::common::Signal as GdbSignal;
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use retrace_collector::control::{ProcessEvent, Spawn, Wait};
+use retrace_collector::control::{ProcessEvent, Resume, Spawn, Wait};
 
 use super::recording::{rip, STEPS_IN_A_ROW};
 use super::{tid_of, triggered_slot, ProcessTarget};
@@ -28,7 +28,8 @@ impl ProcessTarget {
             loop {
                 let event = match self.control.next_event(Wait::Thread(tid)) {
                     Ok(Some(event)) => event,
-                    Ok(None) => continue,
+                    Ok(None) if !self.control.is_over() => continue,
+                    Ok(None) => break,
                     Err(_) => {
                         self.thread_gone(tid);
                         break;
@@ -43,7 +44,7 @@ impl ProcessTarget {
                             self.record_progress(tid, now);
                         }
                         self.tracing.single_steps += 1;
-                        let _ = ptrace::step(tid, None);
+                        let _ = self.control.resume(tid, Resume::Step, None);
                     }
                     ProcessEvent::Trap(t) if t == tid => {
                         if let Ok(mut regs) = ptrace::getregs(tid) {
@@ -53,10 +54,16 @@ impl ProcessTarget {
                             }
                         }
                         // The SIGSTOP is still pending: collect it.
-                        let _ = ptrace::cont(tid, None);
+                        let _ = self.control.resume(tid, Resume::Free, None);
                     }
                     ProcessEvent::ThreadGone(t) if t == tid => {
                         self.thread_gone(tid);
+                        break;
+                    }
+                    ProcessEvent::Exiting(t) if t == tid => {
+                        // On its way out: it is reaped later (a leader only
+                        // after every other thread), not waited for here.
+                        let _ = self.control.resume(tid, Resume::Free, None);
                         break;
                     }
                     ProcessEvent::Exited(code) => {
@@ -72,7 +79,7 @@ impl ProcessTarget {
                     other => {
                         self.side_event(other);
                         if let Some(stopped) = other.stopped_thread().filter(|&t| t == tid) {
-                            let _ = ptrace::cont(stopped, None);
+                            let _ = self.control.resume(stopped, Resume::Free, None);
                         }
                     }
                 }
@@ -82,12 +89,12 @@ impl ProcessTarget {
     }
 
     /// Bookkeeping for an event met while waiting for something else: a
-    /// new thread is known (its first stop is still to come), a forked
+    /// new thread is known (not yet a thread of the program's for the
+    /// client or for resumes: its first stop is still to come), a forked
     /// child gets its memory back, a thread gone is forgotten.
     fn side_event(&mut self, event: ProcessEvent) {
         match event {
             ProcessEvent::Spawned { child, kind: Spawn::Thread, .. } => {
-                self.threads.insert(child);
                 self.new_threads.insert(child);
             }
             ProcessEvent::ForkedChild(child) => self.release_forked_child(child),
@@ -149,7 +156,12 @@ impl ProcessTarget {
                     self.new_threads.remove(&tid);
                     self.threads.insert(tid);
                     self.init_thread_debug_registers();
-                    let traced = self.trace_new_thread(tid) || self.full_recording();
+                    if !self.tracing.traces(tid) {
+                        self.trace_new_thread(tid);
+                    }
+                    // Stepped or run by blocks when the stub records it (a
+                    // thread the CPU traces runs freely).
+                    let recorded = self.records(tid);
                     if self.stop_note.is_some() {
                         // Over the process's trace limit: stop, as lldb-server does.
                         self.stop_others(None);
@@ -157,11 +169,11 @@ impl ProcessTarget {
                     }
                     if self.scheduler_locked {
                         // It waits for the next resume.
-                    } else if traced {
+                    } else if recorded {
                         if let Err(error) = self.start_recorded(tid, None) {
                             tracing::warn!(%error, "a new traced thread");
                         }
-                    } else if ptrace::cont(tid, None).is_ok() {
+                    } else if self.control.resume(tid, Resume::Free, None).is_ok() {
                         self.running.insert(tid);
                     }
                 }
