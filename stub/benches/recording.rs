@@ -180,18 +180,7 @@ fn main() {
     client.reply_len();
     let state_request = br#"jLLDBTraceGetState:{"type":"intel-pt"}"#;
     client.send(state_request);
-    let mut state = String::new();
-    {
-        let mut byte = [0u8; 1];
-        while client.0.read(&mut byte).unwrap() == 1 {
-            state.push(byte[0] as char);
-            if state.ends_with('#') {
-                let mut sum = [0u8; 2];
-                client.0.read_exact(&mut sum).unwrap();
-                break;
-            }
-        }
-    }
+    let state = String::from_utf8(client.reply_body()).unwrap();
     let tid: u64 = state.split("\"tid\":").nth(1).and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next()).and_then(|t| t.parse().ok()).expect("a traced thread");
     // Recorded to `done` (the program is position-independent, loaded at
     // 0x555555554000 with ASLR off, as the `m` reads below assume).

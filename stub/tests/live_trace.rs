@@ -13,7 +13,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{exchange, framed, read_packet, retrace, start_stub, start_stub_with_args, wait_exit};
+use common::{exchange, framed, read_packet, retrace, start_stub, wait_exit};
 use retrace_collector::process::{launch, LaunchOptions};
 use retrace_collector::software::{record, RecordOptions, StepMode};
 use retrace_tests::recordings::build;
@@ -43,8 +43,16 @@ fn lldb(program: &Path, commands: &[&str]) -> String {
 
 /// Runs lldb-22 against the stub on `program args…` with these commands.
 fn lldb_with_args(program: &Path, program_args: &[&str], commands: &[&str]) -> String {
-    let program_args: Vec<&Path> = program_args.iter().map(Path::new).collect();
-    let (stub, port) = start_stub_with_args(program, &program_args);
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    stub.args(["--listen", "127.0.0.1:0", "--"]).arg(program).args(program_args);
+    lldb_against(stub, program, commands)
+}
+
+/// Runs lldb-22 against the stub `stub` starts (on `program`) with these
+/// commands.
+fn lldb_against(stub: Command, program: &Path, commands: &[&str]) -> String {
+    let (stub, line) = common::spawn_stub(stub);
+    let (_, port) = common::pid_and_port(&line);
     let mut args = vec!["-b".to_string(), "-o".into(), format!("gdb-remote {port}")];
     for command in commands {
         args.push("-o".into());
@@ -422,16 +430,7 @@ fn lldb_tracing_with(recorder: &str, sysfs: Option<&Path>, program: &Path, comma
     if let Some(sysfs) = sysfs {
         stub.env("RETRACE_INTEL_PT_SYSFS", sysfs);
     }
-    let (stub, line) = common::spawn_stub(stub);
-    let (_, port) = common::pid_and_port(&line);
-    let mut args = vec!["-b".to_string(), "-o".into(), format!("gdb-remote {port}")];
-    for command in commands {
-        args.extend(["-o".to_string(), command.to_string()]);
-    }
-    args.push(program.display().to_string());
-    let out = Command::new("timeout").arg("120").arg("lldb-22").args(&args).stdin(Stdio::null()).output().unwrap();
-    let _ = wait_exit(stub);
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    lldb_against(stub, program, commands)
 }
 
 /// The numbers `monitor trace status` gave, in order: single steps, block

@@ -341,7 +341,7 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
     }
 
     /// How the traces are being made (`monitor trace status`).
-    fn trace_status(&mut self) -> Result<TraceStatus, String> {
+    fn trace_status(&self) -> Result<TraceStatus, String> {
         Err(TRACING_UNSUPPORTED.into())
     }
 

@@ -562,7 +562,7 @@ impl Inferior for ProcessTarget {
         self.stop_note.take()
     }
 
-    fn trace_status(&mut self) -> Result<crate::target::TraceStatus, String> {
+    fn trace_status(&self) -> Result<crate::target::TraceStatus, String> {
         Ok(self.tracing_status())
     }
 

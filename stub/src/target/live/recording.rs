@@ -195,6 +195,15 @@ impl TracedThread {
         }
     }
 
+    /// Instructions recorded since the trace started (`None`: the CPU
+    /// counts none).
+    fn instructions(&self) -> Option<u64> {
+        match &self.trace {
+            ThreadTrace::Ring(ring) => Some(ring.instructions()),
+            ThreadTrace::IntelPt(..) => None,
+        }
+    }
+
     /// The ring the stub writes, for a thread recorded in software.
     fn ring(&mut self) -> Option<&mut TraceRing> {
         match &mut self.trace {
@@ -347,7 +356,13 @@ impl Tracing {
 
     /// Thread `tid` is traced no more; its ring's room is given back.
     fn close(&mut self, tid: Pid) {
-        let Some(thread) = self.threads.remove(&tid) else { return };
+        if let Some(thread) = self.threads.remove(&tid) {
+            self.release(thread);
+        }
+    }
+
+    /// A trace is dropped: the hardware's ring goes back to the budget.
+    fn release(&mut self, thread: TracedThread) {
         if let (ThreadTrace::IntelPt(event, size), Some(RecorderInUse::IntelPt(pt))) = (thread.trace, &mut self.in_use) {
             pt.close((event, size));
         }
@@ -383,9 +398,8 @@ impl Tracing {
             match self.open(tid, settings) {
                 Ok(thread) => opened.push((tid, thread)),
                 Err(error) => {
-                    for (tid, thread) in opened {
-                        self.threads.insert(tid, thread);
-                        self.close(tid);
+                    for (_, thread) in opened {
+                        self.release(thread);
                     }
                     if chose_now && self.recorder == TraceRecorder::Auto && matches!(self.in_use, Some(RecorderInUse::IntelPt(_))) {
                         tracing::warn!(%error, "the CPU's Intel PT does not open: recording in software");
@@ -597,20 +611,19 @@ impl ProcessTarget {
     /// whether it is.
     pub(super) fn trace_new_thread(&mut self, tid: Pid) -> bool {
         let Some((settings, limit)) = self.tracing.process else { return false };
-        if limit.is_some_and(|limit| self.tracing.total_bytes() + settings.size as u64 > limit) {
-            let message = format!("Thread {tid} can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit.");
-            tracing::warn!(tid = tid.as_raw(), message);
-            // The stop says so (lldb-server's `reason:processor trace`).
-            self.stop_note = Some(format!("reason:processor trace;description:{};", crate::hex::hex(&message)));
-            return false;
-        }
-        match self.tracing.open(tid, settings) {
+        let opened = if limit.is_some_and(|limit| self.tracing.total_bytes() + settings.size as u64 > limit) {
+            Err(format!("Thread {tid} can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit."))
+        } else {
+            self.tracing.open(tid, settings)
+        };
+        match opened {
             Ok(thread) => {
                 self.tracing.threads.insert(tid, thread);
                 true
             }
             Err(message) => {
                 tracing::warn!(tid = tid.as_raw(), message, "a new thread is not traced");
+                // The stop says so (lldb-server's `reason:processor trace`).
                 self.stop_note = Some(format!("reason:processor trace;description:{};", crate::hex::hex(&message)));
                 false
             }
@@ -781,16 +794,16 @@ impl ProcessTarget {
     }
 
     /// How the traces are being made, and what each holds.
-    pub(super) fn tracing_status(&mut self) -> TraceStatus {
-        let tracing = &mut self.tracing;
+    pub(super) fn tracing_status(&self) -> TraceStatus {
+        let tracing = &self.tracing;
         TraceStatus {
             recorder: tracing.in_use.as_ref().map_or_else(|| format!("none yet ({} when tracing starts)", tracing.recorder.name()), RecorderInUse::describe),
             single_steps: tracing.single_steps,
             block_runs: tracing.block_runs,
             threads: tracing
                 .threads
-                .iter_mut()
-                .map(|(tid, thread)| ThreadTraceStatus { tid: tid.as_raw() as u64, size: thread.size(), instructions: thread.ring().map(|ring| ring.instructions()) })
+                .iter()
+                .map(|(tid, thread)| ThreadTraceStatus { tid: tid.as_raw() as u64, size: thread.size(), instructions: thread.instructions() })
                 .collect(),
         }
     }

@@ -14,6 +14,15 @@ use super::recording::{rip, STEPS_IN_A_ROW};
 use super::{tid_of, triggered_slot, ProcessTarget};
 use crate::target::StopReason;
 
+/// The stop reply for the end of the process.
+fn process_end(event: ProcessEvent) -> Option<StopReason> {
+    match event {
+        ProcessEvent::Exited(code) => Some(StopReason::Exited(code as u8)),
+        ProcessEvent::Killed(signal) => Some(StopReason::Terminated(crate::signals::to_gdb(signal))),
+        _ => None,
+    }
+}
+
 impl ProcessTarget {
     /// Stops every running thread except `except`, waiting for each to stop.
     /// A thread that stopped at one of our breakpoints in the meantime is backed
@@ -66,13 +75,8 @@ impl ProcessTarget {
                         let _ = self.control.resume(tid, Resume::Free, None);
                         break;
                     }
-                    ProcessEvent::Exited(code) => {
-                        self.ended = Some(StopReason::Exited(code as u8));
-                        self.thread_gone(tid);
-                        break;
-                    }
-                    ProcessEvent::Killed(signal) => {
-                        self.ended = Some(StopReason::Terminated(crate::signals::to_gdb(signal)));
+                    ProcessEvent::Exited(_) | ProcessEvent::Killed(_) => {
+                        self.ended = process_end(event);
                         self.thread_gone(tid);
                         break;
                     }
@@ -113,12 +117,12 @@ impl ProcessTarget {
 
     /// Collects ptrace events until one must be reported to the client.
     pub(super) fn next_stop(&mut self) -> Option<StopReason> {
-        // A recorded thread stepping an instruction that cannot block: wait
-        // for it alone (a few hundred times in a row at most, then the other
-        // threads and the client get their turn).
         if let Some(end) = self.ended.take() {
             return Some(end);
         }
+        // A recorded thread stepping an instruction that cannot block: wait
+        // for it alone (a few hundred times in a row at most, then the other
+        // threads and the client get their turn).
         let mut only: Option<Pid> = None;
         loop {
             let event = match only.take() {
@@ -244,13 +248,9 @@ impl ProcessTarget {
                     self.stop_others(Some(tid));
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: crate::signals::to_gdb(signal) });
                 }
-                ProcessEvent::Exited(code) => {
+                ProcessEvent::Exited(_) | ProcessEvent::Killed(_) => {
                     self.thread_gone(self.pid);
-                    return Some(StopReason::Exited(code as u8));
-                }
-                ProcessEvent::Killed(signal) => {
-                    self.thread_gone(self.pid);
-                    return Some(StopReason::Terminated(crate::signals::to_gdb(signal)));
+                    return process_end(event);
                 }
             }
         }
