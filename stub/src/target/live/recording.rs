@@ -652,6 +652,7 @@ impl ProcessTarget {
     /// A thread is gone: so is its trace (as lldb-server frees it).
     pub(super) fn trace_thread_gone(&mut self, tid: Pid) {
         self.tracing.close(tid);
+        self.tracing.settle();
         self.recording.remove(&tid);
     }
 
