@@ -249,14 +249,7 @@ fn every_thread(flags: &[&str]) {
     assert!(traced[0].starts_with(&format!("thread {main_tid}: ")), "{after}");
     let dump = after.split_once("thread trace dump instructions -c 4").and_then(|(_, rest)| rest.split_once("(lldb) c")).map(|(dump, _)| dump);
     let dump = dump.unwrap_or_else(|| panic!("the main thread's dump at exit:\n{after}"));
-    // KNOWN BUG (open, issue 14): now and then the main thread's trace
-    // ends at a `clone3` system call with LLDB's "trace stream does not
-    // match query" error and nothing after it (the clone's ptrace event
-    // met while the other threads were being stopped resumes the thread
-    // without recording the call). Until it is fixed this case is named
-    // and asserted exactly; any other ending must be main's, error-free.
-    let known_clone3_gap = dump.contains("(error) trace stream does not match query") && dump.contains("`__clone3 + ");
-    assert!(known_clone3_gap || (dump.contains("`main + ") && !dump.contains("error")), "{dump}");
+    assert!(dump.contains("`main + ") && !dump.contains("error"), "{dump}");
     assert!(out.contains("exited with status = "), "the program ends while traced:\n{out}");
 }
 
@@ -710,4 +703,56 @@ fn a_thread_over_the_process_limit_stops_the_process_with_the_reason() {
         line.ends_with("can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit."),
         "{line}"
     );
+}
+
+/// The number after `label` on its first line in `out`.
+fn number_after(out: &str, label: &str) -> u64 {
+    let rest = out.split_once(label).unwrap_or_else(|| panic!("no {label:?} in:\n{out}")).1;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("no number after {label:?} in:\n{out}"))
+}
+
+/// Stops that race each other while the stub stops every thread for one
+/// of them: a breakpoint hit over and over in one thread (LLDB continues
+/// past it by an ignore count), SIGUSR1 raised over and over in another
+/// (passed on without a stop), the main thread creating and joining
+/// threads. A clone whose ptrace event is met there is recorded to its end
+/// (run freely, it left a gap: LLDB's "trace stream does not match query"
+/// in the main thread's trace, every run before the fix), and a signal met
+/// there is reported at the thread's next resume (dropped, the program
+/// handled fewer signals than it raised).
+#[test]
+fn stops_racing_each_other_lose_neither_trace_nor_signal() {
+    if !tools() {
+        return;
+    }
+    let program = program("stop_races", &["-O2"]);
+    let out = lldb_with_args(
+        &program,
+        &["40"],
+        &[
+            "b main",
+            "c",
+            "process trace start -s 1MiB",
+            "process handle SIGUSR1 -s false -n false -p true",
+            "b tick",
+            "breakpoint modify -i 1000000 2",
+            "b done",
+            "c",
+            "thread trace dump info 1",
+            "target variable raised handled",
+            "breakpoint list",
+            "c",
+        ],
+    );
+    let (_, at_done) = out.split_once("stop reason = breakpoint 3.1").unwrap_or_else(|| panic!("stopped at done:\n{out}"));
+    assert!(number_after(at_done, "Total number of trace items: ") > 10_000, "the main thread's trace through 40 thread creations:\n{at_done}");
+    assert_eq!(number_after(at_done, "Number of individual errors: "), 0, "{at_done}");
+    let (raised, handled) = (number_after(at_done, "raised = "), number_after(at_done, "handled = "));
+    assert!(raised > 0, "{at_done}");
+    assert_eq!(handled, raised, "every signal raised reached its handler");
+    // The stops did race: the worker stopped at `tick` again and again.
+    let (_, ticks) = at_done.split_once("2: name = 'tick'").unwrap_or_else(|| panic!("{at_done}"));
+    assert!(number_after(ticks, "hit count = ") >= 10, "{at_done}");
+    assert!(out.contains("exited with status = 0"), "{out}");
 }

@@ -4,7 +4,7 @@
 //! regions ([`libraries`]). Process control itself (launch, attach) comes
 //! from `retrace-collector`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -93,6 +93,10 @@ pub struct ProcessTarget {
     /// A stop found while resuming (a recorded thread continued onto a
     /// breakpoint): the threads already started are stopped and it is reported.
     pending_stop: Option<StopReason>,
+    /// Signals that stopped a thread while the stub was stopping it for
+    /// another thread's stop: each is reported at the thread's next resume,
+    /// before anything runs.
+    deferred_signals: BTreeMap<Pid, Signal>,
     /// The history kept for reverse execution (`--record`).
     full: Option<full::FullRecording>,
     /// Recorded continues run block by block ([`block_runs`]).
@@ -290,6 +294,7 @@ impl ProcessTarget {
             tracing: recording::Tracing::default(),
             recording: BTreeSet::new(),
             pending_stop: None,
+            deferred_signals: BTreeMap::new(),
             stop_note: None,
             full: None,
             blocks: block_runs::BlockRuns::default(),
@@ -417,6 +422,18 @@ impl ProcessTarget {
     /// True when `address` holds one of our breakpoints.
     pub fn has_breakpoint(&self, address: u64) -> bool {
         self.breakpoints.contains_key(&address)
+    }
+
+    /// A signal deferred for a thread this resume would run with no signal
+    /// of its own: its stop, reported now instead (nothing runs). A thread
+    /// resumed with a signal keeps its deferred one for a later resume.
+    fn take_deferred_signal(&mut self) -> Option<StopReason> {
+        let tid = self.deferred_signals.keys().copied().find(|tid| match self.actions.get(tid) {
+            Some(Action::Continue(signal) | Action::Step(signal)) => signal.is_none(),
+            None => !self.scheduler_locked,
+        })?;
+        let signal = self.deferred_signals.remove(&tid)?;
+        Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: crate::signals::to_gdb(signal) })
     }
 
     /// Starts every thread per the resume actions; returns how many run.
@@ -686,6 +703,10 @@ impl MultiThreadResume for ProcessTarget {
                 // At the present: the live process runs on, recorded.
                 None => {}
             }
+        }
+        if let Some(stop) = self.take_deferred_signal() {
+            self.stop_now = Some(stop);
+            return Ok(());
         }
         self.start_threads().map(|_| ())
     }

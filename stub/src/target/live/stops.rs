@@ -56,13 +56,26 @@ impl ProcessTarget {
                         let _ = self.control.resume(tid, Resume::Step, None);
                     }
                     ProcessEvent::Trap(t) if t == tid => {
-                        if let Ok(mut regs) = ptrace::getregs(tid) {
-                            if self.has_breakpoint(regs.rip.wrapping_sub(1)) {
-                                regs.rip -= 1;
-                                let _ = ptrace::setregs(tid, regs);
+                        // A breakpoint's trap is backed up so it hits again
+                        // (a client's single step that ended is no breakpoint's).
+                        if !self.stepping.contains(&tid) {
+                            if let Ok(mut regs) = ptrace::getregs(tid) {
+                                if self.has_breakpoint(regs.rip.wrapping_sub(1)) {
+                                    regs.rip -= 1;
+                                    let _ = ptrace::setregs(tid, regs);
+                                }
                             }
                         }
                         // The SIGSTOP is still pending: collect it.
+                        let _ = self.control.resume(tid, Resume::Free, None);
+                    }
+                    ProcessEvent::Signal(t, signal) if t == tid => {
+                        // Another signal came first: the thread stays where
+                        // it is (a signal stop runs nothing) and gets it at
+                        // its next resume, as a stop reported then
+                        // (gdbserver's pending status); the SIGSTOP is next.
+                        tracing::debug!(tid = tid.as_raw(), ?signal, "a signal met while stopping the threads: reported at the thread's next resume");
+                        self.deferred_signals.insert(tid, signal);
                         let _ = self.control.resume(tid, Resume::Free, None);
                     }
                     ProcessEvent::ThreadGone(t) if t == tid => {
@@ -83,7 +96,15 @@ impl ProcessTarget {
                     other => {
                         self.side_event(other);
                         if let Some(stopped) = other.stopped_thread().filter(|&t| t == tid) {
-                            let _ = self.control.resume(stopped, Resume::Free, None);
+                            if matches!(other, ProcessEvent::Exec { .. }) {
+                                tracing::warn!(tid = tid.as_raw(), "an exec met while stopping the threads is not reported");
+                            }
+                            // Mid-instruction (a clone's event comes from
+                            // inside the system call): the instruction ends
+                            // the way the thread was running, so a recorded
+                            // thread's system call is recorded (run freely,
+                            // it went unrecorded and left a gap in the trace).
+                            self.resume_after_event(stopped);
                         }
                     }
                 }
@@ -109,6 +130,7 @@ impl ProcessTarget {
 
     /// Thread `tid` is gone.
     fn thread_gone(&mut self, tid: Pid) {
+        self.deferred_signals.remove(&tid);
         self.threads.remove(&tid);
         self.new_threads.remove(&tid);
         self.running.remove(&tid);
@@ -147,6 +169,7 @@ impl ProcessTarget {
                     self.threads.retain(|t| *t == self.pid);
                     self.new_threads.clear();
                     self.running.clear();
+                    self.deferred_signals.clear();
                     self.trace_exec(tid, former);
                     self.history_restarts();
                     return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP });
