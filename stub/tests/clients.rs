@@ -507,3 +507,126 @@ fn forked_child_runs_on_without_our_breakpoints() {
     assert!(!out.contains("SIGTRAP"), "{out}");
     assert_eq!(wait_exit(stub), Some(0));
 }
+
+fn exec_self() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("exec");
+    build("exec_self", &dir, &["-O0"])
+}
+
+/// The lines of a client's session that say where it stopped and why,
+/// every number made `#` (process ids differ between runs).
+fn stop_lines(out: &str) -> Vec<String> {
+    let words = ["stop reason = ", "frame #0: ", "Breakpoint ", "is executing new program: ", "exited with ", "exited normally", "signal "];
+    out.lines()
+        .filter(|line| words.iter().any(|w| line.contains(w)))
+        // Where a breakpoint was set: before the program runs, the native
+        // clients give unrelocated addresses.
+        .filter(|line| !(line.starts_with("Breakpoint ") && (line.contains(" at 0x") || line.contains(": where = "))))
+        .map(|line| {
+            let mut normal = String::new();
+            for c in line.trim().chars() {
+                if !c.is_ascii_digit() {
+                    normal.push(c);
+                } else if !normal.ends_with('#') {
+                    normal.push('#');
+                }
+            }
+            normal
+        })
+        .collect()
+}
+
+#[test]
+fn an_exec_is_followed_as_gdb_follows_it_natively() {
+    if !tools("gdb") {
+        return;
+    }
+    let program = exec_self();
+    let commands = ["break again", "break before_exec", "continue", "continue", "bt", "continue"];
+    let mut native = Command::new("gdb");
+    native.args(["-batch", "-nx", "-ex", "set startup-with-shell off", "-ex", "break again", "-ex", "break before_exec", "-ex", "run"]);
+    for command in &commands[3..] {
+        native.args(["-ex", command]);
+    }
+    let native = {
+        native.arg(&program);
+        run_with_timeout(native, 60)
+    };
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}")]);
+    for command in commands {
+        gdb.args(["-ex", command]);
+    }
+    let out = {
+        gdb.arg(&program);
+        run_with_timeout(gdb, 60)
+    };
+    for expected in ["Breakpoint 2, before_exec ()", "is executing new program: ", "Breakpoint 1, again (n=3) at ", "exited with code 05]"] {
+        assert!(native.contains(expected), "native GDB: no {expected:?} in:\n{native}");
+        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
+    }
+    assert_eq!(stop_lines(&out), stop_lines(&native), "GDB against the stub:\n{out}\nnative GDB:\n{native}");
+    assert!(!out.contains("SIGTRAP"), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+}
+
+#[test]
+fn an_exec_is_followed_as_lldb_follows_it_natively() {
+    if !tools("lldb-22") {
+        return;
+    }
+    let program = exec_self();
+    let commands = ["b again", "b before_exec", "c", "c", "bt", "c", "c"];
+    let mut native = Command::new("lldb-22");
+    native.args(["-b", "-o", "b again", "-o", "b before_exec", "-o", "process launch"]);
+    for command in &commands[3..] {
+        native.args(["-o", command]);
+    }
+    let native = {
+        native.arg(&program);
+        run_with_timeout(native, 60)
+    };
+    let (stub, port) = start_stub(&program);
+    let mut lldb = Command::new("lldb-22");
+    lldb.args(["-b", "-o", &format!("gdb-remote 127.0.0.1:{port}")]);
+    for command in commands {
+        lldb.args(["-o", command]);
+    }
+    let out = {
+        lldb.arg(&program);
+        run_with_timeout(lldb, 60)
+    };
+    for expected in ["stop reason = breakpoint 2.1", "stop reason = exec", "stop reason = breakpoint 1.1", "exec_self`again(n=", "exited with status = 5"] {
+        assert!(native.contains(expected), "native LLDB: no {expected:?} in:\n{native}");
+        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
+    }
+    let from_first_stop = |out: &str| stop_lines(out).into_iter().skip_while(|l| !l.contains("breakpoint 2.1")).collect::<Vec<_>>();
+    assert_eq!(from_first_stop(&out), from_first_stop(&native), "LLDB against the stub:\n{out}\nnative LLDB:\n{native}");
+    assert_eq!(wait_exit(stub), Some(0));
+}
+
+/// An exec racing another thread's stops: a thread hits a breakpoint over
+/// and over (LLDB continues past it by an ignore count) while the main
+/// thread execs, nine times over. An exec met while the stub stops the
+/// threads for a breakpoint hit is reported instead of that hit (whose
+/// thread went with the old image); LLDB follows every exec to `again`.
+#[test]
+fn execs_racing_another_threads_breakpoint_hits_are_all_followed() {
+    if !tools("lldb-22") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("exec");
+    let program = build("exec_self", &dir, &["-O0"]);
+    let ticking = PathBuf::from("ticking");
+    let nine = PathBuf::from("9");
+    let (stub, port) = start_stub_with_args(&program, &[&ticking, &nine]);
+    let mut lldb = Command::new("lldb-22");
+    lldb.args(["-b", "-o", &format!("gdb-remote 127.0.0.1:{port}")])
+        .args(["-o", "settings set target.process.stop-on-exec false", "-o", "b tick", "-o", "breakpoint modify -i 1000000 1", "-o", "b again", "-o", "c", "-o", "c"])
+        .arg(&program);
+    let out = run_with_timeout(lldb, 120);
+    assert!(out.contains("stop reason = breakpoint 2.1") && out.contains("exec_self`again(n="), "{out}");
+    assert!(out.contains("exited with status = 5"), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+}

@@ -217,7 +217,14 @@ fn every_thread(flags: &[&str]) {
     assert_eq!(dumps.len(), listed, "every thread listed is dumped\n{out}");
     for (tid, (addresses, errors)) in &dumps {
         assert!(errors.is_empty(), "thread {tid}: {errors:?}\n{out}");
-        assert!(!addresses.is_empty(), "thread {tid} traced");
+        if addresses.is_empty() {
+            // A new thread caught at its first instruction (its clone
+            // returning in the child) while the other threads stopped: it
+            // is one of the program's threads, with nothing run yet.
+            let line = at_work.lines().find(|l| l.contains(&format!("tid = {tid}, "))).unwrap_or_else(|| panic!("thread {tid} listed:\n{out}"));
+            assert!(line.contains("`__clone3 + ") || line.contains("`clone3 + "), "thread {tid} traced, or at its first instruction: {line}\n{out}");
+            continue;
+        }
         if addresses[0] == main_bp {
             // Stopped wherever it was when a worker hit the breakpoint: a
             // prefix of its own history from the first breakpoint.
@@ -240,10 +247,10 @@ fn every_thread(flags: &[&str]) {
             assert_eq!(addresses[..], worker[..addresses.len()], "worker {tid}");
         }
     }
-    let stopped_worker = dumps.values().any(|(a, _)| a[0] != main_bp && truth[1].get(a.len()) == Some(&work_bp));
+    let stopped_worker = dumps.values().any(|(a, _)| a.first().is_some_and(|&first| first != main_bp) && truth[1].get(a.len()) == Some(&work_bp));
     assert!(stopped_worker, "a worker's trace ends at the breakpoint in work:\n{out}");
     // The workers' traces went with them; the main thread's goes on.
-    let main_tid = dumps.iter().find(|(_, (a, _))| a[0] == main_bp).map(|(tid, _)| *tid).expect("the main thread dumped");
+    let main_tid = dumps.iter().find(|(_, (a, _))| a.first() == Some(&main_bp)).map(|(tid, _)| *tid).expect("the main thread dumped");
     let traced: Vec<&str> = after.lines().filter(|l| l.starts_with("thread ") && l.contains("-byte trace")).collect();
     assert_eq!(traced.len(), 1, "only the main thread is traced after the workers exited:\n{after}");
     assert!(traced[0].starts_with(&format!("thread {main_tid}: ")), "{after}");
@@ -740,8 +747,7 @@ fn stops_racing_each_other_lose_neither_trace_nor_signal() {
             "b done",
             "c",
             "thread trace dump info 1",
-            "target variable raised handled",
-            "breakpoint list",
+            "target variable raised handled ticks",
             "c",
         ],
     );
@@ -751,8 +757,10 @@ fn stops_racing_each_other_lose_neither_trace_nor_signal() {
     let (raised, handled) = (number_after(at_done, "raised = "), number_after(at_done, "handled = "));
     assert!(raised > 0, "{at_done}");
     assert_eq!(handled, raised, "every signal raised reached its handler");
-    // The stops did race: the worker stopped at `tick` again and again.
-    let (_, ticks) = at_done.split_once("2: name = 'tick'").unwrap_or_else(|| panic!("{at_done}"));
-    assert!(number_after(ticks, "hit count = ") >= 10, "{at_done}");
+    // The stops did race: the worker stopped at `tick` again and again (as
+    // a hit, or caught there while another thread's stop was taken: then
+    // LLDB steps it over without counting a hit, so its count is the
+    // program's).
+    assert!(number_after(at_done, "ticks = ") >= 5, "{at_done}");
     assert!(out.contains("exited with status = 0"), "{out}");
 }

@@ -382,8 +382,14 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                                     no_ack = true;
                                 }
                                 if body.starts_with(b"qSupported") {
-                                    // gdbstub knows nothing of branch tracing.
-                                    inner.borrow_conn().extend_next_reply(super::gdb_btrace::FEATURES.as_bytes());
+                                    // gdbstub knows nothing of branch tracing
+                                    // or of exec events.
+                                    let mut features = super::gdb_btrace::FEATURES.to_string();
+                                    if body.split(|&b| b == b';' || b == b':').any(|feature| feature == b"exec-events+") {
+                                        target.client_takes_exec_events();
+                                        features.push_str(";exec-events+");
+                                    }
+                                    inner.borrow_conn().extend_next_reply(features.as_bytes());
                                 }
                                 let mut next = feed(GdbStubStateMachine::Idle(inner), target, &frame(&body))?;
                                 // gdbstub leaves a resume's `+` unsent until the stop.

@@ -317,6 +317,10 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
     /// replaying a recording of a live process follows the client.
     fn client_is_lldb(&mut self) {}
 
+    /// The client (GDB) offered `exec-events+`: an exec is reported as
+    /// one (`exec:<path in hex>;` in the stop reply).
+    fn client_takes_exec_events(&mut self) {}
+
     /// Starts recording threads or the process; the error is a sentence
     /// for the user (LLDB's wording where LLDB has one).
     fn trace_start(&mut self, _request: &TraceStart) -> Result<(), String> {

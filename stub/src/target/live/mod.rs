@@ -97,6 +97,11 @@ pub struct ProcessTarget {
     /// another thread's stop: each is reported at the thread's next resume,
     /// before anything runs.
     deferred_signals: BTreeMap<Pid, Signal>,
+    /// An exec met while the other threads were being stopped: reported
+    /// instead of the stop that was due (its thread went with the old image).
+    exec_stop: Option<StopReason>,
+    /// How the client is told of an exec (see [`ExecEvents`]).
+    exec_events: ExecEvents,
     /// The history kept for reverse execution (`--record`).
     full: Option<full::FullRecording>,
     /// Recorded continues run block by block ([`block_runs`]).
@@ -105,6 +110,21 @@ pub struct ProcessTarget {
     /// rather than running on live (LLDB's): see
     /// [`Inferior::client_is_lldb`].
     history_end_stops: bool,
+}
+
+/// How an exec is reported: by the words of the client's protocol, once
+/// the client is known to take them, else as the bare SIGTRAP the kernel
+/// sends without exec events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExecEvents {
+    /// `T05` alone.
+    Signal,
+    /// lldb-server's `reason:exec;` (LLDB reloads its modules and sets its
+    /// breakpoints again in the new image).
+    Lldb,
+    /// gdbserver's `exec:<path in hex>;`, for a GDB that offered
+    /// `exec-events+` ("process N is executing new program: PATH").
+    Gdb,
 }
 
 /// One of the four x86 debug-address registers in use.
@@ -295,6 +315,8 @@ impl ProcessTarget {
             recording: BTreeSet::new(),
             pending_stop: None,
             deferred_signals: BTreeMap::new(),
+            exec_stop: None,
+            exec_events: ExecEvents::Signal,
             stop_note: None,
             full: None,
             blocks: block_runs::BlockRuns::default(),
@@ -481,6 +503,11 @@ impl ProcessTarget {
 impl Inferior for ProcessTarget {
     fn client_is_lldb(&mut self) {
         self.history_end_stops = false;
+        self.exec_events = ExecEvents::Lldb;
+    }
+
+    fn client_takes_exec_events(&mut self) {
+        self.exec_events = ExecEvents::Gdb;
     }
 
     fn pid(&self) -> u32 {
@@ -522,6 +549,7 @@ impl Inferior for ProcessTarget {
             }
             None => self.next_stop()?,
         };
+        let reason = self.exec_stop.take().unwrap_or(reason);
         self.interrupted = false;
         self.traces_stopped();
         Some(reason)

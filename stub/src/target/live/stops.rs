@@ -5,13 +5,16 @@
 //! and new threads let run with the others.
 
 use gdbstub::common::Signal as GdbSignal;
+use std::collections::BTreeSet;
+
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use retrace_collector::control::{ProcessEvent, Resume, Spawn, Wait};
 
 use super::recording::{rip, STEPS_IN_A_ROW};
-use super::{tid_of, triggered_slot, ProcessTarget};
+use super::{tid_of, triggered_slot, ExecEvents, ProcessTarget};
+use retrace_collector::process;
 use crate::target::StopReason;
 
 /// The stop reply for the end of the process.
@@ -27,89 +30,205 @@ impl ProcessTarget {
     /// Stops every running thread except `except`, waiting for each to stop.
     /// A thread that stopped at one of our breakpoints in the meantime is backed
     /// up so it hits it again later.
+    ///
+    /// Events are taken from every thread as they come, not one thread's
+    /// at a time: a thread exec'ing waits in the kernel until the tracer has
+    /// reaped every other thread (the exec killed them), so waiting on it
+    /// alone would wait for ever.
     pub(super) fn stop_others(&mut self, except: Option<Pid>) {
-        let others: Vec<Pid> = self.running.iter().copied().filter(|t| Some(*t) != except).collect();
-        for tid in &others {
+        let mut waiting: BTreeSet<Pid> = self.running.iter().copied().filter(|t| Some(*t) != except).collect();
+        for tid in &waiting {
             // SAFETY: tgkill has no memory-safety preconditions.
             unsafe { libc::syscall(libc::SYS_tgkill, self.pid.as_raw(), tid.as_raw(), libc::SIGSTOP) };
         }
-        for tid in others {
-            loop {
-                let event = match self.control.next_event(Wait::Thread(tid)) {
-                    Ok(Some(event)) => event,
-                    Ok(None) if !self.control.is_over() => continue,
-                    Ok(None) => break,
-                    Err(_) => {
+        while !waiting.is_empty() {
+            let event = match self.control.next_event(Wait::Block) {
+                Ok(Some(event)) => event,
+                Ok(None) if !self.control.is_over() => continue,
+                Ok(None) | Err(_) => {
+                    for tid in std::mem::take(&mut waiting) {
                         self.thread_gone(tid);
-                        break;
                     }
-                };
-                match event {
-                    ProcessEvent::Signal(t, Signal::SIGSTOP) if t == tid => break,
-                    ProcessEvent::Trap(t) if t == tid && self.recording.contains(&tid) => {
-                        // A recorded step finished first; the SIGSTOP is
-                        // still pending and comes before the next instruction.
-                        if let Some(now) = rip(tid) {
-                            self.record_progress(tid, now);
-                        }
-                        self.tracing.single_steps += 1;
-                        let _ = self.control.resume(tid, Resume::Step, None);
+                    break;
+                }
+            };
+            let tid = match event {
+                ProcessEvent::Exec { tid: leader, former } => {
+                    // Every other thread went with the old image, the one
+                    // whose stop was due too: the exec is reported instead,
+                    // and there is no one left to wait for.
+                    tracing::debug!(leader = leader.as_raw(), former = former.as_raw(), "an exec met while stopping the threads: reported instead of the stop due");
+                    let stop = self.exec_done(leader, former);
+                    self.exec_stop = Some(stop);
+                    self.collect_sigstop(leader);
+                    return;
+                }
+                ProcessEvent::Exited(_) | ProcessEvent::Killed(_) => {
+                    self.ended = process_end(event);
+                    for tid in std::mem::take(&mut waiting) {
+                        self.thread_gone(tid);
                     }
-                    ProcessEvent::Trap(t) if t == tid => {
-                        // A breakpoint's trap is backed up so it hits again
-                        // (a client's single step that ended is no breakpoint's).
-                        if !self.stepping.contains(&tid) {
-                            if let Ok(mut regs) = ptrace::getregs(tid) {
-                                if self.has_breakpoint(regs.rip.wrapping_sub(1)) {
-                                    regs.rip -= 1;
-                                    let _ = ptrace::setregs(tid, regs);
-                                }
+                    break;
+                }
+                ProcessEvent::ThreadGone(tid) => tid,
+                _ => match event.stopped_thread() {
+                    Some(tid) => tid,
+                    None => {
+                        self.side_event(event);
+                        continue;
+                    }
+                },
+            };
+            if !waiting.contains(&tid) {
+                self.event_of_a_thread_not_running(event);
+                continue;
+            }
+            let stopped = match event {
+                ProcessEvent::Signal(_, Signal::SIGSTOP) => true,
+                ProcessEvent::Trap(_) if self.recording.contains(&tid) => {
+                    // A recorded step finished first; the SIGSTOP is
+                    // still pending and comes before the next instruction.
+                    if let Some(now) = rip(tid) {
+                        self.record_progress(tid, now);
+                    }
+                    self.tracing.single_steps += 1;
+                    let _ = self.control.resume(tid, Resume::Step, None);
+                    false
+                }
+                ProcessEvent::Trap(_) => {
+                    // A breakpoint's trap is backed up so it hits again
+                    // (a client's single step that ended is no breakpoint's).
+                    if !self.stepping.contains(&tid) {
+                        if let Ok(mut regs) = ptrace::getregs(tid) {
+                            if self.has_breakpoint(regs.rip.wrapping_sub(1)) {
+                                regs.rip -= 1;
+                                let _ = ptrace::setregs(tid, regs);
                             }
                         }
-                        // The SIGSTOP is still pending: collect it.
-                        let _ = self.control.resume(tid, Resume::Free, None);
                     }
-                    ProcessEvent::Signal(t, signal) if t == tid => {
-                        // Another signal came first: the thread stays where
-                        // it is (a signal stop runs nothing) and gets it at
-                        // its next resume, as a stop reported then
-                        // (gdbserver's pending status); the SIGSTOP is next.
-                        tracing::debug!(tid = tid.as_raw(), ?signal, "a signal met while stopping the threads: reported at the thread's next resume");
-                        self.deferred_signals.insert(tid, signal);
-                        let _ = self.control.resume(tid, Resume::Free, None);
-                    }
-                    ProcessEvent::ThreadGone(t) if t == tid => {
-                        self.thread_gone(tid);
-                        break;
-                    }
-                    ProcessEvent::Exiting(t) if t == tid => {
-                        // On its way out: it is reaped later (a leader only
-                        // after every other thread), not waited for here.
-                        let _ = self.control.resume(tid, Resume::Free, None);
-                        break;
-                    }
-                    ProcessEvent::Exited(_) | ProcessEvent::Killed(_) => {
-                        self.ended = process_end(event);
-                        self.thread_gone(tid);
-                        break;
-                    }
-                    other => {
-                        self.side_event(other);
-                        if let Some(stopped) = other.stopped_thread().filter(|&t| t == tid) {
-                            if matches!(other, ProcessEvent::Exec { .. }) {
-                                tracing::warn!(tid = tid.as_raw(), "an exec met while stopping the threads is not reported");
-                            }
-                            // Mid-instruction (a clone's event comes from
-                            // inside the system call): the instruction ends
-                            // the way the thread was running, so a recorded
-                            // thread's system call is recorded (run freely,
-                            // it went unrecorded and left a gap in the trace).
-                            self.resume_after_event(stopped);
-                        }
-                    }
+                    // The SIGSTOP is still pending: collect it.
+                    let _ = self.control.resume(tid, Resume::Free, None);
+                    false
+                }
+                ProcessEvent::Signal(_, signal) => {
+                    // Another signal came first: the thread stays where
+                    // it is (a signal stop runs nothing) and gets it at
+                    // its next resume, as a stop reported then
+                    // (gdbserver's pending status); the SIGSTOP is next.
+                    tracing::debug!(tid = tid.as_raw(), ?signal, "a signal met while stopping the threads: reported at the thread's next resume");
+                    self.deferred_signals.insert(tid, signal);
+                    let _ = self.control.resume(tid, Resume::Free, None);
+                    false
+                }
+                ProcessEvent::ThreadGone(_) => {
+                    self.thread_gone(tid);
+                    true
+                }
+                ProcessEvent::Exiting(_) => {
+                    // On its way out: it is reaped later (a leader only
+                    // after every other thread), not waited for here.
+                    let _ = self.control.resume(tid, Resume::Free, None);
+                    true
+                }
+                _ => {
+                    // Mid-instruction (a clone's event comes from inside
+                    // the system call): the instruction ends the way the
+                    // thread was running, so a recorded thread's system
+                    // call is recorded (run freely, it went unrecorded and
+                    // left a gap in the trace).
+                    self.side_event(event);
+                    self.resume_after_event(tid);
+                    false
+                }
+            };
+            if stopped {
+                waiting.remove(&tid);
+                self.running.remove(&tid);
+            }
+        }
+    }
+
+    /// An event of a thread the stub is not stopping (it was stopped
+    /// already, or not yet started) met while stopping the others: a new
+    /// thread's first stop makes it one of the program's threads, stopped
+    /// with them; a thread on its way out (an exec killed it) goes on out.
+    fn event_of_a_thread_not_running(&mut self, event: ProcessEvent) {
+        match event {
+            ProcessEvent::ThreadStarted(tid) => {
+                self.new_threads.remove(&tid);
+                self.threads.insert(tid);
+                self.init_thread_debug_registers();
+                if !self.tracing.traces(tid) {
+                    self.trace_new_thread(tid);
                 }
             }
-            self.running.remove(&tid);
+            ProcessEvent::Exiting(tid) => {
+                let _ = self.control.resume(tid, Resume::Free, None);
+            }
+            ProcessEvent::ThreadGone(_) | ProcessEvent::ForkedChild(_) => self.side_event(event),
+            other => {
+                tracing::warn!(event = ?other, "an event of a thread not running, met while stopping the others: left stopped");
+                self.side_event(other);
+            }
+        }
+    }
+
+    /// The program exec'd (thread `former`, now `tid`, the process's
+    /// only thread): the stop to report, a SIGTRAP with the client's words
+    /// for an exec. The new image holds none of the old one's breakpoints:
+    /// their map goes, so no removal writes an old byte into the new code
+    /// and no read shows one. The kernel cleared the thread's debug
+    /// registers: the slots in use are written again, so the stub's view
+    /// stays the hardware's until the client changes them.
+    fn exec_done(&mut self, tid: Pid, former: Pid) -> StopReason {
+        self.threads.clear();
+        self.threads.insert(tid);
+        self.new_threads.clear();
+        self.running.clear();
+        self.stepping.clear();
+        self.deferred_signals.clear();
+        self.breakpoints.clear();
+        self.init_thread_debug_registers();
+        self.trace_exec(tid, former);
+        self.history_restarts();
+        self.stop_note = match self.exec_events {
+            ExecEvents::Signal => None,
+            ExecEvents::Lldb => Some("reason:exec;".into()),
+            ExecEvents::Gdb => process::executable_path(tid).map(|path| format!("exec:{};", crate::hex::hex(&path.to_string_lossy()))),
+        };
+        StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP }
+    }
+
+    /// Collects a SIGSTOP the stub sent thread `tid` that is still pending
+    /// (its status's `SigPnd`), so the thread stands still without one.
+    fn collect_sigstop(&mut self, tid: Pid) {
+        let status = std::fs::read_to_string(format!("/proc/{}/task/{tid}/status", self.pid)).unwrap_or_default();
+        let pending = status.lines().find_map(|line| line.strip_prefix("SigPnd:")).and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok());
+        if pending.is_none_or(|mask| mask & (1 << (libc::SIGSTOP - 1)) == 0) {
+            return;
+        }
+        // Delivered before the thread runs an instruction.
+        if self.control.resume(tid, Resume::Free, None).is_err() {
+            return;
+        }
+        loop {
+            match self.control.next_event(Wait::Thread(tid)) {
+                Ok(Some(ProcessEvent::Signal(t, Signal::SIGSTOP))) if t == tid => return,
+                Ok(Some(event @ (ProcessEvent::Exited(_) | ProcessEvent::Killed(_)))) => {
+                    self.ended = process_end(event);
+                    self.thread_gone(tid);
+                    return;
+                }
+                Ok(Some(event)) => {
+                    tracing::debug!(?event, "an event while collecting a SIGSTOP after an exec");
+                    self.side_event(event);
+                    if let Some(stopped) = event.stopped_thread().filter(|&t| t == tid) {
+                        let _ = self.control.resume(stopped, Resume::Free, None);
+                    }
+                }
+                Ok(None) if !self.control.is_over() => {}
+                Ok(None) | Err(_) => return,
+            }
         }
     }
 
@@ -163,17 +282,7 @@ impl ProcessTarget {
                     self.resume_after_event(parent);
                 }
                 ProcessEvent::ForkedChild(_) | ProcessEvent::ThreadGone(_) => self.side_event(event),
-                ProcessEvent::Exec { tid, former } => {
-                    // Reported as the SIGTRAP the kernel sends without exec
-                    // events.
-                    self.threads.retain(|t| *t == self.pid);
-                    self.new_threads.clear();
-                    self.running.clear();
-                    self.deferred_signals.clear();
-                    self.trace_exec(tid, former);
-                    self.history_restarts();
-                    return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP });
-                }
+                ProcessEvent::Exec { tid, former } => return Some(self.exec_done(tid, former)),
                 ProcessEvent::Exiting(tid) | ProcessEvent::Other(tid) => self.resume_after_event(tid),
                 ProcessEvent::ThreadStarted(tid) => {
                     // A new thread's first stop: let it run with the others, unless
