@@ -508,8 +508,10 @@ fn forked_child_runs_on_without_our_breakpoints() {
     assert_eq!(wait_exit(stub), Some(0));
 }
 
-fn exec_self() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("exec");
+/// `exec_self`, built for test `name` alone (a program rebuilt while
+/// another test runs it reads as "(deleted)" in /proc).
+fn exec_self(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join(name);
     build("exec_self", &dir, &["-O0"])
 }
 
@@ -541,7 +543,7 @@ fn an_exec_is_followed_as_gdb_follows_it_natively() {
     if !tools("gdb") {
         return;
     }
-    let program = exec_self();
+    let program = exec_self("exec-gdb");
     let commands = ["break again", "break before_exec", "continue", "continue", "bt", "continue"];
     let mut native = Command::new("gdb");
     native.args(["-batch", "-nx", "-ex", "set startup-with-shell off", "-ex", "break again", "-ex", "break before_exec", "-ex", "run"]);
@@ -576,7 +578,7 @@ fn an_exec_is_followed_as_lldb_follows_it_natively() {
     if !tools("lldb-22") {
         return;
     }
-    let program = exec_self();
+    let program = exec_self("exec-lldb");
     let commands = ["b again", "b before_exec", "c", "c", "bt", "c", "c"];
     let mut native = Command::new("lldb-22");
     native.args(["-b", "-o", "b again", "-o", "b before_exec", "-o", "process launch"]);
@@ -616,8 +618,7 @@ fn execs_racing_another_threads_breakpoint_hits_are_all_followed() {
     if !tools("lldb-22") {
         return;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("exec");
-    let program = build("exec_self", &dir, &["-O0"]);
+    let program = exec_self("exec-race");
     let ticking = PathBuf::from("ticking");
     let nine = PathBuf::from("9");
     let (stub, port) = start_stub_with_args(&program, &[&ticking, &nine]);
@@ -628,5 +629,28 @@ fn execs_racing_another_threads_breakpoint_hits_are_all_followed() {
     let out = run_with_timeout(lldb, 120);
     assert!(out.contains("stop reason = breakpoint 2.1") && out.contains("exec_self`again(n="), "{out}");
     assert!(out.contains("exited with status = 5"), "{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+}
+
+/// The main thread ends with pthread_exit and a worker goes on to a
+/// breakpoint: the leader, a zombie now, is no thread to stop (waiting for
+/// it to stop hung), so the breakpoint's stop is reported. (The program's
+/// memory is read through the leader's /proc entry, gone with it: the
+/// session is ended with `kill`.)
+#[test]
+fn a_breakpoint_after_the_main_thread_exited_stops() {
+    if !tools("gdb") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("leader_exits");
+    let program = build("leader_exits", &dir, &["-O0"]);
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}")])
+        .args(["-ex", "break worker_done", "-ex", "continue", "-ex", "kill"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    assert!(out.contains("hit Breakpoint 1, worker_done ()"), "{out}");
+    assert!(out.contains("[Inferior 1 (process ") && out.contains(" killed]"), "{out}");
     assert_eq!(wait_exit(stub), Some(0));
 }

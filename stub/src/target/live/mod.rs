@@ -4,7 +4,7 @@
 //! regions ([`libraries`]). Process control itself (launch, attach) comes
 //! from `retrace-collector`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -96,7 +96,7 @@ pub struct ProcessTarget {
     /// Signals that stopped a thread while the stub was stopping it for
     /// another thread's stop: each is reported at the thread's next resume,
     /// before anything runs.
-    deferred_signals: BTreeMap<Pid, Signal>,
+    deferred_signals: BTreeMap<Pid, VecDeque<Signal>>,
     /// An exec met while the other threads were being stopped: reported
     /// instead of the stop that was due (its thread went with the old image).
     exec_stop: Option<StopReason>,
@@ -446,15 +446,20 @@ impl ProcessTarget {
         self.breakpoints.contains_key(&address)
     }
 
-    /// A signal deferred for a thread this resume would run with no signal
-    /// of its own: its stop, reported now instead (nothing runs). A thread
-    /// resumed with a signal keeps its deferred one for a later resume.
+    /// A signal deferred for a thread this resume would run: its stop,
+    /// reported now instead (nothing runs), one signal per resume. Not
+    /// while the client passes a signal to any thread: that one would be
+    /// lost with the resume; the deferred ones wait for the next.
     fn take_deferred_signal(&mut self) -> Option<StopReason> {
-        let tid = self.deferred_signals.keys().copied().find(|tid| match self.actions.get(tid) {
-            Some(Action::Continue(signal) | Action::Step(signal)) => signal.is_none(),
-            None => !self.scheduler_locked,
-        })?;
-        let signal = self.deferred_signals.remove(&tid)?;
+        if self.actions.values().any(|action| matches!(action, Action::Continue(Some(_)) | Action::Step(Some(_)))) {
+            return None;
+        }
+        let tid = self.deferred_signals.keys().copied().find(|tid| self.actions.contains_key(tid) || !self.scheduler_locked)?;
+        let signals = self.deferred_signals.get_mut(&tid)?;
+        let signal = signals.pop_front()?;
+        if signals.is_empty() {
+            self.deferred_signals.remove(&tid);
+        }
         Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: crate::signals::to_gdb(signal) })
     }
 

@@ -114,9 +114,10 @@ impl ProcessTarget {
                     // Another signal came first: the thread stays where
                     // it is (a signal stop runs nothing) and gets it at
                     // its next resume, as a stop reported then
-                    // (gdbserver's pending status); the SIGSTOP is next.
+                    // (gdbserver's pending status); the SIGSTOP comes
+                    // after the pending signals numbered below it.
                     tracing::debug!(tid = tid.as_raw(), ?signal, "a signal met while stopping the threads: reported at the thread's next resume");
-                    self.deferred_signals.insert(tid, signal);
+                    self.deferred_signals.entry(tid).or_default().push_back(signal);
                     let _ = self.control.resume(tid, Resume::Free, None);
                     false
                 }
@@ -178,8 +179,9 @@ impl ProcessTarget {
     /// for an exec. The new image holds none of the old one's breakpoints:
     /// their map goes, so no removal writes an old byte into the new code
     /// and no read shows one. The kernel cleared the thread's debug
-    /// registers: the slots in use are written again, so the stub's view
-    /// stays the hardware's until the client changes them.
+    /// registers: a client told of the exec sets its hardware breakpoints
+    /// and watchpoints afresh, so the slots are forgotten; one that is not
+    /// told removes them itself, so they are written again meanwhile.
     fn exec_done(&mut self, tid: Pid, former: Pid) -> StopReason {
         self.threads.clear();
         self.threads.insert(tid);
@@ -188,7 +190,14 @@ impl ProcessTarget {
         self.stepping.clear();
         self.deferred_signals.clear();
         self.breakpoints.clear();
-        self.init_thread_debug_registers();
+        if self.exec_events == ExecEvents::Signal {
+            // The client does not know of the exec and removes what it set.
+            self.init_thread_debug_registers();
+        } else {
+            // The client sets its breakpoints and watchpoints afresh in the
+            // new image, removing none (gdbserver forgets them too).
+            self.debug_slots = [None; 4];
+        }
         self.trace_exec(tid, former);
         self.history_restarts();
         self.stop_note = match self.exec_events {
@@ -218,6 +227,11 @@ impl ProcessTarget {
                     self.ended = process_end(event);
                     self.thread_gone(tid);
                     return;
+                }
+                Ok(Some(ProcessEvent::Signal(t, signal))) if t == tid => {
+                    // Pending across the exec, delivered before the SIGSTOP.
+                    self.deferred_signals.entry(tid).or_default().push_back(signal);
+                    let _ = self.control.resume(tid, Resume::Free, None);
                 }
                 Ok(Some(event)) => {
                     tracing::debug!(?event, "an event while collecting a SIGSTOP after an exec");
@@ -283,7 +297,14 @@ impl ProcessTarget {
                 }
                 ProcessEvent::ForkedChild(_) | ProcessEvent::ThreadGone(_) => self.side_event(event),
                 ProcessEvent::Exec { tid, former } => return Some(self.exec_done(tid, former)),
-                ProcessEvent::Exiting(tid) | ProcessEvent::Other(tid) => self.resume_after_event(tid),
+                ProcessEvent::Exiting(tid) => {
+                    // On its way out: no more one to stop (a leader that
+                    // called pthread_exit stays a zombie until the others
+                    // end, and no SIGSTOP would ever stop it).
+                    self.running.remove(&tid);
+                    self.resume_after_event(tid);
+                }
+                ProcessEvent::Other(tid) => self.resume_after_event(tid),
                 ProcessEvent::ThreadStarted(tid) => {
                     // A new thread's first stop: let it run with the others, unless
                     // only some threads may run now (a step with the others held,
