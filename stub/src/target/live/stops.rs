@@ -149,20 +149,24 @@ impl ProcessTarget {
         }
     }
 
+    /// A new thread's first stop: it is one of the program's threads now,
+    /// with the debug registers in use, traced if the process is.
+    fn thread_joins(&mut self, tid: Pid) {
+        self.new_threads.remove(&tid);
+        self.threads.insert(tid);
+        self.init_thread_debug_registers();
+        if !self.tracing.traces(tid) {
+            self.trace_new_thread(tid);
+        }
+    }
+
     /// An event of a thread the stub is not stopping (it was stopped
     /// already, or not yet started) met while stopping the others: a new
     /// thread's first stop makes it one of the program's threads, stopped
     /// with them; a thread on its way out (an exec killed it) goes on out.
     fn event_of_a_thread_not_running(&mut self, event: ProcessEvent) {
         match event {
-            ProcessEvent::ThreadStarted(tid) => {
-                self.new_threads.remove(&tid);
-                self.threads.insert(tid);
-                self.init_thread_debug_registers();
-                if !self.tracing.traces(tid) {
-                    self.trace_new_thread(tid);
-                }
-            }
+            ProcessEvent::ThreadStarted(tid) => self.thread_joins(tid),
             ProcessEvent::Exiting(tid) => {
                 let _ = self.control.resume(tid, Resume::Free, None);
             }
@@ -310,12 +314,7 @@ impl ProcessTarget {
                     // only some threads may run now (a step with the others held,
                     // while the client has lifted breakpoints): then it waits for
                     // the next resume.
-                    self.new_threads.remove(&tid);
-                    self.threads.insert(tid);
-                    self.init_thread_debug_registers();
-                    if !self.tracing.traces(tid) {
-                        self.trace_new_thread(tid);
-                    }
+                    self.thread_joins(tid);
                     // Stepped or run by blocks when the stub records it (a
                     // thread the CPU traces runs freely).
                     let recorded = self.records(tid);
