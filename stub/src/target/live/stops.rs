@@ -302,10 +302,13 @@ impl ProcessTarget {
                 ProcessEvent::ForkedChild(_) | ProcessEvent::ThreadGone(_) => self.side_event(event),
                 ProcessEvent::Exec { tid, former } => return Some(self.exec_done(tid, former)),
                 ProcessEvent::Exiting(tid) => {
-                    // On its way out: no more one to stop (a leader that
-                    // called pthread_exit stays a zombie until the others
-                    // end, and no SIGSTOP would ever stop it).
-                    self.running.remove(&tid);
+                    // A leader on its way out (pthread_exit) stays a
+                    // zombie until the others end: no SIGSTOP would ever
+                    // stop it. Another thread is reaped at the next stop
+                    // and its trace goes then.
+                    if tid == self.pid {
+                        self.running.remove(&tid);
+                    }
                     self.resume_after_event(tid);
                 }
                 ProcessEvent::Other(tid) => self.resume_after_event(tid),
