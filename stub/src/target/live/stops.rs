@@ -60,17 +60,7 @@ impl ProcessTarget {
                     tracing::debug!(leader = leader.as_raw(), former = former.as_raw(), "an exec met while stopping the threads: reported instead of the stop due");
                     let stop = self.exec_done(leader, former);
                     self.exec_stop = Some(stop);
-                    // A SIGSTOP of the stub's may still be pending for the
-                    // new leader: one more merges with it, sent before the
-                    // thread goes on so it runs no instruction, and the
-                    // thread is stopped as the others were (a signal
-                    // pending across the exec deferred, as there).
-                    // SAFETY: tgkill has no memory-safety preconditions.
-                    unsafe { libc::syscall(libc::SYS_tgkill, self.pid.as_raw(), leader.as_raw(), libc::SIGSTOP) };
-                    if self.control.resume(leader, Resume::Free, None).is_ok() {
-                        self.running.insert(leader);
-                        self.stop_others(None);
-                    }
+                    self.collect_sigstop(leader);
                     return;
                 }
                 ProcessEvent::Exited(_) | ProcessEvent::Killed(_) => {
@@ -220,6 +210,44 @@ impl ProcessTarget {
             ExecEvents::Gdb => process::executable_path(tid).map(|path| format!("exec:{};", crate::hex::hex(&path.to_string_lossy()))),
         };
         StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP }
+    }
+
+    /// Collects a SIGSTOP the stub sent thread `tid` that is still pending
+    /// (its status's `SigPnd`), so the thread stands still without one.
+    fn collect_sigstop(&mut self, tid: Pid) {
+        let status = std::fs::read_to_string(format!("/proc/{}/task/{tid}/status", self.pid)).unwrap_or_default();
+        let pending = status.lines().find_map(|line| line.strip_prefix("SigPnd:")).and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok());
+        if pending.is_none_or(|mask| mask & (1 << (libc::SIGSTOP - 1)) == 0) {
+            return;
+        }
+        // Delivered before the thread runs an instruction.
+        if self.control.resume(tid, Resume::Free, None).is_err() {
+            return;
+        }
+        loop {
+            match self.control.next_event(Wait::Thread(tid)) {
+                Ok(Some(ProcessEvent::Signal(t, Signal::SIGSTOP))) if t == tid => return,
+                Ok(Some(event @ (ProcessEvent::Exited(_) | ProcessEvent::Killed(_)))) => {
+                    self.ended = process_end(event);
+                    self.thread_gone(tid);
+                    return;
+                }
+                Ok(Some(ProcessEvent::Signal(t, signal))) if t == tid => {
+                    // Pending across the exec, delivered before the SIGSTOP.
+                    self.deferred_signals.entry(tid).or_default().push_back(signal);
+                    let _ = self.control.resume(tid, Resume::Free, None);
+                }
+                Ok(Some(event)) => {
+                    tracing::debug!(?event, "an event while collecting a SIGSTOP after an exec");
+                    self.side_event(event);
+                    if let Some(stopped) = event.stopped_thread().filter(|&t| t == tid) {
+                        let _ = self.control.resume(stopped, Resume::Free, None);
+                    }
+                }
+                Ok(None) if !self.control.is_over() => {}
+                Ok(None) | Err(_) => return,
+            }
+        }
     }
 
     /// Bookkeeping for an event met while waiting for something else: a
