@@ -187,8 +187,14 @@ pub fn retrace() -> Command {
 /// Starts `retrace-stub --record=mode` on `program` and waits until it
 /// listens; returns it and its port.
 pub fn start_recording(program: &Path, mode: &str) -> (Child, u16) {
+    start_recording_with_args(program, &[], mode)
+}
+
+/// Starts `retrace-stub --record=mode` on `program args…` and waits until
+/// it listens; returns it and its port.
+pub fn start_recording_with_args(program: &Path, args: &[&str], mode: &str) -> (Child, u16) {
     let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
-    stub.args([&format!("--record={mode}"), "--listen", "127.0.0.1:0", "--"]).arg(program);
+    stub.args([&format!("--record={mode}"), "--listen", "127.0.0.1:0", "--"]).arg(program).args(args);
     let (child, line) = spawn_stub(stub);
     (child, pid_and_port(&line).1)
 }

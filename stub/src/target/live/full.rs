@@ -170,6 +170,21 @@ fn write_differences(pid: Pid, address: u64, now: &[u8], wanted: &[u8]) {
     }
 }
 
+/// Puts `bytes` (an address and the bytes there) into the copy of memory
+/// where the copy covers them.
+fn take_bytes(copy: &mut Snapshot, bytes: &Overwritten) {
+    let end = bytes.address + bytes.old.len() as u64;
+    for run in copy.iter_mut() {
+        let run_end = run.address + run.old.len() as u64;
+        let (start, stop) = (run.address.max(bytes.address), run_end.min(end));
+        if start < stop {
+            let into = (start - run.address) as usize..(stop - run.address) as usize;
+            let from = (start - bytes.address) as usize..(stop - bytes.address) as usize;
+            run.old[into].copy_from_slice(&bytes.old[from]);
+        }
+    }
+}
+
 /// Every mapping of `pid`.
 fn mapped(pid: Pid) -> Vec<Range<u64>> {
     process::read_maps(pid).unwrap_or_default().iter().map(|m| m.start..m.end).collect()
@@ -469,13 +484,35 @@ impl ProcessTarget {
                 mappings = Some(now);
             }
         }
+        let written: Vec<Range<u64>> = overwritten.iter().map(|run| run.address..run.address + run.old.len() as u64).collect();
         full.log.push(tid.as_raw() as u64, &prepared.before, &after, overwritten, mappings, prepared.flow);
         full.log.reads_of_last_step(&prepared.reads);
         if prepared.unsaved {
             let writable = process::read_maps(self.pid).unwrap_or_default().iter().filter(|m| m.writable).map(|m| m.start..m.end).collect();
             full.log.lost_writes_of_last_step(writable);
         }
+        self.others_see_writes(tid, &written);
         self.prepare_step(tid, None);
+    }
+
+    /// Thread `tid`'s step, now in the history, wrote `written`: another
+    /// thread's step that is under way with a copy of memory from before
+    /// (a system call blocked while this thread ran) takes the new bytes
+    /// into its copy, so that what its step is found to have changed is
+    /// what it changed itself, never the writes of the threads that ran
+    /// meanwhile (which are theirs, at their own instructions).
+    fn others_see_writes(&mut self, tid: Pid, written: &[Range<u64>]) {
+        let Some(full) = self.full.as_mut() else { return };
+        let mut copies = full.prepared.iter_mut().filter(|(other, _)| **other != tid).filter_map(|(_, prepared)| prepared.snapshot.as_mut()).peekable();
+        if written.is_empty() || copies.peek().is_none() {
+            return;
+        }
+        let now: Vec<Overwritten> = written.iter().map(|range| current_bytes(self.pid, range.start, (range.end - range.start) as usize)).collect();
+        for (copy, _) in copies {
+            for run in &now {
+                take_bytes(copy, run);
+            }
+        }
     }
 
     /// The debugger writes memory at the present: the old bytes are kept.
