@@ -173,3 +173,81 @@ fn branch_mode_runs_block_by_block_and_records_every_instruction_full_mode_steps
     }
     assert_eq!(branch_pcs[1], gdb_breakpoint_address(&branch, 2), "{branch}");
 }
+
+/// What `--record=branch` says when a watchpoint is set and the debugger
+/// moves in the history (the first words of its message).
+const WATCH_REFUSED: &str = "a watchpoint cannot stop a run in the past in --record=branch mode";
+
+/// GDB: a watchpoint in branch mode cannot stop a run in the past (the
+/// history has no memory writes), so reverse-continue with one set is
+/// refused with the reason, where the debugger stands — not run on to the
+/// start of the history as though nothing wrote the variable; the monitor
+/// status says why; without the watchpoint reverse execution goes on; a
+/// forward run through the past with one set is refused alike.
+#[test]
+fn gdb_branch_mode_refuses_to_move_in_the_past_with_a_watchpoint_and_says_why() {
+    if !require("gcc", which("gcc").is_some()) || !require("gdb", which("gdb").is_some()) {
+        return;
+    }
+    let program = program("gdb-watch");
+    let (child, port) = start_recording(&program, "branch");
+    let where_ = "python print('WHERE=%s' % gdb.selected_frame().name())";
+    let commands = [
+        &format!("target remote 127.0.0.1:{port}"), "break finish", "continue", "watch total", "reverse-continue", where_, "monitor record status", "monitor record status --json",
+        "delete 2", "break work", "reverse-continue", where_, "watch total", "continue", where_, "delete", "reverse-continue", "kill",
+    ];
+    let out = gdb(&program, &commands);
+    end_stub(child);
+    let wheres: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("WHERE=")).collect();
+    assert_eq!(wheres, ["finish", "work", "work"], "refused where it stood, back to work, refused there:\n{out}");
+    assert_eq!(out.matches(&format!("retrace-stub: {WATCH_REFUSED}")).count(), 2, "the reason, on each refusal:\n{out}");
+    assert!(out.contains(&format!("Watchpoints: {WATCH_REFUSED}")), "the status says why:\n{out}");
+    let status = json_lines(&out);
+    assert_eq!(status[0]["watchpoints"]["refused"], true, "{out}");
+    // (GDB's stdout comes first in `out`, its warnings after.)
+    let boundary = out.find("No more reverse-execution history.").unwrap_or_else(|| panic!("the start of the history at last:\n{out}"));
+    assert_eq!(out[..boundary].matches("Program stopped.").count(), 2, "refused twice before the watchpoint's deletion:\n{out}");
+    assert_eq!(out.matches("No more reverse-execution history.").count(), 1, "{out}");
+    assert_eq!(out.matches("Remote failure reply").count(), 2, "{out}");
+}
+
+const LLDB_WATCH_REFUSED: &str = r#"
+target.BreakpointCreateByName("finish")
+process.Continue()
+options = lldb.SBWatchpointOptions()
+options.SetWatchpointTypeWrite(lldb.eWatchpointWriteTypeOnModify)
+total = target.FindFirstGlobalVariable("total")
+watch = target.WatchpointCreateByAddress(total.GetLoadAddress(), 4, options, error)
+assert error.Success(), error.GetCString()
+def stop():
+    thread = process.GetSelectedThread()
+    return {"reason": thread.GetStopReason(), "description": thread.GetStopDescription(300),
+            "function": thread.GetFrameAtIndex(0).GetFunctionName(), "state": process.GetState()}
+process.ContinueInDirection(lldb.eRunReverse)
+print(json.dumps(stop()))
+target.DeleteWatchpoint(watch.GetID())
+process.ContinueInDirection(lldb.eRunReverse)
+print(json.dumps(stop()))
+process.Kill()
+"#;
+
+/// LLDB: the same refusal is a stop where it stood, the reason as its
+/// description; without the watchpoint, reverse-continue reaches the start.
+#[test]
+fn lldb_branch_mode_refuses_to_move_in_the_past_with_a_watchpoint_and_says_why() {
+    if !common::lldb_python_present() {
+        return;
+    }
+    let program = program("lldb-watch");
+    let (child, port) = start_recording(&program, "branch");
+    let text = lldb_python(LLDB_WATCH_REFUSED, &program, port, &[]);
+    end_stub(child);
+    let stops = json_lines(&text);
+    assert_eq!(stops.len(), 2, "{text}");
+    const STOPPED: u64 = 5; // lldb.eStateStopped
+    const HISTORY_BOUNDARY: u64 = 16; // lldb.eStopReasonHistoryBoundary
+    assert_eq!(stops[0]["state"].as_u64(), Some(STOPPED), "{text}");
+    assert_eq!(stops[0]["function"], "finish", "it stays where it stood:\n{text}");
+    assert!(stops[0]["description"].as_str().unwrap().starts_with(WATCH_REFUSED), "{text}");
+    assert_eq!(stops[1]["reason"].as_u64(), Some(HISTORY_BOUNDARY), "{text}");
+}

@@ -230,6 +230,18 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
         tracing::warn!(packet = %String::from_utf8_lossy(body), "malformed packet");
         return Screened::Answer(b"E16".to_vec());
     }
+    // Continues only: a single step moves one instruction, and GDB's
+    // step over a breakpoint would take an error for a reason to retry.
+    let backwards = body == b"bc";
+    let resume = body == b"c" || (body.starts_with(b"vCont;") && body.split(|&b| b == b';').any(|action| action.starts_with(b"c")));
+    if (backwards || resume) && !dialect.lldb {
+        // GDB prints the console output, then "Remote failure reply" and
+        // stays where it was (LLDB takes an error reply to a resume for a
+        // lost connection: the target stops it where it stands instead).
+        if let Some(reason) = target.history_move_refused(!backwards) {
+            return Screened::Answers(vec![format!("O{}", hex(&format!("retrace-stub: {reason}\n"))).into_bytes(), b"E01".to_vec()]);
+        }
+    }
     if let Some(replies) = super::lldb_trace::monitor_packet(body, target) {
         return Screened::Answers(replies);
     }

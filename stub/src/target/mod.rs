@@ -376,6 +376,13 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
 
     /// The CPU a decoder of this target's traces should assume (its errata
     /// apply): by default the one software recordings declare.
+    /// Why the debugger cannot run through the history now, if it cannot:
+    /// backwards (`bc`), or forwards through the past (`forward`: a
+    /// continue while it stands in the past).
+    fn history_move_refused(&self, _forward: bool) -> Option<&'static str> {
+        None
+    }
+
     fn trace_cpu(&self) -> CpuInfo {
         CpuInfo::software_recording()
     }

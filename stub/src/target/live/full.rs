@@ -74,6 +74,10 @@ const SIGNAL_FRAME_ROOM: u64 = 128 + 16 * 1024;
 /// what the call wrote.
 const SNAPSHOT_LIMIT: u64 = 512 << 20;
 
+/// Why `--record=branch` refuses to run through the past with a watchpoint set.
+const WATCHPOINTS_NEED_FULL: &str =
+    "a watchpoint cannot stop a run in the past in --record=branch mode (it keeps the order of instructions, not what they write): delete the watchpoint to go back, or record with --record=full to watch memory in the past";
+
 /// RFLAGS.TF.
 const TRAP_FLAG: u64 = 0x100;
 
@@ -260,6 +264,28 @@ impl ProcessTarget {
         if let Some(full) = self.full.as_mut().filter(|full| full.mode == RecordMode::Branch && full.diversion.is_none()) {
             full.log.push(tid.as_raw() as u64, &Regs::only_pc(ip), &Regs::only_pc(next), Vec::new(), None, flow);
         }
+    }
+
+    /// Why watchpoints cannot stop runs in the past, if they cannot: a
+    /// `--record=branch` history does not know what its instructions
+    /// wrote, so a run there would go on to the end of the history as
+    /// though nothing wrote the bytes. (Live, forwards, they work.)
+    pub(super) fn past_watchpoints_refused(&self) -> Option<&'static str> {
+        self.full.as_ref().filter(|full| full.mode == RecordMode::Branch).map(|_| WATCHPOINTS_NEED_FULL)
+    }
+
+    /// A move in the history (backwards, or `forward` through the past)
+    /// that cannot honour the watchpoints set: the stop where the debugger
+    /// stands, saying why (LLDB shows the description as the stop reason;
+    /// the signal 0 keeps it from taking the stop for a breakpoint's).
+    pub(super) fn refuse_history_move(&mut self, forward: bool) -> Option<StopReason> {
+        use crate::target::Inferior as _;
+        let reason = self.history_move_refused(forward)?;
+        let full = self.full.as_ref()?;
+        let position = full.position.unwrap_or(full.log.len());
+        self.stop_note = Some(format!("reason:processor trace;description:{};", crate::hex::hex(reason)));
+        let tid = Pid::from_raw(self.thread_at(position) as i32);
+        Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal(0) })
     }
 
     /// Whether the process is recorded for reverse execution.
@@ -797,11 +823,18 @@ impl ProcessTarget {
                 "bytes": full.log.bytes(),
                 "threads": threads,
                 "position": {"tid": tid, "id": id, "index": position, "present": full.position.is_none()},
+                "watchpoints": match full.mode {
+                    RecordMode::Full => serde_json::json!({"refused": false}),
+                    RecordMode::Branch => serde_json::json!({"refused": true, "why": WATCHPOINTS_NEED_FULL}),
+                },
             });
             return format!("{value}\n");
         }
         let mut text = String::new();
         let _ = writeln!(text, "Recording ({mode}): {len} instructions in {} thread(s), {} bytes of history.", threads.len(), full.log.bytes());
+        if full.mode == RecordMode::Branch {
+            let _ = writeln!(text, "Watchpoints: {WATCHPOINTS_NEED_FULL}.");
+        }
         match full.position {
             None => {
                 let _ = writeln!(text, "Position: the present (the live process).");

@@ -632,6 +632,12 @@ impl Inferior for ProcessTarget {
     fn monitor_command(&mut self, command: &str) -> Result<String, String> {
         self.record_monitor(command)
     }
+
+    fn history_move_refused(&self, forward: bool) -> Option<&'static str> {
+        let watching = self.debug_slots.iter().flatten().any(|slot| slot.watch.is_some());
+        let moves = !forward || self.past().is_some();
+        (watching && moves).then(|| self.past_watchpoints_refused()).flatten()
+    }
 }
 
 crate::target::offer_capabilities!(ProcessTarget);
@@ -727,6 +733,10 @@ impl MultiThreadResume for ProcessTarget {
             self.stop_now = Some(stop);
             return Ok(());
         }
+        if let Some(stop) = step.is_none().then(|| self.refuse_history_move(true)).flatten() {
+            self.stop_now = Some(stop);
+            return Ok(());
+        }
         if self.past().is_some() {
             match self.replay_forwards(step) {
                 Some(stop) => {
@@ -777,7 +787,7 @@ impl ReverseCont<Tid> for ProcessTarget {
         self.settle_diversion(false);
         let stop = match self.take_armed(false) {
             Some(stop) => stop,
-            None => self.run_backwards(),
+            None => self.refuse_history_move(false).unwrap_or_else(|| self.run_backwards()),
         };
         self.stop_now = Some(stop);
         Ok(())
