@@ -654,3 +654,69 @@ fn a_breakpoint_after_the_main_thread_exited_stops() {
     assert!(out.contains("[Inferior 1 (process ") && out.contains(" killed]"), "{out}");
     assert_eq!(wait_exit(stub), Some(0));
 }
+
+/// `detach_watch` run natively: its output and exit status.
+fn native_run(program: &Path) -> (String, Option<i32>) {
+    let out = Command::new(program).output().unwrap();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code())
+}
+
+/// `detach_watch` started here and attached to by the stub; `client`
+/// (GDB or LLDB, given the port) breaks in `work`, sets a watchpoint on
+/// `counter` and detaches. The program's output and exit status then, and
+/// the client's output.
+fn attached_and_detached(client: &str, program: &Path, dir: &Path, commands: impl Fn(u16) -> Command) -> (String, Option<i32>, String) {
+    let pid_file = dir.join(format!("{client}.pid"));
+    let _ = std::fs::remove_file(&pid_file);
+    let mut running = Command::new(program).arg(&pid_file).stdout(Stdio::piped()).spawn().unwrap();
+    while std::fs::read_to_string(&pid_file).map_or(true, |text| !text.ends_with('\n')) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut stub = Command::new(env!("CARGO_BIN_EXE_retrace-stub"))
+        .args(["--listen", "127.0.0.1:0", "--attach", &running.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(stub.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let (_, port) = pid_and_port(&line);
+    let session = run_with_timeout(commands(port), 60);
+    let _ = stub.stderr.take();
+    assert_eq!(wait_exit(stub), Some(0), "{session}");
+    let mut output = String::new();
+    running.stdout.take().unwrap().read_to_string(&mut output).unwrap();
+    let status = running.wait().unwrap();
+    (output, status.code(), session)
+}
+
+/// A client detaching with a watchpoint set leaves nothing of its own in
+/// the program: LLDB detaches without removing its watchpoints (it sends
+/// `z0` for its breakpoints, then `D`), and the debug registers left armed
+/// killed the program with SIGTRAP at its next write. Its output and exit
+/// status after the detach are a native run's, for LLDB and for GDB.
+#[test]
+fn detaching_with_a_watchpoint_set_leaves_the_program_as_a_native_run() {
+    if !tools("lldb-22") || !tools("gdb") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stub").join("detach-watch");
+    let program = build("detach_watch", &dir, &["-O0"]);
+    let native = native_run(&program);
+    assert_eq!(native, ("counter=500500\n".to_string(), Some((500500 % 251) as i32)));
+    let lldb = |port: u16| {
+        let mut lldb = Command::new("lldb-22");
+        lldb.args(["-b", "-o", &format!("gdb-remote {port}"), "-o", "b work", "-o", "c", "-o", "watchpoint set variable counter", "-o", "process detach"]).arg(&program);
+        lldb
+    };
+    let (output, status, session) = attached_and_detached("lldb", &program, &dir, lldb);
+    assert!(session.contains("Watchpoint created") && session.contains("detached"), "{session}");
+    assert_eq!((output, status), native, "LLDB detached:\n{session}");
+    let gdb = |port: u16| {
+        let mut gdb = Command::new("gdb");
+        gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "break work", "-ex", "continue", "-ex", "watch counter", "-ex", "detach"]).arg(&program);
+        gdb
+    };
+    let (output, status, session) = attached_and_detached("gdb", &program, &dir, gdb);
+    assert!(session.contains("Hardware watchpoint 2: counter") && session.contains("detached"), "{session}");
+    assert_eq!((output, status), native, "GDB detached:\n{session}");
+}

@@ -585,8 +585,18 @@ impl Inferior for ProcessTarget {
         self.control.kill();
     }
 
+    /// Lets the program run on untraced, as gdbserver leaves it: the
+    /// present put back (a diversion in the past ends), every breakpoint's
+    /// byte restored and every thread's debug registers cleared — a
+    /// watchpoint left armed (LLDB detaches without removing its
+    /// watchpoints) would kill the program with SIGTRAP at its next write.
     fn detach(&mut self) {
+        self.settle_diversion(false);
         self.remove_all_breakpoints();
+        self.debug_slots = [None; 4];
+        if let Err(error) = self.apply_debug_registers() {
+            tracing::warn!(%error, "clearing the debug registers before detaching");
+        }
         for tid in &self.threads {
             let _ = ptrace::detach(*tid, None);
         }
