@@ -37,12 +37,15 @@ to where it started, likewise `thread step-in` after `reverse-step` and
 `thread step-inst` after `reverse-stepi`; `reverse-finish` stops at the
 call in the caller.
 
-After `retrace reverse-continue` (as after `process continue -R`) LLDB's
-base direction is reverse: a plain `process continue` goes on backwards,
-and so do the continues inside `thread step-over` and `finish`; `process
-continue -F` runs forwards again, and `retrace forward-direction` makes
-the direction forward without moving. The other reverse commands leave
-the direction forward.
+Every retrace command leaves LLDB's direction forward: after `retrace
+reverse-continue` a plain `process continue` runs forwards. (After LLDB's
+own `process continue -R` its base direction stays reverse: a plain
+`process continue` goes on backwards, and so do the continues inside
+`thread step-over` and `finish`; `process continue -F` runs forwards
+again, and `retrace forward-direction` makes the direction forward
+without moving. In an asynchronous debugger — lldb-dap — `retrace
+reverse-continue` returns before its stop: there retrace-dap turns the
+direction before the next forward resume.)
 """
 
 import argparse
@@ -372,6 +375,33 @@ def go(debugger, result, where, tid=None):
     arming up, and the continue after it lands again."""
     monitor(debugger, "goto %s%s --hold" % (where, "" if tid is None else " %d" % tid))
     debugger.GetCommandInterpreter().HandleCommand("process continue -F", result)
+
+
+def turn_forward(debugger):
+    """Makes LLDB's base direction forward without moving: a forward
+    resume armed to the position it stands at (LLDB then shows `stop
+    reason = trace`, or the history's boundary again). Returns the
+    selected thread."""
+    thread = selected_thread(debugger)
+    position = status(debugger)["position"]
+    where = "end" if position.get("present") or position.get("id") is None else "%d %d" % (position["id"], position["tid"])
+    target = debugger.GetSelectedTarget()
+    enabled = [b for b in target.breakpoint_iter() if b.IsEnabled()]
+    for breakpoint in enabled:
+        breakpoint.SetEnabled(False)
+    try:
+        monitor(debugger, "goto %s --hold" % where)
+        resumed = lldb.SBCommandReturnObject()
+        debugger.GetCommandInterpreter().HandleCommand("process continue -F", resumed)
+        if not resumed.Succeeded():
+            raise RetraceError((resumed.GetError() or "process continue -F failed").strip())
+    finally:
+        for breakpoint in enabled:
+            breakpoint.SetEnabled(True)
+    after = status(debugger)["position"]
+    if (after.get("id"), after.get("tid"), after.get("present")) != (position.get("id"), position.get("tid"), position.get("present")):
+        raise RetraceError("the thread moved from %s to %s" % (position, after))
+    return thread
 
 
 def inlined_block_start(block, target):
@@ -823,6 +853,14 @@ class ReverseContinue(Command):
             raise RetraceError("takes no arguments but --tid; usage: retrace " + self.usage)
         selected_thread(debugger, tid)
         debugger.GetCommandInterpreter().HandleCommand("process continue -R", result)
+        process = debugger.GetSelectedTarget().GetProcess()
+        if result.Succeeded() and not debugger.GetAsync() and process.GetState() == lldb.eStateStopped:
+            # LLDB's direction stays reverse after `process continue -R`:
+            # turned forward again, so that a plain `continue` or step that
+            # follows runs forwards, as after every other retrace command.
+            # (Asynchronous, the stop comes later: retrace-dap turns it
+            # before the next forward resume.)
+            turn_forward(debugger)
 
 
 class ForwardDirection(Command):
@@ -841,26 +879,10 @@ class ForwardDirection(Command):
     def run(self, debugger, args, result):
         if args:
             raise RetraceError("takes no arguments; usage: retrace " + self.usage)
-        thread = selected_thread(debugger)
-        position = status(debugger)["position"]
-        where = "end" if position.get("present") or position.get("id") is None else "%d %d" % (position["id"], position["tid"])
-        target = debugger.GetSelectedTarget()
-        enabled = [b for b in target.breakpoint_iter() if b.IsEnabled()]
-        for breakpoint in enabled:
-            breakpoint.SetEnabled(False)
-        try:
-            monitor(debugger, "goto %s --hold" % where)
-            resumed = lldb.SBCommandReturnObject()
-            debugger.GetCommandInterpreter().HandleCommand("process continue -F", resumed)
-            if not resumed.Succeeded():
-                raise RetraceError((resumed.GetError() or "process continue -F failed").strip())
-        finally:
-            for breakpoint in enabled:
-                breakpoint.SetEnabled(True)
-        after = status(debugger)["position"]
-        if (after.get("id"), after.get("tid"), after.get("present")) != (position.get("id"), position.get("tid"), position.get("present")):
-            raise RetraceError("the thread moved from %s to %s" % (position, after))
+        thread = turn_forward(debugger)
         result.AppendMessage("LLDB runs forwards again; thread %d stays at pc 0x%x" % (thread.GetThreadID(), thread.GetFrameAtIndex(0).GetPC()))
+
+
 
 
 class Goto(Command):

@@ -226,3 +226,72 @@ fn reverse_stepi_is_undone_by_step_inst_and_reverse_finish_lands_where_gdb_does(
         .unwrap_or_else(|| panic!("gdb said:\n{text}{}", String::from_utf8_lossy(&gdb.stderr)));
     assert_eq!(finish["line"].as_u64(), Some(gdb_line), "GDB's reverse-finish line; gdb said:\n{text}");
 }
+
+/// After `retrace reverse-continue` LLDB's direction is forward again: a
+/// plain `process continue` runs forwards (LLDB 22 keeps the direction of
+/// `process continue -R`, so it went on backwards), from a breakpoint, a
+/// watchpoint and the history's boundary alike; the stop each reverse
+/// continue shows stays what it was (the boundary's too).
+const CONTINUE_AFTER_REVERSE: &str = r#"
+shim = sys.argv[3]
+command("command script import " + shim)
+thread = process.GetSelectedThread()
+def stop(name, out=""):
+    frame = thread.GetFrameAtIndex(0)
+    print(json.dumps(dict(name=name, function=frame.GetFunctionName(), reason=thread.GetStopReason(),
+                          listed=command("thread list"), out=out)))
+target.BreakpointCreateByName("stop_recording")
+process.Continue()
+options = lldb.SBWatchpointOptions()
+options.SetWatchpointTypeWrite(lldb.eWatchpointWriteTypeOnModify)
+pointer = target.FindFirstGlobalVariable("g_watched_var_ptr").GetValueAsUnsigned()
+watch = target.WatchpointCreateByAddress(pointer, 4, options, error)
+assert error.Success(), error.GetCString()
+stop("reverse to the watchpoint", command("retrace reverse-continue"))
+target.DeleteWatchpoint(watch.GetID())
+process.Continue()
+stop("continue after it")
+middle = target.BreakpointCreateByName("trigger_breakpoint")
+stop("reverse to the breakpoint", command("retrace reverse-continue"))
+process.Continue()
+stop("continue after it")
+target.BreakpointDelete(middle.GetID())
+stop("reverse to the boundary", command("retrace reverse-continue"))
+process.Continue()
+stop("continue after it")
+process.Kill()
+"#;
+
+#[test]
+fn a_plain_continue_after_the_shims_reverse_continue_runs_forwards() {
+    if !lldb_python_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shim-continue-after-reverse");
+    let program = build("lldb_reverse", &dir, &["-O0", "-static"]);
+    let (stub, port) = start_recording(&program, "full");
+    let out = lldb_python(CONTINUE_AFTER_REVERSE, &program, port, &[&shim()]);
+    end_stub(stub);
+    let stops = json_lines(&out);
+    let seen: Vec<(&str, &str, u64)> = stops.iter().map(|s| (s["name"].as_str().unwrap(), s["function"].as_str().unwrap_or("?"), s["reason"].as_u64().unwrap())).collect();
+    const TRACE: u64 = 2; // lldb.eStopReasonTrace (the turn forward, in place)
+    const BREAKPOINT: u64 = 3; // lldb.eStopReasonBreakpoint
+    const HISTORY_BOUNDARY: u64 = 16; // lldb.eStopReasonHistoryBoundary
+    assert_eq!(
+        seen,
+        [
+            ("reverse to the watchpoint", "trigger_watchpoint", TRACE),
+            ("continue after it", "stop_recording", BREAKPOINT),
+            ("reverse to the breakpoint", "trigger_breakpoint", TRACE),
+            ("continue after it", "stop_recording", BREAKPOINT),
+            ("reverse to the boundary", "_start", HISTORY_BOUNDARY),
+            ("continue after it", "stop_recording", BREAKPOINT),
+        ],
+        "{out}"
+    );
+    // What each reverse continue printed is its own stop.
+    assert!(stops[0]["out"].as_str().unwrap().contains("stop reason = watchpoint 1"), "{out}");
+    assert!(stops[2]["out"].as_str().unwrap().contains("stop reason = breakpoint 2.1"), "{out}");
+    assert!(stops[4]["out"].as_str().unwrap().contains("stop reason = history boundary"), "{out}");
+    assert!(stops[4]["listed"].as_str().unwrap().contains("stop reason = history boundary"), "and stays so:\n{out}");
+}

@@ -347,6 +347,8 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
     let mut btrace = BtraceConfig::default();
     let mut dialect = Dialect::default();
     let mut no_ack = false;
+    // The last stop the client was told of, and the words added to it.
+    let mut last_stop: Option<(StopReason, Option<String>)> = None;
     let stub = GdbStub::builder(conn).packet_buffer_size(PACKET_SIZE).build().map_err(|e| ServerError::Protocol(e.to_string()))?;
     let mut gdb = stub.run_state_machine(target).map_err(fatal)?;
     loop {
@@ -414,9 +416,19 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
             }
             GdbStubStateMachine::Running(mut inner) => {
                 if let Some(reason) = target.poll_stop() {
-                    if let Some(note) = target.take_stop_note() {
+                    let note = target.take_stop_note();
+                    // (Only the history's boundary: LLDB counts a breakpoint's
+                    // or a watchpoint's stop as one more hit, and shows a
+                    // breakpoint's as a signal without its site, which the
+                    // shim sets aside for such a resume.)
+                    let (reason, note) = match (target.take_stood_still(), last_stop.take()) {
+                        (true, Some(last)) if matches!(last.0, StopReason::ReplayLog { .. }) => last,
+                        _ => (reason, note),
+                    };
+                    if let Some(note) = &note {
                         inner.borrow_conn().extend_next_reply(note.as_bytes());
                     }
+                    last_stop = Some((reason, note));
                     inner.report_stop(target, reason).map_err(fatal)?
                 } else if let Some(byte) = client.unread.pop_front() {
                     // In all-stop mode a client sends only `0x03` while the

@@ -376,6 +376,16 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
 
     /// The CPU a decoder of this target's traces should assume (its errata
     /// apply): by default the one software recordings declare.
+    /// Whether the stop just taken from [`Inferior::poll_stop`] is a
+    /// continue armed by `monitor goto` that went nowhere (armed to where
+    /// the debugger stands): then a client last told of the history's
+    /// boundary is told so again, so that a resume made only to turn
+    /// LLDB's direction forward (the shim's `forward-direction`) leaves
+    /// that stop as it was.
+    fn take_stood_still(&mut self) -> bool {
+        false
+    }
+
     /// Why the debugger cannot run through the history now, if it cannot:
     /// backwards (`bc`), or forwards through the past (`forward`: a
     /// continue while it stands in the past).

@@ -93,6 +93,9 @@ pub struct SavedTrace {
     stop: Option<StopReason>,
     /// Words for the next stop reply ([`Inferior::take_stop_note`]).
     stop_note: Option<&'static str>,
+    /// The last stop was an armed continue that did not move
+    /// ([`Inferior::take_stood_still`]).
+    stood_still: bool,
     killed: bool,
 }
 
@@ -278,6 +281,7 @@ impl SavedTrace {
             armed: None,
             stop: None,
             stop_note: None,
+            stood_still: false,
             killed: false,
         })
     }
@@ -391,6 +395,7 @@ impl SavedTrace {
     /// (`stepping`: a single step).
     fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
         let position = Armed::take(&mut self.armed, stepping)?;
+        self.stood_still = !stepping && position == self.position;
         self.position = position;
         // Arriving where a breakpoint is: its stop, as on the processor
         // (and a debugger then steps off it before it runs on).
@@ -515,6 +520,10 @@ impl Inferior for SavedTrace {
 
     fn start_session(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+
+    fn take_stood_still(&mut self) -> bool {
+        std::mem::take(&mut self.stood_still)
     }
 
     fn take_stop_note(&mut self) -> Option<String> {

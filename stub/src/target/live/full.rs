@@ -142,12 +142,15 @@ pub struct FullRecording {
     flows: HashMap<u64, Flow>,
     /// Code running in a past state, if any.
     diversion: Option<Diversion>,
+    /// The last stop was an armed continue that did not move
+    /// ([`crate::target::Inferior::take_stood_still`]).
+    stood_still: bool,
 }
 
 impl FullRecording {
     /// An empty recording of `pid` as it is now.
     pub fn new(pid: Pid, mode: RecordMode) -> Self {
-        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, armed: None, info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None }
+        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, armed: None, info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None, stood_still: false }
     }
 }
 
@@ -676,7 +679,9 @@ impl ProcessTarget {
     /// A resume armed by `monitor goto` goes there, whatever it asked
     /// (`stepping`: a single step).
     pub(super) fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
-        let position = Armed::take(&mut self.full.as_mut()?.armed, stepping)?;
+        let full = self.full.as_mut()?;
+        let position = Armed::take(&mut full.armed, stepping)?;
+        full.stood_still = !stepping && position == full.position.unwrap_or(full.log.len());
         self.moved_to(position);
         // Arriving where a breakpoint is: its stop, as on the processor
         // (and a debugger then steps off it before it runs on).
@@ -686,6 +691,11 @@ impl ProcessTarget {
         self.stop_note = Some(ARMED_STOP_NOTE.to_string());
         let tid = self.thread_at(position);
         Some(StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP })
+    }
+
+    /// See [`crate::target::Inferior::take_stood_still`].
+    pub(super) fn take_stood_still(&mut self) -> bool {
+        self.full.as_mut().is_some_and(|full| std::mem::take(&mut full.stood_still))
     }
 
     /// The addresses of the breakpoints, software and hardware, sorted.

@@ -622,6 +622,10 @@ impl Inferior for ProcessTarget {
         self.stop_note.take()
     }
 
+    fn take_stood_still(&mut self) -> bool {
+        ProcessTarget::take_stood_still(self)
+    }
+
     fn trace_status(&self) -> Result<crate::target::TraceStatus, String> {
         Ok(self.tracing_status())
     }
