@@ -300,3 +300,43 @@ process.Kill()
         assert_eq!(landing["where"].as_u64(), Some(*id), "retrace where after goto {id}:\n{out}");
     }
 }
+
+/// Every module LLDB lists, as (UUID, load address, file name); then the
+/// first frame's function, as a JSON line.
+const IMAGE_LIST: &str = r#"
+event = lldb.SBEvent()
+while process.GetState() != lldb.eStateStopped and listener.WaitForEvent(10, event):
+    pass
+if len(sys.argv) > 3:
+    target.BreakpointCreateByName(sys.argv[3])
+    process.Continue()
+modules = sorted([m.GetUUIDString(), m.GetObjectFileHeaderAddress().GetLoadAddress(target)] for m in target.module_iter())
+frame = process.GetSelectedThread().GetFrameAtIndex(0)
+print(json.dumps({"modules": modules, "function": frame.GetFunctionName(), "module": frame.GetModule().GetFileSpec().GetFilename()}))
+process.Kill()
+"#;
+
+/// LLDB on a replay lists the shared libraries the program had, as it does
+/// on the live process (it reads the dynamic linker's rendezvous before it
+/// takes the library list; the replay had none to read, so only the
+/// program and the dynamic linker were listed and frames in libc were bare
+/// addresses); the frame at the end of the history is libc's `_exit`.
+#[test]
+fn lldb_lists_the_libraries_of_a_replay_as_of_the_live_process() {
+    if !common::lldb_python_present() {
+        return;
+    }
+    let (program, trace_json) = recorded("image-list", &["-O0"], StepMode::Branch);
+    let (stub, port) = common::start_stub(&program);
+    let live = lldb_python(IMAGE_LIST, &program, port, &["finish"]);
+    common::end_stub(stub);
+    let (stub, port) = start_replay(&trace_json);
+    let replayed = lldb_python(IMAGE_LIST, &program, port, &[]);
+    let _ = wait_exit(stub);
+    let (live, replayed) = (&json_lines(&live)[0], &json_lines(&replayed)[0]);
+    let modules = live["modules"].as_array().unwrap();
+    assert!(modules.len() >= 4, "the program, ld.so, the vDSO, libc: {live}");
+    assert_eq!(replayed["modules"], live["modules"], "(UUID, load address) of every module");
+    assert_eq!(replayed["module"], "libc.so.6", "{replayed}");
+    assert!(replayed["function"].as_str().is_some_and(|f| f.contains("_exit")), "{replayed}");
+}

@@ -71,6 +71,7 @@ fn intercept(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>> {
             )
         }
         b"QEnableErrorStrings" => Some(b"OK".to_vec()),
+        b"qShlibInfoAddr" => target.shared_library_info_address().map(|address| format!("{address:x}").into_bytes()),
         _ if body.starts_with(b"qMemoryRegionInfo:") => {
             let address = std::str::from_utf8(&body[b"qMemoryRegionInfo:".len()..]).ok().and_then(|a| u64::from_str_radix(a, 16).ok());
             Some(match address {

@@ -376,6 +376,13 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
 
     /// The CPU a decoder of this target's traces should assume (its errata
     /// apply): by default the one software recordings declare.
+    /// What `qShlibInfoAddr` answers: an address holding a pointer to the
+    /// dynamic linker's rendezvous, for a target whose own cannot be read
+    /// (LLDB asks before it looks in the program's `DT_DEBUG`).
+    fn shared_library_info_address(&self) -> Option<u64> {
+        None
+    }
+
     /// Whether the stop just taken from [`Inferior::poll_stop`] is a
     /// continue armed by `monitor goto` that went nowhere (armed to where
     /// the debugger stands): then a client last told of the history's

@@ -8,7 +8,9 @@
 //! A trace records control flow only, so the state is the PC: every other
 //! register is unavailable (`xx`), memory is served only where it cannot
 //! have changed — the read-only segments of the bundle's module copies
-//! (code, constants) — and everything else is refused, never guessed.
+//! (code, constants), and the dynamic linker's rendezvous made from the
+//! bundle's library list (what LLDB reads to find the libraries) — and
+//! everything else is refused, never guessed.
 //! Nothing can be written.
 
 use std::collections::BTreeSet;
@@ -61,6 +63,40 @@ struct Module {
     interpreter: Option<String>,
     /// Its path on the traced system.
     system_path: String,
+    /// A dynamic linker's rendezvous (`_r_debug`) and the function it
+    /// calls on every change of the library list (`_dl_debug_state`),
+    /// relocated.
+    rendezvous: Option<(u64, u64)>,
+}
+
+/// Where the replay serves the dynamic linker's rendezvous: a page no
+/// Linux process can map (below `vm.mmap_min_addr`), so that it hides
+/// nothing of the program's.
+pub const RENDEZVOUS_PAGE: u64 = 0x1000;
+
+/// The page the replay answers `qShlibInfoAddr` with ([`RENDEZVOUS_PAGE`]):
+/// a pointer to a copy of the dynamic linker's rendezvous (`struct
+/// r_debug`) right after it, as it stands while the bundle's libraries
+/// are loaded (`RT_CONSISTENT`, the list's first link map, the linker's
+/// `_dl_debug_state` and base), zeros after. LLDB finds a Linux program's
+/// libraries by reading the rendezvous before it asks for the library list
+/// (`qXfer:libraries-svr4:read`), which it then takes whole; without it it
+/// lists the program and the dynamic linker only. (The process's own
+/// rendezvous, in the linker's writable data, is not recorded; LLDB reads
+/// memory in 512-byte lines, so it is served on a page of its own.)
+fn rendezvous_page(linker: &Module, first_link_map: u64) -> Vec<u8> {
+    let brk = linker.rendezvous.map_or(0, |(_, brk)| brk);
+    let mut page = Vec::with_capacity(4096);
+    page.extend_from_slice(&(RENDEZVOUS_PAGE + 8).to_le_bytes());
+    page.extend_from_slice(&1u32.to_le_bytes()); // r_version
+    page.extend_from_slice(&[0; 4]);
+    page.extend_from_slice(&first_link_map.to_le_bytes()); // r_map
+    page.extend_from_slice(&brk.to_le_bytes()); // r_brk
+    page.extend_from_slice(&0u32.to_le_bytes()); // r_state: RT_CONSISTENT
+    page.extend_from_slice(&[0; 4]);
+    page.extend_from_slice(&linker.bias.to_le_bytes()); // r_ldbase
+    page.resize(4096, 0);
+    page
 }
 
 /// A saved trace, served as a process stopped somewhere in its history.
@@ -83,6 +119,9 @@ pub struct SavedTrace {
     modules: Vec<Module>,
     auxv: Vec<u8>,
     libraries: String,
+    /// The page at [`RENDEZVOUS_PAGE`], for a dynamically linked program
+    /// ([`rendezvous_page`]).
+    rendezvous: Option<Vec<u8>>,
     position: u64,
     sw_breakpoints: BTreeSet<u64>,
     hw_breakpoints: BTreeSet<u64>,
@@ -163,8 +202,14 @@ fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> R
     } else {
         return Err(format!("{}: not a 64-bit ELF file", path.display()));
     }
+    let symbol = |name: &str| {
+        use object::ObjectSymbol as _;
+        file.symbols().chain(file.dynamic_symbols()).find(|symbol| symbol.name() == Ok(name)).map(|symbol| symbol.address().wrapping_add(bias))
+    };
+    let rendezvous = symbol("_r_debug").map(|r_debug| (r_debug, symbol("_dl_debug_state").unwrap_or(0)));
     let module = Module {
         path: path_text,
+        rendezvous,
         bias,
         dynamic,
         entry: file.entry().wrapping_add(bias),
@@ -258,6 +303,10 @@ impl SavedTrace {
             })
             .collect();
         let libraries = library_list_xml(&entries);
+        let rendezvous = match (interpreter, entries.first()) {
+            (Some(linker), Some(first)) if linker.rendezvous.is_some() => Some(rendezvous_page(linker, first.link_map)),
+            _ => None,
+        };
         let position = timeline.len() - 1;
         let tsc_conversion = loaded.description.tsc_perf_zero_conversion.as_ref().and_then(|c| {
             Some(crate::target::TscConversion { time_mult: c.time_mult, time_shift: c.time_shift, time_zero: c.time_zero.parse().ok()? })
@@ -274,6 +323,7 @@ impl SavedTrace {
             modules,
             auxv,
             libraries,
+            rendezvous,
             position,
             sw_breakpoints: BTreeSet::new(),
             hw_breakpoints: BTreeSet::new(),
@@ -526,6 +576,10 @@ impl Inferior for SavedTrace {
         std::mem::take(&mut self.stood_still)
     }
 
+    fn shared_library_info_address(&self) -> Option<u64> {
+        self.rendezvous.as_ref().map(|_| RENDEZVOUS_PAGE)
+    }
+
     fn take_stop_note(&mut self) -> Option<String> {
         self.stop_note.take().map(str::to_string)
     }
@@ -633,7 +687,13 @@ impl MultiThreadBase for SavedTrace {
     }
 
     fn read_addrs(&mut self, start: u64, data: &mut [u8], _thread: Tid) -> TargetResult<usize, Self> {
-        // Only what cannot have changed.
+        // Only what cannot have changed, and the dynamic linker's rendezvous.
+        if let Some(bytes) = self.rendezvous.as_ref().filter(|page| RENDEZVOUS_PAGE <= start && start < RENDEZVOUS_PAGE + page.len() as u64) {
+            let from = (start - RENDEZVOUS_PAGE) as usize;
+            let n = data.len().min(bytes.len() - from);
+            data[..n].copy_from_slice(&bytes[from..from + n]);
+            return Ok(n);
+        }
         self.unchanging_bytes(start, data).ok_or(TargetError::NonFatal)
     }
 
