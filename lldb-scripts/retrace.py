@@ -58,17 +58,19 @@ import os
 import re
 import shlex
 import shutil
+import sys
 import tempfile
 
 import lldb
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import retrace_lines  # noqa: E402 (beside this file)
 
 # Lines `monitor history` gives per request: few at first (a reverse step
 # mostly needs few), more for each further request.
 HISTORY_FIRST_BATCH = 64
 HISTORY_BATCH = 4096
 
-# Code.line_ranges's answers, by (process, function, line).
-LINE_RANGES = {}
 
 
 class RetraceError(Exception):
@@ -103,20 +105,24 @@ def status(debugger):
 
 
 class Step:
-    """An instruction of `monitor history`: its id, address and frame depth."""
+    """An instruction of `monitor history`: its id, address and frame depth;
+    for a callee, the latest of its instructions at a stop address asked
+    about, (id, pc), or None."""
 
-    __slots__ = ("id", "pc", "depth")
+    __slots__ = ("id", "pc", "depth", "stop")
 
-    def __init__(self, id, pc, depth):
-        self.id, self.pc, self.depth = id, pc, depth
+    def __init__(self, id, pc, depth, stop=None):
+        self.id, self.pc, self.depth, self.stop = id, pc, depth, stop
 
 
-def history(debugger, tid, before=None, within=()):
+def history(debugger, tid, before=None, within=(), stops=()):
     """Thread `tid`'s instructions before instruction `before` (default: the
     position) in that frame, newest first, fetched as they are read. With
     `within` (address ranges), the run of the frame's instructions inside
     them just before `before` comes as its earliest instruction only (the
-    stub passes over it: a long loop on one line is one answer)."""
+    stub passes over it: a long loop on one line is one answer). With
+    `stops` (addresses), each callee says the latest of its instructions
+    at one of them."""
     batch = HISTORY_FIRST_BATCH
     while True:
         command = "history %d --max %d" % (tid, batch)
@@ -125,12 +131,16 @@ def history(debugger, tid, before=None, within=()):
         if within:
             command += " --within " + ",".join("%x-%x" % r for r in within)
             within = ()
+        if stops:
+            command += " --stops " + ",".join("%x" % a for a in sorted(stops))
         lines = monitor(debugger, command).splitlines()
         steps = []
         for line in lines[1:]:
             fields = line.split()
             if len(fields) == 3:
                 steps.append(Step(int(fields[0]), int(fields[1], 16), int(fields[2])))
+            elif len(fields) == 6 and fields[3] == "stop":
+                steps.append(Step(int(fields[0]), int(fields[1], 16), int(fields[2]), (int(fields[4]), int(fields[5], 16))))
         if len(steps) < batch or steps[-1].depth < 0:
             for step in steps:
                 yield step
@@ -144,72 +154,60 @@ def history(debugger, tid, before=None, within=()):
         batch = HISTORY_BATCH
 
 
-class Code:
-    """What LLDB knows of addresses: lines and functions. With
-    `over_inlined`, code inlined into a function counts as the line of the
-    call it was inlined for (as stepping over it treats it)."""
+def block_ranges(block, target):
+    """The address ranges of an LLDB block, as a key to it."""
+    return tuple(
+        (block.GetRangeStartAddress(i).GetLoadAddress(target), block.GetRangeEndAddress(i).GetLoadAddress(target)) for i in range(block.GetNumRanges())
+    )
 
-    def __init__(self, target, over_inlined=False):
+
+class Frames:
+    """Frames at an address as GDB 13 sees them: the function and the
+    blocks inlined into it (innermost first), and which of those blocks
+    GDB hides at the address because it begins there (`skip_inline_frames`:
+    at a block's entry, or where the address before is outside the block,
+    the frame shown is the caller's, at the call site)."""
+
+    def __init__(self, target):
         self.target = target
-        self.over_inlined = over_inlined
-        self.lines = {}
+        self.chains = {}
         self.functions = {}
 
-    def line(self, pc):
-        """(file, line) of the code at `pc`, or None for no line (line 0)."""
-        if pc not in self.lines:
-            address = self.target.ResolveLoadAddress(pc)
-            entry = address.GetLineEntry()
-            line = (entry.GetFileSpec().fullpath, entry.GetLine()) if entry.IsValid() and entry.GetLine() != 0 else None
-            if self.over_inlined and line is not None:
-                inlined = address.GetBlock().GetContainingInlinedBlock()
-                while inlined.IsValid():
-                    line = (inlined.GetInlinedCallSiteFile().fullpath, inlined.GetInlinedCallSiteLine())
-                    inlined = inlined.GetParent().GetContainingInlinedBlock()
-            self.lines[pc] = line
-        return self.lines[pc]
+    def chain(self, pc):
+        """[(key, entry, end, call site (file, line))] of the inlined blocks
+        holding `pc`, innermost first (`key`: the block's ranges)."""
+        if pc not in self.chains:
+            chain = []
+            block = self.target.ResolveLoadAddress(pc).GetBlock().GetContainingInlinedBlock()
+            while block.IsValid():
+                ranges = block_ranges(block, self.target)
+                if ranges:
+                    call = (os.path.normpath(block.GetInlinedCallSiteFile().fullpath or ""), block.GetInlinedCallSiteLine())
+                    chain.append((ranges, ranges[0][0], max(end for _, end in ranges), call))
+                block = block.GetParent().GetContainingInlinedBlock()
+            self.chains[pc] = chain
+        return self.chains[pc]
 
-    def line_ranges(self, pc):
-        """The address ranges of the function at `pc` whose rows are the
-        line of `pc` (the line table's own rows: inlined code not
-        included), merged; empty if unknown."""
-        line = self.line(pc)
-        span = self.function(pc)
-        if line is None or span is None:
-            return []
-        key = (self.target.GetProcess().GetUniqueID(), span, line)
-        if key not in LINE_RANGES:
-            unit = self.target.ResolveLoadAddress(pc).GetCompileUnit()
-            spec = lldb.SBFileSpec(line[0], False)
-            rows = []
-            index = unit.FindLineEntryIndex(0, line[1], spec, True) if unit.IsValid() else lldb.UINT32_MAX
-            while index != lldb.UINT32_MAX:
-                entry = unit.GetLineEntryAtIndex(index)
-                start = entry.GetStartAddress().GetLoadAddress(self.target)
-                end = entry.GetEndAddress().GetLoadAddress(self.target)
-                if span[0] <= start < end <= span[1]:
-                    rows.append((start, end))
-                index = unit.FindLineEntryIndex(index + 1, line[1], spec, True)
-            merged = []
-            for start, end in sorted(rows):
-                if merged and start <= merged[-1][1]:
-                    merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-                else:
-                    merged.append((start, end))
-            LINE_RANGES[key] = merged
-        return LINE_RANGES[key]
+    def skipped(self, pc):
+        """How many of the innermost inlined blocks at `pc` GDB hides."""
+        count = 0
+        before = {key for key, _, _, _ in self.chain(pc - 1)}
+        for key, entry, _, _ in self.chain(pc):
+            if entry == pc or key not in before:
+                count += 1
+            else:
+                break
+        return count
 
-    def in_prologue(self, pc):
-        """Whether `pc` lies in its function's prologue (where LLDB's
-        stepping into a function never stops)."""
-        function = self.target.ResolveLoadAddress(pc).GetSymbolContext(lldb.eSymbolContextFunction).GetFunction()
-        if not function.IsValid():
-            return False
-        start = function.GetStartAddress().GetLoadAddress(self.target)
-        return start <= pc < start + function.GetPrologueByteSize()
+    def trampoline(self, pc):
+        """Whether `pc` is in a PLT stub (a trampoline to a shared
+        library's function), which GDB's reverse steps pass through."""
+        symbol = self.target.ResolveLoadAddress(pc).GetSymbol()
+        return symbol.IsValid() and symbol.GetType() == lldb.eSymbolTypeTrampoline
 
     def function(self, pc):
-        """(start, end) of the function holding `pc`, or None."""
+        """(start, end) of the function holding `pc` (LLDB's debug-info
+        function, else its symbol), or None."""
         if pc not in self.functions:
             address = self.target.ResolveLoadAddress(pc)
             context = address.GetSymbolContext(lldb.eSymbolContextFunction | lldb.eSymbolContextSymbol)
@@ -218,146 +216,298 @@ class Code:
                 if whole.IsValid():
                     start = whole.GetStartAddress().GetLoadAddress(self.target)
                     end = whole.GetEndAddress().GetLoadAddress(self.target)
-                    if start != lldb.LLDB_INVALID_ADDRESS and start <= pc < end:
+                    if start != lldb.LLDB_INVALID_ADDRESS:
                         span = (start, end)
                         break
             self.functions[pc] = span
         return self.functions[pc]
 
 
+class Lines:
+    """GDB's `find_pc_line` for any address of the target (load
+    addresses), from each module's line table read as GDB reads it."""
+
+    def __init__(self, target):
+        self.target = target
+        self.cache = {}
+
+    def __call__(self, pc):
+        if pc not in self.cache:
+            address = self.target.ResolveLoadAddress(pc)
+            module = address.GetModule()
+            found = retrace_lines.Line(pc, None, None, 0, False)
+            if module.IsValid() and address.GetFileAddress() != lldb.LLDB_INVALID_ADDRESS:
+                slide = pc - address.GetFileAddress()
+                for spec in (module.GetFileSpec(), module.GetSymbolFileSpec()):
+                    table = retrace_lines.table_for(spec.fullpath) if spec.IsValid() and spec.fullpath else None
+                    if table:
+                        line = table.find_pc_line(address.GetFileAddress())
+                        if line.line:
+                            line.pc += slide
+                            line.end = line.end + slide if line.end else None
+                            line.file = os.path.normpath(line.file)
+                        else:
+                            line.pc = pc
+                        found = line
+                        break
+            self.cache[pc] = found
+        return self.cache[pc]
+
+
 class Landing(Exception):
     """Where a reverse step lands: an instruction id (`None`: the history's
-    beginning)."""
+    beginning), and how many inlined frames GDB shows below the function
+    there (`depth`)."""
 
-    def __init__(self, id):
+    def __init__(self, id, depth=None):
         Exception.__init__(self, id)
-        self.id = id
+        self.id, self.depth = id, depth
 
 
-def setting(debugger, name):
-    """An LLDB setting's value, as JSON gives it."""
-    stream = lldb.SBStream()
-    debugger.GetSetting(name).GetAsJSON(stream)
-    try:
-        return json.loads(stream.GetData())
-    except ValueError:
-        return None
+class Frame:
+    """A frame as GDB tells frames apart: the real frame (its depth from
+    where the step started: 1 a callee, -1 the caller) and the inlined
+    block shown (None: the function itself)."""
+
+    __slots__ = ("real", "key", "shown")
+
+    def __init__(self, real, key, shown):
+        self.real, self.key, self.shown = real, key, shown
+
+    def __eq__(self, other):
+        return self.real == other.real and self.key == other.key
 
 
-class Walk:
-    """One reverse-next or reverse-step: the frame's history read backwards,
-    with LLDB's line tables and its step-in settings."""
+class ReverseStepper:
+    """GDB 13's reverse `next`, `step` and `finish` (infrun's
+    `process_event_stop_test` going backwards), run over the stub's history
+    of the thread (`monitor history`: a frame's instructions with its
+    callees' returns and the call into it) instead of single steps: where
+    GDB on the same recording lands, this lands, inlined frames included."""
 
-    def __init__(self, debugger, thread, enter_callees):
+    def __init__(self, debugger, thread):
         self.debugger = debugger
         self.tid = thread.GetThreadID()
-        self.code = Code(thread.GetProcess().GetTarget(), over_inlined=not enter_callees)
-        self.enter_callees = enter_callees
-        self.avoid_libraries = set(setting(debugger, "target.process.thread.step-avoid-libraries") or [])
-        avoid = setting(debugger, "target.process.thread.step-avoid-regexp")
-        self.avoid_names = re.compile(avoid) if avoid else None
+        target = thread.GetProcess().GetTarget()
+        self.frames = Frames(target)
+        self.lines = Lines(target)
+        self.breakpoints = set()
+        for breakpoint in target.breakpoint_iter():
+            if breakpoint.IsEnabled():
+                for location in breakpoint:
+                    if location.IsEnabled():
+                        self.breakpoints.add(location.GetLoadAddress())
+        # The frame LLDB shows (the selected one, where it is an inlined
+        # frame of the innermost concrete one: as GDB, which has no other):
+        # how many inlined blocks it hides at the pc.
+        frame = thread.GetFrameAtIndex(0)
+        selected = thread.GetSelectedFrame()
+        if selected.GetFrameID() != frame.GetFrameID() and all(thread.GetFrameAtIndex(i).IsInlined() for i in range(selected.GetFrameID())):
+            frame = selected
+        self.pc = frame.GetPC()
+        # No frame above the function's own (GDB's outermost frame).
+        concrete = next((i for i in range(frame.GetFrameID(), thread.GetNumFrames()) if not thread.GetFrameAtIndex(i).IsInlined()), None)
+        self.outermost = concrete is None or concrete == thread.GetNumFrames() - 1
+        chain = self.frames.chain(self.pc)
+        shown = frame.GetBlock().GetContainingInlinedBlock() if frame.IsInlined() else None
+        hidden = len(chain)
+        if shown is not None and shown.IsValid() and shown.GetNumRanges():
+            hidden = next((i for i, (key, _, _, _) in enumerate(chain) if key == block_ranges(shown, target)), 0)
+        self.hidden = hidden
 
-    def steps(self, before=None):
-        """The frame's history before `before`."""
-        return iter(history(self.debugger, self.tid, before))
+    def frame_at(self, real, pc, hidden=None):
+        """GDB's frame at `pc` in real frame `real` (the inlined blocks
+        starting there hidden, unless `hidden` says how many)."""
+        chain = self.frames.chain(pc)
+        skip = self.frames.skipped(pc) if hidden is None else hidden
+        key = chain[skip][0] if skip < len(chain) else None
+        return Frame(real, key, len(chain) - skip)
 
-    def run_steps(self, step, steps):
-        """The frame's history before `step`, which starts a run of its
-        line going back (`steps`: the history being read, at `step`).
-        Stepping over callees, the stub passes over the run (callees
-        included) itself; stepping into them, each callee's return is
-        needed, and `steps` goes on."""
-        if self.enter_callees:
-            return steps
-        return iter(history(self.debugger, self.tid, step.id, self.code.line_ranges(step.pc)))
-
-    def steps_into(self, pc):
-        """Whether `thread step-in` would stop in the function at `pc`: it
-        has lines and neither its library nor its name is to be avoided."""
-        if self.code.line(pc) is None:
+    def stepped_in_from(self, frame, pc, step_frame):
+        """GDB's `stepped_in_from`: `step_frame` is a caller of the inlined
+        frame `frame` (at `pc`) in the same real frame."""
+        if frame.real != step_frame.real or frame.key is None:
             return False
-        address = self.code.target.ResolveLoadAddress(pc)
-        if address.GetModule().GetFileSpec().GetFilename() in self.avoid_libraries:
-            return False
-        name = address.GetSymbolContext(lldb.eSymbolContextFunction).GetFunction().GetName() or ""
-        return not (self.avoid_names and self.avoid_names.search(name))
+        keys = [key for key, _, _, _ in self.frames.chain(pc)]
+        above = keys[keys.index(frame.key) + 1:] + [None]
+        return step_frame.key in above
 
-    def callee(self, ret, returned_to):
-        """A callee's `ret`, met going back; `returned_to` is the instruction
-        it returned to (None: where we stand). `thread step-in` from the
-        callee's last line stops where it returns: so reverse-step enters
-        the callee if we stand there, and otherwise lands there. Raises
-        Landing (reverse-next steps over callees: nothing)."""
-        if not self.enter_callees or not self.steps_into(ret.pc):
-            return
-        if returned_to is not None:
-            raise Landing(returned_to.id)
-        self.run_start(self.steps(before=ret.id), self.code.line(ret.pc), ret.id)
-
-    def run_start(self, steps, line, landing, newest=None):
-        """From a run of `line` whose earliest instruction so far is
-        `landing` (the step `newest`), goes back to the run's first
-        instruction. Raises Landing."""
-        for step in steps:
+    def events(self):
+        """The instructions before the position, newest first: (id, pc,
+        real frame, how it was reached: 'same', 'callee' (a callee's
+        return, met going back), 'caller' (the call into the frame))."""
+        real = 0
+        stops = self.breakpoints
+        steps = iter(history(self.debugger, self.tid, stops=stops))
+        while True:
+            step = next(steps, None)
+            if step is None:
+                return
             if step.depth > 0:
-                self.callee(step, newest)
-                continue
-            if step.depth < 0:
-                break
-            newest = step
-            here = self.code.line(step.pc)
-            if here is None or self.code.in_prologue(step.pc):
-                continue
-            if here != line:
-                break
-            landing = step.id
-        raise Landing(landing)
+                entered = yield (step.id, step.pc, real + 1, "callee", step.stop)
+                if entered:
+                    real += 1
+                    steps = iter(history(self.debugger, self.tid, step.id, stops=stops))
+            elif step.depth < 0:
+                real -= 1
+                yield (step.id, step.pc, real, "caller", None)
+                steps = iter(history(self.debugger, self.tid, step.id, stops=stops))
+            else:
+                yield (step.id, step.pc, real, "same", None)
 
-    def landing(self, pc):
-        """The id reverse-next/step lands on from `pc`, or None."""
-        current = self.code.line(pc)
-        function = self.code.function(pc)
-        steps = self.steps()
-        newest = None
+    def run(self, kind):
+        """Where `kind` ('next', 'step', 'finish') lands: a Landing."""
         try:
-            for step in steps:
-                if step.depth > 0:
-                    self.callee(step, newest)
-                    continue
-                if step.depth < 0:
-                    # Back out of the function's entry: the start of the
-                    # caller's line that called it.
-                    line = self.code.line(step.pc)
-                    if line is None:
-                        raise Landing(step.id)
-                    self.run_start(self.run_steps(step, self.steps(before=step.id)), line, step.id, step)
-                newest = step
-                if function is not None and self.code.function(step.pc) != function:
-                    # At the frame's depth but outside its function: a
-                    # signal handler's restorer.
-                    continue
-                here = self.code.line(step.pc)
-                if here is None or here == current or self.code.in_prologue(step.pc):
-                    # (Stepping into a function stops after its prologue:
-                    # before it, the call is next.)
-                    continue
-                self.run_start(self.run_steps(step, steps), here, step.id, step)
+            self.walk(kind)
         except Landing as landing:
-            return landing.id
-        return None
+            return landing
+        return Landing(None)
+
+    def walk(self, kind):
+        lines, frames = self.lines, self.frames
+        pc, hidden = self.pc, self.hidden
+        frame = self.frame_at(0, pc, hidden)
+        over_all = kind != "step"
+        if kind == "finish":
+            if frame.key is None:
+                self.finish_function(frame)
+                return
+            # Out of an inlined function: a step over all in its caller,
+            # with an empty range and no line.
+            step_frame = self.frame_at(0, pc, hidden + 1)
+            step_range = (pc, pc)
+            current = (None, 0)
+        else:
+            if kind == "step" and hidden > 0:
+                # GDB's step at a hidden inlined function goes into it,
+                # without running.
+                position = status(self.debugger)["position"]
+                raise Landing(position["id"], len(frames.chain(pc)) - hidden + 1)
+            here = lines(pc)
+            step_range = (here.pc, here.end or 0)
+            if hidden > 0:
+                block_end = frames.chain(pc)[hidden - 1][2]
+                step_range = (step_range[0], min(step_range[1], block_end))
+            if not here.line:
+                step_range = frames.function(pc) or (pc, pc + 1)
+            step_frame = frame
+            current = frames.chain(pc)[hidden - 1][3] if hidden > 0 else (here.file, here.line)
+        generator = self.events()
+        send = None
+        while True:
+            try:
+                event = generator.send(send)
+            except StopIteration:
+                return
+            send = None
+            id, pc, real, how, stop = event
+            if how == "callee":
+                # Stepped back into a callee through its return.
+                function = frames.function(pc)
+                if over_all or not function or not lines(function[0]).line:
+                    # Over it, back to its entry and on to the call; a
+                    # breakpoint it ran stops that.
+                    if stop is not None:
+                        raise Landing(stop[0], self.frame_at(real, stop[1]).shown)
+                    continue
+                sal = lines(pc)
+                if sal.pc == pc:
+                    raise Landing(id, self.frame_at(real, pc).shown)
+                step_range = (sal.pc, sal.end or 0)
+                send = True
+                continue
+            if pc in self.breakpoints:
+                raise Landing(id, self.frame_at(real, pc).shown)
+            if frames.trampoline(pc):
+                continue
+            here = self.frame_at(real, pc)
+            if real > step_frame.real:
+                # Inside a callee being stepped into backwards.
+                sal = lines(pc)
+                if sal.pc == pc:
+                    raise Landing(id, here.shown)
+                step_range = (sal.pc, sal.end or 0)
+                continue
+            if step_range[0] <= pc < step_range[1] and here == step_frame:
+                function = frames.function(pc)
+                if pc == step_range[0] and not (function and function[0] == pc):
+                    raise Landing(id, here.shown)
+                continue
+            sal = lines(pc)
+            if not sal.line:
+                raise Landing(id, here.shown)
+            skipped = frames.skipped(pc)
+            if here == step_frame and skipped > 0:
+                chain = frames.chain(pc)
+                call = chain[skipped - 1][3]
+                if over_all:
+                    if retrace_lines.same_line(call, current):
+                        continue
+                    raise Landing(id, here.shown)
+                if retrace_lines.same_line(call, current):
+                    raise Landing(id, here.shown + 1)
+                raise Landing(id, here.shown)
+            if here.key is not None and here != step_frame and self.stepped_in_from(here, pc, step_frame):
+                if over_all:
+                    continue
+                raise Landing(id, here.shown)
+            refresh = True
+            line = sal.line
+            if pc == sal.pc and not retrace_lines.same_line(current, (sal.file, sal.line)):
+                if sal.is_stmt:
+                    raise Landing(id, here.shown)
+                if here == step_frame:
+                    refresh = False
+                else:
+                    line = 0
+            step_range = (sal.pc, sal.end or 0)
+            if refresh:
+                step_frame = here
+                current = (sal.file, line)
+
+    def finish_function(self, frame):
+        """GDB's `finish_backward`: back to where the function's first line
+        starts (in any frame: a recursive call's entry stops it too), then
+        one instruction more, to the call; a breakpoint on the way stops
+        it. (Out of `main`, GDB refuses: it shows no frame past main.)"""
+        function = self.frames.function(self.pc)
+        symbol = self.frames.target.ResolveLoadAddress(self.pc).GetSymbolContext(lldb.eSymbolContextFunction).GetFunction()
+        if (symbol.IsValid() and symbol.GetName() == "main") or self.outermost:
+            raise RetraceError('"finish" not meaningful in the outermost frame.')
+        entry = self.lines(function[0]).pc if function else None
+        entry_hit = entry == self.pc
+        generator = self.events()
+        while True:
+            try:
+                id, pc, real, how, stop = next(generator)
+            except StopIteration:
+                return
+            if entry_hit and not self.frames.trampoline(pc):
+                # The one more step (a single step: no inlined frame hidden;
+                # a PLT stub passed through).
+                raise Landing(id, len(self.frames.chain(pc)))
+            if how == "callee":
+                if stop is not None:
+                    raise Landing(stop[0], self.frame_at(real, stop[1]).shown)
+                # A recursive call passes the entry too.
+                entry_hit = function is not None and self.frames.function(pc) == function
+                continue
+            if pc in self.breakpoints:
+                raise Landing(id, self.frame_at(real, pc).shown)
+            if how == "caller" or pc == entry:
+                entry_hit = True
+                if how == "caller":
+                    raise Landing(id, len(self.frames.chain(pc)))
 
 
 def reverse_line(debugger, thread, enter_callees):
-    """reverse-next (`enter_callees` False) or reverse-step: the landing id."""
-    return Walk(debugger, thread, enter_callees).landing(thread.GetFrameAtIndex(0).GetPC())
+    """reverse-next (`enter_callees` False) or reverse-step: the Landing."""
+    return ReverseStepper(debugger, thread).run("step" if enter_callees else "next")
 
 
 def reverse_finish(debugger, thread):
-    """The call that entered the current frame, or None (the beginning)."""
-    for step in history(debugger, thread.GetThreadID()):
-        if step.depth < 0:
-            return step.id
-    return None
+    """reverse-finish: the Landing."""
+    return ReverseStepper(debugger, thread).run("finish")
 
 
 def reverse_stepi(debugger, thread):
@@ -402,13 +552,6 @@ def turn_forward(debugger):
     if (after.get("id"), after.get("tid"), after.get("present")) != (position.get("id"), position.get("tid"), position.get("present")):
         raise RetraceError("the thread moved from %s to %s" % (position, after))
     return thread
-
-
-def inlined_block_start(block, target):
-    """The first address of the inlined block `block`, or None."""
-    if not block.IsValid() or block.GetNumRanges() == 0:
-        return None
-    return min(block.GetRangeStartAddress(i).GetLoadAddress(target) for i in range(block.GetNumRanges()))
 
 
 def selected_thread(debugger, tid=None):
@@ -769,15 +912,32 @@ class ReverseMove(Command):
         if args:
             raise RetraceError("takes no arguments but --tid; usage: retrace " + self.usage)
         thread = selected_thread(debugger, tid)
-        id = self.landing(debugger, thread)
-        if id is None:
+        landing = self.landing(debugger, thread)
+        if landing.id is None:
             go(debugger, result, "begin")
         else:
-            go(debugger, result, str(id), thread.GetThreadID())
-        self.landed(debugger, thread, result)
+            go(debugger, result, str(landing.id), thread.GetThreadID())
+        if landing.depth is not None and thread.GetProcess().GetState() == lldb.eStateStopped:
+            # (Where the debugger waits for the stop: in lldb-dap, which does
+            # not, LLDB's own choice of frame stays.)
+            show_inlined(debugger, thread, landing.depth, result)
 
-    def landed(self, debugger, thread, result):
-        pass
+
+def show_inlined(debugger, thread, depth, result):
+    """Makes LLDB show `depth` inlined frames below the function, as GDB
+    does at the same address: LLDB's own choice hides fewer or more of the
+    inlined functions starting there. Further in, its `thread step-in`
+    enters one without running; further out, the frame is selected."""
+    def inlined():
+        return next((i for i in range(thread.GetNumFrames()) if not thread.GetFrameAtIndex(i).IsInlined()), 0)
+
+    pc = thread.GetFrameAtIndex(0).GetPC()
+    for _ in range(depth - inlined()):
+        debugger.GetCommandInterpreter().HandleCommand("thread step-in", result)
+        if thread.GetFrameAtIndex(0).GetPC() != pc:
+            raise RetraceError("stepping into the inlined function at 0x%x moved the thread" % pc)
+    if inlined() > depth:
+        thread.SetSelectedFrame(inlined() - depth)
 
 
 class ReverseStepi(ReverseMove):
@@ -788,14 +948,15 @@ class ReverseStepi(ReverseMove):
     short = "Step back one instruction."
 
     def landing(self, debugger, thread):
-        return reverse_stepi(debugger, thread)
+        return Landing(reverse_stepi(debugger, thread))
 
 
 class ReverseNext(ReverseMove):
     """Goes back to the start of the previous source line of the current
-    function, stepping back over calls (and signal handlers). Before the
-    function's first line it goes to the start of the caller's line. `thread
-    step-over` from there comes back."""
+    function (of the current line, from its middle), stepping back over
+    calls and inlined functions, as GDB's reverse-next: its line table
+    (statements), its inlined frames. Before the function's first line it
+    goes to the start of the caller's line."""
 
     name, usage = "reverse-next", "reverse-next [--tid TID]"
     short = "Step back one source line, over calls."
@@ -807,30 +968,21 @@ class ReverseNext(ReverseMove):
 class ReverseStep(ReverseMove):
     """Goes back to the start of the previous source line, entering a
     function with line information that returned in between (at the start
-    of its last line). `thread step-in` from there comes back."""
+    of its last line's row) and inlined functions, as GDB's reverse-step."""
 
     name, usage = "reverse-step", "reverse-step [--tid TID]"
     short = "Step back one source line, into calls."
-    # Waits for the landing: at an inlined function's first instruction it
-    # steps into it (without running) after the stop.
+    # Waits for the landing, to show the inlined frame GDB shows there.
     synchronicity = "synchronous"
 
     def landing(self, debugger, thread):
         return reverse_line(debugger, thread, True)
 
-    def landed(self, debugger, thread, result):
-        # At the first instruction of an inlined function whose own line
-        # we stepped back to, LLDB (stopped, not stepping) shows the
-        # caller: its step-in moves into the function without running.
-        frame = thread.GetFrameAtIndex(0)
-        block = frame.GetPCAddress().GetBlock().GetContainingInlinedBlock()
-        if not frame.IsInlined() and inlined_block_start(block, thread.GetProcess().GetTarget()) == frame.GetPC():
-            debugger.GetCommandInterpreter().HandleCommand("thread step-in", result)
-
 
 class ReverseFinish(ReverseMove):
-    """Goes back to the call instruction (in the caller) that entered the
-    current function."""
+    """Goes back to where the current function was entered: the call
+    instruction in the caller, or, out of an inlined function, the start
+    of the caller's line before it, as GDB's reverse-finish."""
 
     name, usage = "reverse-finish", "reverse-finish [--tid TID]"
     short = "Step back out of the current function, to its call."

@@ -30,6 +30,17 @@ if ! "$venv/bin/python" -c "import wasmtime" 2>/dev/null; then
 fi
 export RETRACE_WASMTIME_PYTHON="$PWD/$venv/bin/python"
 
+# brotli 1.2.1's sources (PyPI's sdist): a real program the shim's reverse
+# stepping is judged on against GDB.
+brotli=target/brotli-1.2.1.tar.gz
+if [ ! -s "$brotli" ]; then
+    echo "downloading brotli 1.2.1's sources (PyPI) into target/"
+    mkdir -p target/brotli-download
+    python3 -m pip download -q --no-binary :all: --no-deps -d target/brotli-download "Brotli==1.2.1"
+    mv target/brotli-download/[Bb]rotli-1.2.1.tar.gz "$brotli"
+fi
+export RETRACE_BROTLI_SDIST="$PWD/$brotli"
+
 # Under CI=true a test whose tool is missing fails instead of skipping.
 export CI="${CI:-false}"
 cargo test --workspace --locked

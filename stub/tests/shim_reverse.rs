@@ -1,17 +1,18 @@
 //! The LLDB shim's reverse stepping (`lldb-scripts/retrace.py`) against
-//! `retrace-stub --record`, through python3-lldb-22, on a program with a
-//! loop of calls, recursion, an inlined function and a signal handler
-//! (`tests/programs/reverse_steps.c`).
+//! `retrace-stub --record`, through python3-lldb-22.
 //!
-//! The truth is LLDB's own forward stepping of the same run, live: every
-//! stop of a `thread step-in` (or `thread step-over`) walk from `main` to
-//! its last line, with the instruction id, PC, CFA, `frame variable` and
-//! `bt` there. Then from the end, `retrace reverse-step` (or
-//! `reverse-next`) must land, one after another, on exactly those stops in
-//! reverse order, showing the same frame, variables and backtrace; and at
-//! each landing, LLDB's forward step must come back to the stop it came
-//! from. `reverse-stepi` is checked the same way against `thread
-//! step-inst`, and `reverse-finish` against GDB 13's own `record full`.
+//! The truth is GDB 13's own `reverse-next`, `reverse-step` and
+//! `reverse-finish` on a recording of the same run (the stub runs the
+//! program without address randomization, in the same environment, so two
+//! recordings execute the same instructions): one script of commands runs
+//! on both sides, and after each reverse command the shim must stand where
+//! GDB stands — the same instruction id, PC, frame (inlined functions
+//! included) and CFA. Programs: `reverse_steps.c` (calls, recursion, an
+//! inlined function, a signal handler) at -O0; `inlined_steps.c` (a call
+//! made from code inlined twice over, a breakpoint in the callee, a store
+//! in the middle of a line watched) at -O1 and -O2; brotli 1.2.1's command
+//! line tool at -O1, decompressing. `reverse-stepi` is checked against
+//! `thread step-inst`.
 
 use std::path::Path;
 use std::process::Command;
@@ -20,68 +21,6 @@ mod common;
 
 use common::{end_stub, json_lines, lldb_python, lldb_python_present, start_recording};
 use retrace_tests::recordings::build;
-
-/// Walks forward from `main` with argv[3] (`step-in` or `step-over`),
-/// then back with `retrace` argv[4], printing one JSON line per stop.
-const WALK: &str = r#"
-forward, backward, shim = sys.argv[3], sys.argv[4], sys.argv[5]
-print(command("command script import " + shim))
-command("process handle SIGUSR1 -s false -n false -p true")
-thread = process.GetSelectedThread()
-
-def where():
-    return json.loads(command("retrace where --json").strip().splitlines()[-1])
-
-def stop():
-    frame = thread.GetSelectedFrame()
-    entry = frame.GetLineEntry()
-    variables = command("frame variable")
-    backtrace = [(f.GetFunctionName(), f.GetLineEntry().GetLine()) for f in thread]
-    return dict(id=where()["id"], pc=frame.GetPC(), cfa=frame.GetCFA(), function=frame.GetFunctionName(),
-                line=entry.GetLine(), variables=variables, backtrace=backtrace)
-
-def same_place(a, b):
-    return (a["pc"], a["cfa"], a["function"]) == (b["pc"], b["cfa"], b["function"])
-
-main = target.BreakpointCreateByName("main")
-process.Continue()
-last_line = int(sys.argv[6])
-stops = [stop()]
-while not (stops[-1]["function"] == "main" and stops[-1]["line"] >= last_line) and len(stops) < 200:
-    command("thread " + forward)
-    stops.append(stop())
-# LLDB's step into an inlined function at its first instruction runs
-# nothing (the same instruction id, seen from the caller then inside it):
-# such a pair is one place of the history, seen as the later stop.
-stops = [s for n, s in enumerate(stops) if n + 1 == len(stops) or stops[n + 1]["id"] != s["id"]]
-print(json.dumps(dict(kind="forward", stops=stops)))
-
-# Back: each landing must be the forward walk's previous stop.
-index = len(stops) - 1
-while index > 0:
-    out = command("retrace " + backward)
-    landing = stop()
-    expected = stops[index - 1]
-    record = dict(kind="landing", at=index - 1, landing=landing, expected=expected, out=out)
-    # LLDB's forward step from the landing comes back.
-    command("thread " + forward)
-    again = stop()
-    if again["id"] == stops[index]["id"] and again["function"] != stops[index]["function"]:
-        # (Into an inlined function without running: one step more.)
-        command("thread " + forward)
-    record["forward_again"] = stop()
-    record["came_from"] = stops[index]
-    print(json.dumps(record))
-    if not same_place(landing, expected):
-        break
-    # Back to the landing the same way (the forward step came back to
-    # where the first reverse step started).
-    command("retrace " + backward)
-    if not same_place(stop(), landing):
-        print(json.dumps(dict(kind="unstable", at=index - 1, again=stop(), landing=landing)))
-        break
-    index -= 1
-"#;
 
 /// From the end of `main`: `retrace reverse-stepi` N times, each undone by
 /// `thread step-inst`; then `retrace reverse-finish` from inside `square`.
@@ -128,65 +67,6 @@ fn program(dir: &Path) -> (std::path::PathBuf, usize) {
     let source = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/programs/reverse_steps.c")).unwrap();
     // Static: the stops do not depend on whether libc has line tables here.
     (build("reverse_steps", dir, &["-O0", "-static"]), last_line(&source))
-}
-
-fn walk(forward: &str, backward: &str) {
-    if !lldb_python_present() {
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("retrace-shim-{}-{backward}", std::process::id()));
-    let (program, last) = program(&dir);
-    let (stub, port) = start_recording(&program, "full");
-    let out = lldb_python(WALK, &program, port, &[forward, backward, &shim(), &last.to_string()]);
-    end_stub(stub);
-    let lines = json_lines(&out);
-    let forward_stops = lines.iter().find(|l| l["kind"] == "forward").unwrap_or_else(|| panic!("no forward walk:\n{out}"));
-    let stops = forward_stops["stops"].as_array().unwrap();
-    assert!(stops.len() >= 12, "a walk of {} stops:\n{out}", stops.len());
-    let landings: Vec<_> = lines.iter().filter(|l| l["kind"] == "landing").collect();
-    let place = |s: &serde_json::Value| (s["pc"].clone(), s["cfa"].clone(), s["function"].clone(), s["line"].clone());
-    for landing in &landings {
-        let (got, expected) = (&landing["landing"], &landing["expected"]);
-        assert_eq!(place(got), place(expected), "`retrace {backward}` landed elsewhere than the forward walk's stop {}:\n{landing:#}", landing["at"]);
-        assert_eq!(got["id"], expected["id"], "instruction id at stop {}", landing["at"]);
-        assert_eq!(got["variables"], expected["variables"], "frame variable at stop {}", landing["at"]);
-        assert_eq!(got["backtrace"], expected["backtrace"], "bt at stop {}", landing["at"]);
-        assert_eq!(
-            place(&landing["forward_again"]),
-            place(&landing["came_from"]),
-            "`thread {forward}` from the landing of stop {} goes elsewhere",
-            landing["at"]
-        );
-    }
-    assert!(!lines.iter().any(|l| l["kind"] == "unstable"), "a second reverse step from the same place landed elsewhere:\n{out}");
-    assert_eq!(landings.len(), stops.len() - 1, "every stop of the forward walk is landed on:\n{out}");
-    let functions: std::collections::BTreeSet<&str> = stops.iter().filter_map(|s| s["function"].as_str()).collect();
-    if forward == "step-in" {
-        // The walk went through the callees, the recursion and the inlined
-        // function (the signal handler runs within `raise`, which step-in
-        // steps over: it has no lines in a static libc).
-        for f in ["square", "depth", "twice"] {
-            assert!(functions.contains(f), "step-in walk never in {f}: {functions:?}");
-        }
-        let depths: std::collections::BTreeSet<_> = stops.iter().filter(|s| s["function"] == "depth").map(|s| s["cfa"].as_u64()).collect();
-        assert!(depths.len() >= 4, "the recursion's frames: {depths:?}");
-    } else {
-        assert_eq!(functions.into_iter().collect::<Vec<_>>(), vec!["main"]);
-    }
-    // The stretch includes `raise(SIGUSR1)`, whose handler ran in between.
-    let lines: Vec<_> = stops.iter().filter(|s| s["function"] == "main").map(|s| s["line"].as_u64().unwrap()).collect();
-    let raise = (last - 2) as u64;
-    assert!(lines.windows(2).any(|w| w == [raise, raise + 1]), "a step over line {raise} (raise) to the next: {lines:?}");
-}
-
-#[test]
-fn reverse_step_lands_on_every_stop_of_a_forward_step_in_walk() {
-    walk("step-in", "reverse-step");
-}
-
-#[test]
-fn reverse_next_lands_on_every_stop_of_a_forward_step_over_walk() {
-    walk("step-over", "reverse-next");
 }
 
 #[test]
@@ -294,4 +174,266 @@ fn a_plain_continue_after_the_shims_reverse_continue_runs_forwards() {
     assert!(stops[2]["out"].as_str().unwrap().contains("stop reason = breakpoint 2.1"), "{out}");
     assert!(stops[4]["out"].as_str().unwrap().contains("stop reason = history boundary"), "{out}");
     assert!(stops[4]["listed"].as_str().unwrap().contains("stop reason = history boundary"), "and stays so:\n{out}");
+}
+
+/// GDB's side of a script (a Python command `walk CMD N` runs CMD N times,
+/// or until it fails, printing where each lands; `here` prints where the
+/// thread stands): the id from `monitor record status`, the PC, the frame's
+/// function (inlined ones included), its line and CFA ("frame at").
+const GDB_WALK: &str = r#"
+import gdb, json
+def here(cmd):
+    frame = gdb.selected_frame()
+    info = gdb.execute("info frame", to_string=True)
+    cfa = int(info.split("frame at ")[1].split(":")[0].split()[0], 16) if "frame at " in info else None
+    status = json.loads(gdb.execute("monitor record status --json", to_string=True).strip().splitlines()[-1])
+    print("LANDING " + json.dumps(dict(cmd=cmd, id=status["position"]["id"], pc=frame.pc(), cfa=cfa,
+                                       function=frame.name(), line=frame.find_sal().line)))
+class Walk(gdb.Command):
+    def __init__(self):
+        super().__init__("walk", gdb.COMMAND_USER)
+    def invoke(self, arg, tty):
+        cmd, n = arg.rsplit(" ", 1)
+        for _ in range(int(n)):
+            try:
+                gdb.execute(cmd, to_string=True)
+            except gdb.error as e:
+                print("LANDING " + json.dumps(dict(cmd=cmd, error=str(e))))
+                return
+            here(cmd)
+Walk()
+"#;
+
+/// The shim's side of the same script (argv[3]: the shim; argv[4…]: the
+/// commands), in LLDB's terms: `break F` a breakpoint on F, `watch V` a
+/// write watchpoint on V, `continue`, and `walk CMD N` for the shim's
+/// `retrace CMD` (reverse-next, reverse-step, reverse-finish,
+/// reverse-continue). Where the thread stands is the selected frame's
+/// (the shim selects the frame GDB shows).
+const LLDB_WALK: &str = r#"
+event = lldb.SBEvent()
+while process.GetState() != lldb.eStateStopped and listener.WaitForEvent(10, event):
+    pass
+command("command script import " + sys.argv[3])
+command("process handle SIGUSR1 -s false -n false -p true")
+def here(cmd):
+    thread = process.GetSelectedThread()
+    frame = thread.GetSelectedFrame()
+    where = json.loads(command("retrace where --json").strip().splitlines()[-1])
+    entry = frame.GetLineEntry()
+    print("LANDING " + json.dumps(dict(cmd=cmd, id=where["id"], pc=frame.GetPC(), cfa=frame.GetCFA(), function=frame.GetFunctionName(),
+                                       line=entry.GetLine() if entry.IsValid() else 0)))
+for line in sys.argv[4:]:
+    words = line.split()
+    if words[0] == "break" and ":" in words[1]:
+        file, number = words[1].split(":")
+        target.BreakpointCreateByLocation(file, int(number))
+    elif words[0] == "break":
+        target.BreakpointCreateByName(words[1])
+    elif words[0] == "watch":
+        print(command("watchpoint set variable -w write " + words[1]))
+    elif words[0] == "continue":
+        process.Continue()
+    elif words[0] == "walk":
+        cmd = " ".join(words[1:-1])
+        for _ in range(int(words[-1])):
+            out = command("retrace " + cmd)
+            if "error:" in out:
+                print("LANDING " + json.dumps(dict(cmd=cmd, error=out.strip())))
+                break
+            here(cmd)
+process.Kill()
+"#;
+
+/// Runs `script` with GDB and with the shim, each on its own recording of
+/// `program args`; returns both lists of landings and both outputs.
+fn both_walk(program: &Path, args: &[&str], script: &[&str]) -> (Vec<serde_json::Value>, Vec<serde_json::Value>, String) {
+    let landings = |text: &str| -> Vec<serde_json::Value> {
+        text.lines().filter_map(|l| l.strip_prefix("LANDING ")).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+    };
+    let (stub, port) = common::start_recording_with_args(program, args, "full");
+    let walk = program.with_extension("gdb-walk.py");
+    std::fs::write(&walk, GDB_WALK).unwrap();
+    let mut commands = vec![format!("source {}", walk.display()), format!("target remote 127.0.0.1:{port}"), "handle SIGUSR1 nostop noprint pass".into()];
+    commands.extend(script.iter().map(|c| c.to_string()));
+    commands.push("kill".into());
+    let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
+    let gdb = common::gdb(program, &commands);
+    end_stub(stub);
+    let (stub, port) = common::start_recording_with_args(program, args, "full");
+    let shim = shim();
+    let mut extra = vec![shim.as_str()];
+    extra.extend(script);
+    let lldb = lldb_python(LLDB_WALK, program, port, &extra);
+    end_stub(stub);
+    let text = format!("=== GDB\n{gdb}\n=== the shim\n{lldb}");
+    (landings(&gdb), landings(&lldb), text)
+}
+
+/// Every landing of the shim is GDB's: the instruction, its PC, the frame's
+/// CFA (where GDB knows it: not past the outermost frame) and, where there
+/// are lines, the function (without them GDB and LLDB name an address by
+/// different aliases, `pthread_kill` / `__pthread_kill`). Lines are
+/// compared through the PC: at a few addresses GDB names the statement's
+/// line and LLDB the last row's.
+fn assert_lands_where_gdb_does(gdb: &[serde_json::Value], shim: &[serde_json::Value], text: &str, at_least: usize) {
+    assert!(gdb.len() >= at_least, "GDB landed {} times (at least {at_least} expected):\n{text}", gdb.len());
+    assert_eq!(gdb.len(), shim.len(), "as many landings:\n{text}");
+    for (n, (g, s)) in gdb.iter().zip(shim).enumerate() {
+        let context = format!("landing {n} ({}): GDB {g}, the shim {s}", g["cmd"]);
+        if g.get("error").is_some() {
+            assert!(s.get("error").is_some(), "GDB refused, the shim did not: {context}\n{text}");
+            continue;
+        }
+        assert_eq!((&s["id"], &s["pc"]), (&g["id"], &g["pc"]), "{context}\n{text}");
+        if !g["cfa"].is_null() && g["cfa"] != 0 {
+            assert_eq!(s["cfa"], g["cfa"], "the frame's CFA: {context}\n{text}");
+        }
+        if g["line"] != 0 {
+            assert_eq!(s["function"], g["function"], "the frame: {context}\n{text}");
+        }
+    }
+}
+
+#[test]
+fn reverse_next_step_and_finish_land_where_gdbs_do_at_o0() {
+    if !lldb_python_present() || retrace_tests::tools::which("gdb").is_none() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shim-reverse-o0");
+    let (program, last) = program(&dir);
+    let stop = format!("break reverse_steps.c:{last}");
+    let script = [stop.as_str(), "continue", "walk reverse-next 12", "walk reverse-step 40", "walk reverse-finish 1", "walk reverse-next 3"];
+    let (gdb, shim, text) = both_walk(&program, &[], &script);
+    assert_lands_where_gdb_does(&gdb, &shim, &text, 50);
+}
+
+/// `inlined_steps.c` built with `opt`, static (libc without lines).
+fn inlined_steps(opt: &str) -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("shim-inlined-{opt}"));
+    build("inlined_steps", &dir, &[opt, "-static"])
+}
+
+/// Inlined code at -O1 and -O2: reverse-step from `done` through `run`,
+/// `step_once` and `twice` (all inlined into `main`) into `leaf` and out,
+/// reverse-finish out of inlined frames, reverse-next over them; from a
+/// breakpoint in `leaf` (called from inlined code), reverse-next and
+/// reverse-step stopping at that breakpoint in earlier calls,
+/// reverse-finish out of `leaf`; and from a watchpoint stop in the middle
+/// of a line, reverse-next to that line's start.
+fn inlined(opt: &str) {
+    if !lldb_python_present() || retrace_tests::tools::which("gdb").is_none() {
+        return;
+    }
+    let program = inlined_steps(opt);
+    let scripts: [&[&str]; 3] = [
+        &["break done", "continue", "walk reverse-step 40", "walk reverse-finish 2", "walk reverse-next 3"],
+        &["break done", "continue", "break leaf", "walk reverse-continue 1", "walk reverse-next 3", "walk reverse-finish 1", "walk reverse-next 6", "walk reverse-step 6", "walk reverse-finish 1"],
+        &["break done", "continue", "watch watched", "walk reverse-continue 1", "walk reverse-next 4", "walk reverse-finish 1"],
+    ];
+    let mut functions = std::collections::BTreeSet::new();
+    for (script, at_least) in scripts.iter().zip([40, 17, 5]) {
+        let (gdb, shim, text) = both_walk(&program, &[], script);
+        assert_lands_where_gdb_does(&gdb, &shim, &text, at_least);
+        functions.extend(shim.iter().filter_map(|l| l["function"].as_str().map(str::to_string)));
+    }
+    for inlined in ["run", "step_once", "twice", "leaf"] {
+        assert!(functions.contains(inlined), "no landing in {inlined}: {functions:?}");
+    }
+}
+
+#[test]
+fn reverse_next_step_and_finish_land_where_gdbs_do_in_inlined_code_at_o1() {
+    inlined("-O1");
+}
+
+#[test]
+fn reverse_next_step_and_finish_land_where_gdbs_do_in_inlined_code_at_o2() {
+    inlined("-O2");
+}
+
+/// After a watchpoint stop on a store in the middle of a line, reverse-next
+/// goes to the start of that line (GDB's), not to the line before.
+#[test]
+fn reverse_next_from_the_middle_of_a_line_goes_to_its_start() {
+    if !lldb_python_present() || retrace_tests::tools::which("gdb").is_none() {
+        return;
+    }
+    let program = inlined_steps("-O0");
+    let source = std::fs::read_to_string(retrace_tests::recordings::programs_dir().join("inlined_steps.c")).unwrap();
+    let store_line = source.lines().position(|l| l.contains("watched = total + i;")).unwrap() as u64 + 1;
+    let (gdb, shim, text) = both_walk(&program, &[], &["break done", "continue", "watch watched", "walk reverse-continue 1", "walk reverse-next 1"]);
+    assert_lands_where_gdb_does(&gdb, &shim, &text, 2);
+    let (stop, next) = (&shim[0], &shim[1]);
+    assert_eq!((stop["line"].as_u64(), next["line"].as_u64()), (Some(store_line), Some(store_line)), "the watchpoint stop and the line's start:\n{text}");
+    assert!(next["id"].as_u64() < stop["id"].as_u64(), "{text}");
+}
+
+/// brotli 1.2.1's command line tool (`c/tools/brotli.c` and the library's
+/// C sources, from PyPI's `Brotli` sdist that the test command downloads,
+/// RETRACE_BROTLI_SDIST) built `-g -O1 -static`, and a small `.br` file it
+/// made; `None` (after saying why) where the sources are missing.
+fn brotli() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let sdist = std::env::var_os("RETRACE_BROTLI_SDIST").map(std::path::PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/brotli-1.2.1.tar.gz"));
+    if !retrace_tests::tools::require("brotli 1.2.1's sources (RETRACE_BROTLI_SDIST)", sdist.exists()) {
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("brotli");
+    let (program, compressed) = (dir.join("brotli"), dir.join("small.br"));
+    if compressed.exists() {
+        return Some((program, compressed));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(Command::new("tar").arg("xzf").arg(&sdist).arg("-C").arg(&dir).status().unwrap().success());
+    let sources = dir.join("brotli-1.2.1");
+    let mut gcc = Command::new("gcc");
+    gcc.args(["-g", "-O1", "-static", "-o"]).arg(&program).arg("-I").arg(sources.join("c/include")).arg(sources.join("c/tools/brotli.c"));
+    for part in ["common", "dec", "enc"] {
+        let mut files: Vec<_> = std::fs::read_dir(sources.join("c").join(part)).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "c")).collect();
+        files.sort();
+        gcc.args(files);
+    }
+    // Built where the sources are: the line tables name them relative to it.
+    let built = gcc.arg("-lm").current_dir(&sources).output().unwrap();
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let text: Vec<u8> = std::fs::read(sources.join("README.md")).unwrap().into_iter().take(2000).collect();
+    let plain = dir.join("small.txt");
+    std::fs::write(&plain, &text).unwrap();
+    let made = Command::new(&program).arg("-c").arg(&plain).output().unwrap();
+    assert!(made.status.success());
+    std::fs::write(&compressed, &made.stdout).unwrap();
+    Some((program, compressed))
+}
+
+/// brotli decompressing: from its last call of the decoder (reached by
+/// reverse-continue from its output), reverse-next back through the
+/// inlined `DecompressFile` to its loop's lines, reverse-finish out of it
+/// into `DecompressFiles`, on; and from `WriteOutput`, reverse-step through
+/// the decoder's functions, reverse-finish three frames out, reverse-next
+/// through `main`.
+#[test]
+fn reverse_next_step_and_finish_land_where_gdbs_do_in_brotli() {
+    if !lldb_python_present() || retrace_tests::tools::which("gdb").is_none() {
+        return;
+    }
+    let Some((program, compressed)) = brotli() else { return };
+    let compressed = compressed.display().to_string();
+    let args = ["-d", "-c", compressed.as_str()];
+    let scripts: [&[&str]; 2] = [
+        &["break WriteOutput", "continue", "break BrotliDecoderDecompressStream", "walk reverse-continue 1", "walk reverse-next 6", "walk reverse-finish 1", "walk reverse-next 4", "walk reverse-step 8"],
+        &["break WriteOutput", "continue", "walk reverse-step 30", "walk reverse-finish 3", "walk reverse-next 30"],
+    ];
+    for (script, at_least) in scripts.iter().zip([20, 60]) {
+        let (gdb, shim, text) = both_walk(&program, &args, script);
+        assert_lands_where_gdb_does(&gdb, &shim, &text, at_least);
+        if script.len() == 8 {
+            // The issue's case: reverse-next from the decoder's entry lands
+            // in the inlined caller's line that called it, and
+            // reverse-finish from there in DecompressFiles.
+            assert_eq!((shim[1]["function"].as_str(), shim[1]["line"].as_u64()), (Some("DecompressFile"), Some(1310)), "{text}");
+            let finish = shim.iter().find(|l| l["cmd"] == "reverse-finish").unwrap();
+            assert_eq!(finish["function"], "DecompressFiles", "{text}");
+        }
+    }
 }

@@ -78,14 +78,20 @@ pub struct FrameStep {
     /// (only its `ret` is listed), -1 the caller (the instruction that
     /// entered the frame: its `call`, or the one a signal interrupted).
     pub depth: i32,
+    /// For a callee: the latest of its instructions (its own callees'
+    /// included) at one of the addresses asked about, (id, pc).
+    pub stop: Option<(u64, u64)>,
 }
 
 /// The instructions of `executed` (a thread's, newest first, ending just
 /// before the starting point) that ran in the starting frame, each
 /// callee's `ret`, and the instruction that entered the frame, after which
 /// the list ends; at most `max` of them.
-pub fn frame_history(executed: impl IntoIterator<Item = Executed>, mut flow: impl FnMut(u64) -> Flow, max: usize) -> Vec<FrameStep> {
-    let mut listed = Vec::new();
+///
+/// Each callee listed also says the latest of its instructions at one of
+/// `stops` (sorted), if any.
+pub fn frame_history(executed: impl IntoIterator<Item = Executed>, mut flow: impl FnMut(u64) -> Flow, max: usize, stops: &[u64]) -> Vec<FrameStep> {
+    let mut listed: Vec<FrameStep> = Vec::new();
     // The depth of the position after the instruction being looked at.
     let mut depth_after = 0i32;
     for step in executed {
@@ -100,7 +106,12 @@ pub fn frame_history(executed: impl IntoIterator<Item = Executed>, mut flow: imp
             Flow::Other => {}
         }
         if depth <= 0 || (depth == 1 && kind == Flow::Return) {
-            listed.push(FrameStep { id: step.id, pc: step.pc, depth });
+            listed.push(FrameStep { id: step.id, pc: step.pc, depth, stop: None });
+        }
+        if depth > 0 && stops.binary_search(&step.pc).is_ok() {
+            if let Some(callee) = listed.last_mut().filter(|callee| callee.depth == 1 && callee.stop.is_none()) {
+                callee.stop = Some((step.id, step.pc));
+            }
         }
         if depth < 0 {
             break;
@@ -112,11 +123,16 @@ pub fn frame_history(executed: impl IntoIterator<Item = Executed>, mut flow: imp
 
 /// [`frame_history`]'s answer as `monitor history` prints it: a line
 /// `thread TID instruction ID` for the starting point, then one line per
-/// instruction, `ID PC DEPTH` (PC in hex).
+/// instruction, `ID PC DEPTH` (PC in hex), followed for a callee that ran
+/// one of the addresses asked about by `stop ID PC`.
 pub fn history_text(tid: u64, id: u64, steps: &[FrameStep]) -> String {
     let mut text = format!("thread {tid} instruction {id}\n");
     for step in steps {
-        let _ = writeln!(text, "{} {:#x} {}", step.id, step.pc, step.depth);
+        let _ = write!(text, "{} {:#x} {}", step.id, step.pc, step.depth);
+        if let Some((id, pc)) = step.stop {
+            let _ = write!(text, " stop {id} {pc:#x}");
+        }
+        text.push('\n');
     }
     text
 }
@@ -148,7 +164,7 @@ mod tests {
         // 0: caller's call (0x10) → frame: 1, 2, call 0x11 → callee 4, 5,
         // ret 0x20 → frame 7; we stand after 7.
         let executed = run(&[(0x10, false), (0x1, false), (0x2, false), (0x11, false), (0x4, false), (0x5, false), (0x20, false), (0x7, false)]);
-        let steps = frame_history(executed, kinds, 100);
+        let steps = frame_history(executed, kinds, 100, &[]);
         assert_eq!(listed(&steps), vec![(7, 0), (6, 1), (3, 0), (2, 0), (1, 0), (0, -1)]);
     }
 
@@ -172,15 +188,40 @@ mod tests {
             (0xb, false),
             (0xc, false),
         ]);
-        let steps = frame_history(executed, kinds, 100);
+        let steps = frame_history(executed, kinds, 100, &[]);
         assert_eq!(listed(&steps), vec![(12, 0), (11, 0), (10, 1), (8, 0), (7, 1), (1, 0), (0, 0)]);
+    }
+
+    #[test]
+    fn a_callee_says_its_latest_instruction_at_a_stop_address() {
+        // frame 1; call 0x10 → callee 3 (0x5), call 0x11 → 5 (0x5), ret
+        // 0x21 → 7 (0x6), ret 0x20 → frame 9; and the stop addresses 0x5,
+        // 0x6: the callee's latest is 7; a callee without one says none.
+        let executed = run(&[
+            (0x1, false),
+            (0x10, false),
+            (0x5, false),
+            (0x11, false),
+            (0x5, false),
+            (0x21, false),
+            (0x6, false),
+            (0x20, false),
+            (0x9, false),
+            (0x11, false),
+            (0x20, false),
+            (0xb, false),
+        ]);
+        let steps = frame_history(executed, kinds, 100, &[0x5, 0x6]);
+        let stops: Vec<(u64, Option<(u64, u64)>)> = steps.iter().map(|s| (s.id, s.stop)).collect();
+        assert_eq!(stops, vec![(11, None), (10, None), (9, None), (8, None), (7, Some((6, 0x6))), (1, None), (0, None)]);
+        assert_eq!(history_text(1, 12, &steps[3..5]), "thread 1 instruction 12\n8 0x9 0\n7 0x20 1 stop 6 0x6\n");
     }
 
     #[test]
     fn the_list_stops_at_max() {
         let executed = run(&[(0x1, false), (0x2, false), (0x3, false)]);
-        assert_eq!(listed(&frame_history(executed, kinds, 2)), vec![(2, 0), (1, 0)]);
-        let text = history_text(7, 3, &frame_history(run(&[(0x1, false), (0x10, false)]), kinds, 9));
+        assert_eq!(listed(&frame_history(executed, kinds, 2, &[])), vec![(2, 0), (1, 0)]);
+        let text = history_text(7, 3, &frame_history(run(&[(0x1, false), (0x10, false)]), kinds, 9, &[]));
         assert_eq!(text, "thread 7 instruction 3\n1 0x10 -1\n");
     }
 

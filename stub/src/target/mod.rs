@@ -128,6 +128,11 @@ pub enum HistoryCommand {
         /// as its earliest instruction only
         /// ([`state_log::StateLog::frame_history`]).
         within: Vec<std::ops::Range<u64>>,
+        /// `--stops ADDR[,ADDR…]` (hex): each callee listed says the latest
+        /// of its instructions (its own callees' included) at one of these
+        /// addresses, if any — where a debugger passing over the callee
+        /// backwards would stop at a breakpoint.
+        stops: Vec<u64>,
     },
 }
 
@@ -204,8 +209,8 @@ impl HistoryCommand {
 
 impl HistoryCommand {
     fn parse_history(args: &[&str]) -> Result<Self, String> {
-        const USAGE: &str = "usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]]";
-        let (mut tid, mut before, mut max, mut within) = (None, None, HISTORY_LINES, Vec::new());
+        const USAGE: &str = "usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]] [--stops ADDR[,ADDR...]]";
+        let (mut tid, mut before, mut max, mut within, mut stops) = (None, None, HISTORY_LINES, Vec::new(), Vec::new());
         let mut args = args.iter();
         while let Some(&arg) = args.next() {
             let mut number = |what: &str| -> Result<u64, String> {
@@ -216,12 +221,20 @@ impl HistoryCommand {
                 "--before" => before = Some(number("an instruction id")?),
                 "--max" => max = usize::try_from(number("a line count")?).unwrap_or(usize::MAX),
                 "--within" => within = parse_ranges(args.next().ok_or_else(|| format!("--within needs address ranges; {USAGE}"))?)?,
+                "--stops" => stops = parse_addresses(args.next().ok_or_else(|| format!("--stops needs addresses; {USAGE}"))?)?,
                 _ if tid.is_none() && !arg.starts_with('-') => tid = Some(arg.parse::<u64>().map_err(|_| format!("`{arg}` is not a thread id; {USAGE}"))?),
                 _ => return Err(USAGE.into()),
             }
         }
-        Ok(HistoryCommand::History { tid, before, max, within })
+        stops.sort_unstable();
+        stops.dedup();
+        Ok(HistoryCommand::History { tid, before, max, within, stops })
     }
+}
+
+/// `ADDR[,ADDR…]` in hex (`0x` optional).
+fn parse_addresses(text: &str) -> Result<Vec<u64>, String> {
+    text.split(',').map(|t| u64::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| format!("`{t}` is not a hex address"))).collect()
 }
 
 /// `START-END[,START-END…]` in hex (`0x` optional): address ranges, END excluded.
@@ -581,17 +594,28 @@ mod tests {
         let mut once = Some(Armed { position: 3, hold: false });
         assert_eq!((Armed::take(&mut once, true), once), (Some(3), None), "a step uses up an arming not held");
         assert_eq!(Armed::take(&mut once, false), None);
-        assert_eq!(HistoryCommand::parse("history"), Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES, within: vec![] }));
-        assert_eq!(HistoryCommand::parse("history 4242 --before 17 --max 3"), Ok(HistoryCommand::History { tid: Some(4242), before: Some(17), max: 3, within: vec![] }));
+        assert_eq!(HistoryCommand::parse("history"), Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES, within: vec![], stops: vec![] }));
+        assert_eq!(HistoryCommand::parse("history 4242 --before 17 --max 3"), Ok(HistoryCommand::History { tid: Some(4242), before: Some(17), max: 3, within: vec![], stops: vec![] }));
         assert_eq!(
             HistoryCommand::parse("history --within 0x10-0x20,30-38"),
-            Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES, within: vec![0x10..0x20, 0x30..0x38] })
+            Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES, within: vec![0x10..0x20, 0x30..0x38], stops: vec![] })
         );
         assert_eq!(HistoryCommand::parse("history --within 20-10"), Err("`20-10` is empty".into()));
         assert_eq!(HistoryCommand::parse("history --within x-1"), Err("`x` is not a hex address".into()));
-        assert_eq!(HistoryCommand::parse("history --max"), Err("--max needs a line count; usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]]".into()));
+        assert_eq!(
+            HistoryCommand::parse("history 7 --stops 0x20,10,20"),
+            Ok(HistoryCommand::History { tid: Some(7), before: None, max: HISTORY_LINES, within: vec![], stops: vec![0x10, 0x20] })
+        );
+        assert_eq!(HistoryCommand::parse("history --stops 1,y"), Err("`y` is not a hex address".into()));
+        assert_eq!(
+            HistoryCommand::parse("history --max"),
+            Err("--max needs a line count; usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]] [--stops ADDR[,ADDR...]]".into())
+        );
         assert_eq!(HistoryCommand::parse("history --before x"), Err("`x` is not an instruction id".into()));
-        assert_eq!(HistoryCommand::parse("history 1 2"), Err("usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]]".into()));
+        assert_eq!(
+            HistoryCommand::parse("history 1 2"),
+            Err("usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]] [--stops ADDR[,ADDR...]]".into())
+        );
         assert!(HistoryCommand::parse("reverse").unwrap_err().starts_with("unknown monitor command `reverse`"));
     }
 }

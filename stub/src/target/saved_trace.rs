@@ -509,7 +509,7 @@ impl SavedTrace {
 
     /// `monitor history [TID] [--before ID] [--max N]`. (Signal handler
     /// entries are not marked: a trace shows them as plain branches.)
-    fn history(&self, tid: Option<u64>, before: Option<u64>, max: usize) -> Result<String, String> {
+    fn history(&self, tid: Option<u64>, before: Option<u64>, max: usize, stops: &[u64]) -> Result<String, String> {
         let here = self.timeline.at(self.position).expect("the position is in the timeline");
         let tid = tid.unwrap_or(here.tid);
         let thread = self.timeline.thread_of(tid).ok_or_else(|| format!("no thread {tid} in the history"))?;
@@ -530,7 +530,7 @@ impl SavedTrace {
             Some(step)
         });
         let flow = flows_by_address(|pc, code| self.unchanging_bytes(pc, code).unwrap_or(0));
-        Ok(history_text(tid, id, &frame_history(executed, flow, max)))
+        Ok(history_text(tid, id, &frame_history(executed, flow, max, stops)))
     }
 
     /// Reads what cannot have changed (a read-only segment, from the file);
@@ -553,7 +553,7 @@ impl SavedTrace {
             HistoryCommand::Status { json } => Ok(self.status(json)),
             HistoryCommand::Goto { target, hold } => self.goto(target, hold),
             // (`--within` only shortens the answer: a saved trace lists every step.)
-            HistoryCommand::History { tid, before, max, .. } => self.history(tid, before, max),
+            HistoryCommand::History { tid, before, max, stops, .. } => self.history(tid, before, max, &stops),
         }
     }
 }

@@ -886,14 +886,17 @@ impl StateLog {
     /// line's code, say), callees included, is listed as its earliest step
     /// only — what a reverse `next` needs to pass over a long loop on one
     /// line in one answer.
-    pub fn frame_history(&self, tid: u64, before: u64, max: usize, within: &[Range<u64>]) -> Vec<FrameStep> {
+    ///
+    /// Each callee listed says the latest of its steps at one of `stops`
+    /// (sorted), found through the address index.
+    pub fn frame_history(&self, tid: u64, before: u64, max: usize, within: &[Range<u64>], stops: &[u64]) -> Vec<FrameStep> {
         let Some(thread) = self.threads.get(&tid) else { return Vec::new() };
         let count = thread.count;
         let before = usize::try_from(before).unwrap_or(usize::MAX).min(count);
         let frame = if before == count { thread.depth_next } else { thread.depth(before) };
         let pc = |i: usize| self.pc(thread.position(i));
         let inside = |pc: u64| within.iter().any(|r| r.contains(&pc));
-        let step = |i: usize| FrameStep { id: i as u64, pc: pc(i), depth: thread.depth(i) - frame };
+        let step = |i: usize| FrameStep { id: i as u64, pc: pc(i), depth: thread.depth(i) - frame, stop: None };
         let mut listed = Vec::new();
         // In the run `within` passes over, and its earliest step so far.
         let mut in_run = !within.is_empty();
@@ -916,10 +919,11 @@ impl StateLog {
                 // A callee's return: listed (not within a run), then the
                 // callee is passed over, back to the instruction that
                 // entered it.
+                let entered = self.after_step_at_depth(thread, i, frame);
                 if !in_run {
-                    listed.push(here);
+                    listed.push(FrameStep { stop: self.last_stop_of_thread(thread, entered..i + 1, stops), ..here });
                 }
-                i = self.after_step_at_depth(thread, i, frame);
+                i = entered;
                 continue;
             }
             if here.depth > 0 {
@@ -945,6 +949,24 @@ impl StateLog {
             listed.extend(run_start);
         }
         listed
+    }
+
+    /// The latest of `thread`'s steps numbered in `steps` whose address
+    /// is one of `stops` (sorted): (its number, its address).
+    fn last_stop_of_thread(&self, thread: &ThreadSteps, steps: Range<usize>, stops: &[u64]) -> Option<(u64, u64)> {
+        if stops.is_empty() || steps.is_empty() {
+            return None;
+        }
+        let first = thread.position(steps.start);
+        let mut before = thread.position(steps.end - 1) + 1;
+        while let Some(position) = self.last_pc_before(stops, before).filter(|&p| p >= first) {
+            let index = thread.done_before(position);
+            if index < thread.count && thread.position(index) == position {
+                return Some((index as u64, self.pc(position)));
+            }
+            before = position;
+        }
+        None
     }
 
     /// One past the latest of `thread`'s steps before `i` that ran at
@@ -1336,15 +1358,19 @@ mod tests {
             };
             let count = log.steps_of_thread_before(1, log.len());
             let within = [0x1000..0x1010];
+            // Addresses the made-up thread runs in callees and in the frame.
+            let stops = [0x1003, 0x5007, 0x5080];
+            let mut stopped_callees = 0;
             for before in (0..=count).step_by(997).chain([count]) {
                 for max in [usize::MAX, 3] {
-                    let walked = frame_history(log.executed_before(1, before), kind, max);
-                    assert_eq!(log.frame_history(1, before, max, &[]), walked, "seed {seed} before {before} max {max}");
+                    let walked = frame_history(log.executed_before(1, before), kind, max, &stops);
+                    assert_eq!(log.frame_history(1, before, max, &[], &stops), walked, "seed {seed} before {before} max {max}");
+                    stopped_callees += walked.iter().filter(|step| step.stop.is_some()).count();
                     // The run within 0x1000..0x1010 (callees passed over) as its earliest step.
                     let mut collapsed = Vec::new();
                     let mut in_run = true;
                     let mut run_start = None;
-                    for step in frame_history(log.executed_before(1, before), kind, usize::MAX) {
+                    for step in frame_history(log.executed_before(1, before), kind, usize::MAX, &[]) {
                         if in_run && step.depth == 1 {
                             continue;
                         }
@@ -1358,9 +1384,10 @@ mod tests {
                     }
                     collapsed.extend(run_start);
                     collapsed.truncate(max);
-                    assert_eq!(log.frame_history(1, before, max, &within), collapsed, "within: seed {seed} before {before} max {max}");
+                    assert_eq!(log.frame_history(1, before, max, &within, &[]), collapsed, "within: seed {seed} before {before} max {max}");
                 }
             }
+            assert!(stopped_callees > 10, "callees ran the stop addresses: {stopped_callees}");
         }
     }
 }

@@ -883,12 +883,12 @@ impl ProcessTarget {
     }
 
     /// `monitor history [TID] [--before ID] [--max N]`.
-    fn record_history(&self, tid: Option<u64>, before: Option<u64>, max: usize, within: &[Range<u64>]) -> String {
+    fn record_history(&self, tid: Option<u64>, before: Option<u64>, max: usize, within: &[Range<u64>], stops: &[u64]) -> String {
         let full = self.full.as_ref().expect("recording");
         let position = full.position.unwrap_or(full.log.len());
         let tid = tid.unwrap_or_else(|| self.thread_at(position));
         let id = before.unwrap_or_else(|| full.log.steps_of_thread_before(tid, position));
-        let steps = full.log.frame_history(tid, id, max, within);
+        let steps = full.log.frame_history(tid, id, max, within, stops);
         history_text(tid, id, &steps)
     }
 
@@ -900,7 +900,7 @@ impl ProcessTarget {
         match HistoryCommand::parse(command)? {
             HistoryCommand::Status { json } => Ok(self.record_status(json)),
             HistoryCommand::Goto { target, hold } => self.record_goto(target, hold),
-            HistoryCommand::History { tid, before, max, within } => Ok(self.record_history(tid, before, max, &within)),
+            HistoryCommand::History { tid, before, max, within, stops } => Ok(self.record_history(tid, before, max, &within, &stops)),
         }
     }
 }
