@@ -108,6 +108,8 @@ class Reader:
         self.data, self.at = data, at
 
     def u(self, size):
+        if self.at + size > len(self.data):
+            raise IndexError("past the end of the section")
         value = int.from_bytes(self.data[self.at:self.at + size], "little")
         self.at += size
         return value
@@ -209,6 +211,8 @@ def decode_unit(data, at, strings, line_strings):
         length = reader.u(8)
         offset_size = 8
     end = reader.at + length
+    if end > len(data):
+        raise ValueError("a unit longer than the section")
     version = reader.u(2)
     if version >= 5:
         reader.u(1)  # address_size
@@ -329,6 +333,7 @@ def decode_unit(data, at, strings, line_strings):
                     unit.sequences.append((sequence_start, state["address"]))
                 sequence_start = None
                 reset()
+                vector(state["file"])
             elif extended == 2:  # set_address
                 state["address"] = reader.u(size - 1)
                 if sequence_start is None:
@@ -346,6 +351,7 @@ def decode_unit(data, at, strings, line_strings):
             advance_line(reader.sleb())
         elif opcode == 4:  # set_file
             state["file"] = reader.uleb()
+            vector(state["file"])
         elif opcode == 5:  # set_column
             reader.uleb()
         elif opcode == 6:  # negate_stmt
@@ -363,7 +369,9 @@ def decode_unit(data, at, strings, line_strings):
         # End markers first among rows at one address; otherwise stable.
         ordered = sorted(enumerate(rows), key=lambda ir: (ir[1].pc, 0 if ir[1].line == 0 else 1, ir[0]))
         unit.tables[path] = [row for _, row in ordered]
-    # GDB's symtabs: the primary file first, then the subfiles newest first.
+    # GDB's symtabs in its order (`maint info line-table`): the unit's own
+    # file first, then the others newest first. Where two files have rows
+    # at one address, the first in this order names it.
     unit.order = [p for p in [primary] if p in unit.tables] + [p for p in reversed(first_use) if p != primary and p in unit.tables]
     return unit, end
 
@@ -380,7 +388,10 @@ class LineTable:
                 data = f.read()
         except OSError:
             return
-        sections = elf_sections(data)
+        try:
+            sections = elf_sections(data)
+        except (ValueError, IndexError, struct.error):
+            return  # not an ELF file this reads: no lines
         debug_line = sections.get(".debug_line")
         if not debug_line:
             return
@@ -389,8 +400,8 @@ class LineTable:
         while at + 4 <= len(debug_line):
             try:
                 unit, at = decode_unit(debug_line, at, strings, line_strings)
-            except (ValueError, IndexError, struct.error):
-                break
+            except (ValueError, IndexError, TypeError, KeyError, struct.error):
+                break  # a damaged unit: the units before it are kept
             for low, high in unit.sequences:
                 self.ranges.append((low, high, len(self.units)))
             self.units.append(unit)
@@ -430,7 +441,9 @@ class LineTable:
                     alt = rows[0].pc
                 continue
             prev = item - 1
-            if best is None or rows[prev].pc > best.pc:
+            # (An end marker, line 0, is never the best: a file whose row
+            # there is one leaves the address to the others.)
+            if rows[prev].line != 0 and (best is None or rows[prev].pc > best.pc):
                 chosen = prev
                 if not rows[chosen].is_stmt:
                     tmp = chosen
