@@ -247,6 +247,14 @@ fn memory_stays_bounded_and_replies_fit_the_packet_size() {
     let after = session.stub_peak_kib();
     assert!(after < before + 8 * 1024, "peak RSS grew from {before} KiB to {after} KiB");
     session.still_serving("64 MiB packet");
+    // `$` and 8 MiB without `#`: the next `$` begins the next packet, which
+    // is answered (the unfinished one is dropped, as GDB's reader drops it).
+    session.send(b"$");
+    for _ in 0..8 {
+        session.send(&chunk);
+    }
+    session.still_serving("8 MiB unterminated, then `$?#3f`");
+    assert!(session.stub_peak_kib() < before + 8 * 1024, "nothing of the unfinished packet kept");
     // Reads far longer than a reply can carry get what fits: data, never an error after it.
     let code = session.ask(b"qXfer:exec-file:read::0,ffb");
     assert!(code.starts_with('l') || code.starts_with('m'), "{code}");

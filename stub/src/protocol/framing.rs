@@ -7,7 +7,9 @@
 //! says of the rest: a `+` needs nothing; a `-` asks for the last packet
 //! again; `0x03` is an interrupt; any other byte between packets is
 //! skipped (as gdbserver skips it); a packet longer than the advertised
-//! `PacketSize` is refused without being kept.
+//! `PacketSize` is refused without being kept; a `$` inside a packet (data
+//! escapes it, so it can only begin one) drops the unfinished packet and
+//! starts the next.
 
 /// Something the client sent, as far as framing can tell.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +75,14 @@ impl Framer {
                 // `+` (an acknowledgement) and stray bytes.
                 _ => None,
             },
+            // A raw `$` only ever begins a packet (packet data escapes it):
+            // the unfinished one is dropped and a new one starts, as GDB's
+            // own reader does.
+            State::Body | State::Checksum(_) if byte == b'$' => {
+                tracing::warn!(bytes = self.body.len(), "a packet left unfinished by a new `$`: dropped");
+                self.state = State::Between;
+                self.feed(byte)
+            }
             State::Body if byte == b'#' => {
                 self.state = State::Checksum(2);
                 None
@@ -167,6 +177,16 @@ mod tests {
         assert_eq!(feed_all(&mut framer, &bytes), [Framed::TooLong]);
         assert!(framer.body.capacity() <= 64, "kept {} bytes", framer.body.capacity());
         assert_eq!(feed_all(&mut framer, &frame(b"g")), [Framed::Packet(b"g".to_vec())]);
+    }
+
+    #[test]
+    fn a_dollar_inside_an_unfinished_packet_starts_the_next() {
+        let mut framer = Framer::new(8);
+        let mut bytes = b"$".to_vec();
+        bytes.extend(std::iter::repeat(b'a').take(100_000));
+        bytes.extend(b"$?#3f$m0,4#$g#67");
+        assert_eq!(feed_all(&mut framer, &bytes), [Framed::Packet(b"?".to_vec()), Framed::Packet(b"g".to_vec())]);
+        assert!(framer.body.capacity() <= 64, "kept {} bytes", framer.body.capacity());
     }
 
     #[test]
