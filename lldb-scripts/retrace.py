@@ -1321,9 +1321,24 @@ class DumpInfo(Command):
         result.Print(text[:-1] if options.json and text.endswith("\n") else text)
 
 
+class Help(Command):
+    """What `help retrace` (or `help retrace COMMAND`) prints: the retrace
+    commands, or one command's help."""
+
+    name, usage = "help", "help [COMMAND [SUBCOMMAND]]"
+    short = "Show the retrace commands, or one command's help."
+
+    def run(self, debugger, args, result):
+        out = lldb.SBCommandReturnObject()
+        debugger.GetCommandInterpreter().HandleCommand("help retrace " + " ".join(shlex.quote(a) for a in args), out)
+        if not out.Succeeded():
+            raise RetraceError((out.GetError() or "").strip() or "no such command")
+        result.AppendMessage((out.GetOutput() or "").rstrip("\n"))
+
+
 COMMANDS = [
     ReverseStepi, ReverseNext, ReverseStep, ReverseFinish, ReverseContinue, ForwardDirection, Goto, Where,
-    Load, Start, Stop, Save, DumpInstructions, DumpFunctionCalls, DumpInfo,
+    Load, Start, Stop, Save, DumpInstructions, DumpFunctionCalls, DumpInfo, Help,
 ]
 
 

@@ -15,7 +15,7 @@ fi
 cargo build --release -q --bin retrace
 mkdir -p target/example
 gcc -O1 -g -o target/example/hello docs/examples/hello.c
-target/release/retrace record --mode branch -o target/example/bundle -- target/example/hello
+target/release/retrace record --mode branch --force -o target/example/bundle -- target/example/hello
 lldb-22 -b -o "trace load target/example/bundle/trace.json" \
            -o "thread trace dump instructions -c 30" \
            -o "thread trace dump info"

@@ -14,7 +14,7 @@ use retrace_stub::target::saved_trace::SavedTrace;
 /// Starts PROGRAM stopped at its first instruction and waits for one
 /// debugger on the listen address (loopback only by default):
 ///
-///   retrace-stub --listen 127.0.0.1:1234 -- ./prog arg
+///   retrace-stub --listen :1234 ./prog arg
 ///   lldb ./prog -o "gdb-remote 1234"
 ///   gdb ./prog -ex "target remote :1234"
 ///
@@ -76,12 +76,14 @@ use retrace_stub::target::saved_trace::SavedTrace;
 ///
 /// Logging: RUST_LOG=debug shows every packet.
 #[derive(Debug, Parser)]
-#[command(name = "retrace-stub", version, about, long_about)]
+#[command(name = "retrace-stub", version, about, long_about, verbatim_doc_comment)]
 struct Args {
     /// Address to listen on. Anyone who can connect can run code as this
     /// user (gdb-remote has no authentication): keep it on loopback, or say
     /// why not (a warning is printed for any other address).
-    #[arg(long, default_value = "127.0.0.1:1234")]
+    /// Written as gdbserver takes it, too: `:1234` and `1234` are port 1234
+    /// on loopback, `localhost:1234` a name resolved.
+    #[arg(long, default_value = "127.0.0.1:1234", value_parser = listen_address)]
     listen: SocketAddr,
     /// Keep address-space randomisation on (it is off by default, as in LLDB and GDB).
     #[arg(long)]
@@ -108,9 +110,23 @@ struct Args {
     /// Serve a saved trace (its trace.json) instead of a live process.
     #[arg(long, value_name = "TRACE_JSON", conflicts_with_all = ["command", "attach"])]
     replay: Option<std::path::PathBuf>,
-    /// The program and its arguments.
-    #[arg(required_unless_present_any = ["attach", "replay"], last = true, value_name = "PROGRAM ARGS")]
+    /// The program and its arguments (after `--`, or after the options:
+    /// everything from the program on is its own).
+    #[arg(required_unless_present_any = ["attach", "replay"], trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
     command: Vec<std::ffi::OsString>,
+}
+
+/// `--listen`'s address: `HOST:PORT` (a name is resolved, an IPv4 address
+/// preferred), `:PORT` or `PORT` alone on loopback (where gdbserver would
+/// take every interface: any other address must be named).
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::{Ipv4Addr, ToSocketAddrs};
+    let port_only = text.strip_prefix(':').unwrap_or(text);
+    if let Ok(port) = port_only.parse::<u16>() {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    let addresses: Vec<SocketAddr> = text.to_socket_addrs().map_err(|e| format!("`{text}` is not HOST:PORT, :PORT or PORT ({e})"))?.collect();
+    addresses.iter().find(|a| a.is_ipv4()).or(addresses.first()).copied().ok_or_else(|| format!("`{text}` names no address"))
 }
 
 fn main() -> ExitCode {

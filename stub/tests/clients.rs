@@ -720,3 +720,32 @@ fn detaching_with_a_watchpoint_set_leaves_the_program_as_a_native_run() {
     assert!(session.contains("Hardware watchpoint 2: counter") && session.contains("detached"), "{session}");
     assert_eq!((output, status), native, "GDB detached:\n{session}");
 }
+
+/// `--listen` as gdbserver takes it: `:PORT` and `PORT` on loopback,
+/// `localhost:PORT` resolved; and the program after the options without
+/// `--` (it was refused: "invalid socket address syntax", and `--` was
+/// required).
+#[test]
+fn listen_takes_gdbservers_forms_and_the_program_needs_no_double_dash() {
+    if !tools("gdb") {
+        return;
+    }
+    let program = debuggee("listen-forms");
+    for form in [":0", "0", "localhost:0"] {
+        let (stub, line) = common::start_stub_command(&["--listen".as_ref(), form.as_ref(), program.as_os_str()]);
+        assert!(line.contains("listening on 127.0.0.1:"), "--listen {form}: {line}");
+        let (_, port) = pid_and_port(&line);
+        let out = run_with_timeout(
+            {
+                let mut gdb = Command::new("gdb");
+                gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "continue"]).arg(&program);
+                gdb
+            },
+            60,
+        );
+        assert!(out.contains("exited with code 061]"), "--listen {form}:\n{out}");
+        assert_eq!(wait_exit(stub), Some(0));
+    }
+    let refused = Command::new(env!("CARGO_BIN_EXE_retrace-stub")).args(["--listen", "no:such:thing", "/bin/true"]).output().unwrap();
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("is not HOST:PORT, :PORT or PORT"), "{refused:?}");
+}

@@ -142,10 +142,24 @@ fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
     std::fs::read(path).map_err(|source| BundleError::Read { path: path.to_path_buf(), source })
 }
 
+/// The bundle's `trace.json` for a path given as the bundle: the file
+/// itself, or a directory holding it.
+pub fn trace_json_of(path: &Path) -> std::path::PathBuf {
+    if path.is_dir() {
+        path.join("trace.json")
+    } else {
+        path.to_path_buf()
+    }
+}
+
 /// Loads `trace_json` and everything it refers to (relative paths are
 /// relative to its directory, as in LLDB), then the bundles of the programs
 /// the process exec'd (`retrace.execImages`), as further processes.
+///
+/// A directory stands for the `trace.json` in it (the bundle directory
+/// `retrace record -o` and LLDB's `trace save` write).
 pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
+    let trace_json = &trace_json_of(trace_json);
     let mut bundle = load_one(trace_json)?;
     let images = bundle.description.retrace.as_ref().map(|r| r.exec_images.clone()).unwrap_or_default();
     let base = trace_json.parent().unwrap_or(Path::new("."));

@@ -28,7 +28,7 @@ use retrace_plugin::dap::{serve, AdapterConfig};
 /// "gdb-remote-port" (and "gdb-remote-hostname") connects to a stub you
 /// started yourself. Logging: RUST_LOG=debug (to standard error).
 #[derive(Debug, Parser)]
-#[command(name = "retrace-dap", version, about, long_about)]
+#[command(name = "retrace-dap", version, about, long_about, verbatim_doc_comment)]
 struct Args {
     /// The lldb-dap to run [default: $RETRACE_LLDB_DAP, else lldb-dap-22 or lldb-dap on PATH].
     #[arg(long, value_name = "PATH")]

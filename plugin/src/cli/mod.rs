@@ -113,8 +113,13 @@ enum Command {
         /// Print the summary as one line of JSON (on stderr, last line).
         #[arg(long)]
         json: bool,
-        /// The program and its arguments.
-        #[arg(required = true, last = true, value_name = "PROGRAM ARGS")]
+        /// Replace the bundle already at the output directory (without it,
+        /// an existing bundle is never overwritten).
+        #[arg(short, long)]
+        force: bool,
+        /// The program and its arguments (after `--`, or after the options:
+        /// everything from the program on is its own, as for perf and rr).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
         command: Vec<std::ffi::OsString>,
     },
     /// Decode a trace bundle and show what it recorded.
@@ -610,8 +615,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
             calls::run(&trace_json, tid, format, decode.options())
         }
         Command::Export { format, input, output, binaries, decode } => export::run(format, &input, &output, &binaries, decode.options()),
-        Command::Record { backend, mode, output, max_insns, aslr, insn_log, json, command } => {
-            record::run(record::Args { backend, mode, output, max_insns, aslr, insn_log, json, command })
+        Command::Record { backend, mode, output, max_insns, aslr, insn_log, json, force, command } => {
+            record::run(record::Args { backend, mode, output, max_insns, aslr, insn_log, json, force, command })
         }
     }
 }

@@ -37,7 +37,34 @@ pub struct Args {
     pub aslr: bool,
     pub insn_log: bool,
     pub json: bool,
+    pub force: bool,
     pub command: Vec<OsString>,
+}
+
+/// Where the bundle goes: refused if something is there already (an
+/// earlier bundle, unless `force` replaces it; anything else, always), so
+/// that a recording never silently replaces another or mixes with it.
+fn clear_output(output: &std::path::Path, force: bool) -> Result<(), CliError> {
+    let Ok(mut entries) = std::fs::read_dir(output) else {
+        if output.exists() {
+            return Err(CliError::Message(format!("{} exists and is not a directory: give another -o DIR", output.display())));
+        }
+        return Ok(());
+    };
+    if entries.next().is_none() {
+        return Ok(());
+    }
+    if !output.join("trace.json").exists() {
+        return Err(CliError::Message(format!("{} exists and is not empty (and holds no trace.json): give another -o DIR", output.display())));
+    }
+    if !force {
+        return Err(CliError::Message(format!(
+            "{} holds a trace already ({}): give another -o DIR, or --force to replace it",
+            output.display(),
+            output.join("trace.json").display()
+        )));
+    }
+    std::fs::remove_dir_all(output).map_err(|e| CliError::Message(format!("replacing {}: {e}", output.display())))
 }
 
 /// The stop flag of the recording in progress, for the signal handler.
@@ -110,6 +137,7 @@ fn choose_backend(backend: Backend) -> Result<Option<PerfIntelPt>, CliError> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
+    clear_output(&args.output, args.force)?;
     let hardware = choose_backend(args.backend)?;
     tracing::info!(backend = if hardware.is_some() { "intel-pt" } else { "software" }, "recording");
     let stop = install_interrupt_handler();

@@ -232,6 +232,7 @@ impl SavedTrace {
     /// Loads and decodes the bundle described by `trace_json`. The error is
     /// a sentence for the user.
     pub fn open(trace_json: &Path) -> Result<Self, String> {
+        let trace_json = &retrace_decoder::bundle::load::trace_json_of(trace_json);
         let loaded: LoadedBundle = retrace_decoder::bundle::load::load(trace_json).map_err(|e| e.to_string())?;
         for warning in &loaded.warnings {
             tracing::warn!("{warning}");
