@@ -749,3 +749,29 @@ fn listen_takes_gdbservers_forms_and_the_program_needs_no_double_dash() {
     let refused = Command::new(env!("CARGO_BIN_EXE_retrace-stub")).args(["--listen", "no:such:thing", "/bin/true"]).output().unwrap();
     assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("is not HOST:PORT, :PORT or PORT"), "{refused:?}");
 }
+
+/// A second GDB connecting while a session runs is answered with an error
+/// reply it prints, the reason in it (it showed "Connection reset by
+/// peer"); the first session goes on.
+#[test]
+fn a_second_gdb_is_told_why_it_is_turned_away() {
+    if !tools("gdb") {
+        return;
+    }
+    let program = debuggee("second-gdb");
+    let (stub, port) = start_stub(&program);
+    let mut first = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    first.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(exchange(&mut first, "QStartNoAckMode"), "OK");
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}")]).arg(&program);
+    let second = std::thread::spawn(move || run_with_timeout(gdb, 30));
+    // The stub looks at its listener while it waits for its client.
+    std::thread::sleep(Duration::from_millis(500));
+    first.write_all(b"$?#3f").unwrap();
+    let out = second.join().unwrap();
+    assert!(out.contains("Remote failure reply: E.retrace-stub: another debugger is already connected"), "{out}");
+    assert!(exchange(&mut first, "?").starts_with('T'), "the first session goes on");
+    drop(first);
+    assert_eq!(wait_exit(stub), Some(0));
+}

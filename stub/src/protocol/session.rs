@@ -493,9 +493,41 @@ fn ask_again(conn: &mut BufferedConnection, framed: &Framed, no_ack: bool) -> st
     }
 }
 
+/// What a second client is told.
+const ALREADY_CONNECTED: &str = "retrace-stub: another debugger is already connected (one at a time)";
+
+/// Turns away clients that connect while one is being served, on a thread
+/// of their own (the session goes on): GDB, whose first packet is
+/// `qSupported`, gets an error reply with the reason, which it prints
+/// ("Remote failure reply: E.…"); any other client (LLDB starts with
+/// `QStartNoAckMode`, and shows no reply text while it connects) gets the
+/// reason as a line of text.
 fn refuse_second_client(listener: &TcpListener) {
     while let Ok((mut other, peer)) = listener.accept() {
         tracing::warn!(%peer, "refusing a second client");
-        let _ = Write::write_all(&mut other, b"retrace-stub: another debugger is already connected\n");
+        std::thread::spawn(move || {
+            let _ = other.set_nonblocking(false);
+            let _ = other.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+            let mut framer = Framer::new(PACKET_SIZE - 4);
+            let mut byte = [0u8; 1];
+            let first = loop {
+                match other.read(&mut byte) {
+                    Ok(1) => {
+                        if let Some(Framed::Packet(body)) = framer.feed(byte[0]) {
+                            break Some(body);
+                        }
+                    }
+                    _ => break None,
+                }
+            };
+            if first.is_some_and(|body| body.starts_with(b"qSupported")) {
+                let mut reply = b"+".to_vec();
+                reply.extend(escape_and_frame(format!("E.{ALREADY_CONNECTED}").as_bytes()));
+                let _ = Write::write_all(&mut other, &reply);
+            } else {
+                let _ = Write::write_all(&mut other, format!("{ALREADY_CONNECTED}\n").as_bytes());
+            }
+            let _ = other.shutdown(std::net::Shutdown::Both);
+        });
     }
 }
