@@ -775,3 +775,33 @@ fn a_second_gdb_is_told_why_it_is_turned_away() {
     drop(first);
     assert_eq!(wait_exit(stub), Some(0));
 }
+
+/// Reverse commands on a program that is not recorded say how to get
+/// reverse execution (GDB said only "Target remote does not support this
+/// command"); the program stays where it was, and runs on forwards.
+#[test]
+fn reverse_commands_without_a_recording_say_how_to_get_one() {
+    if !tools("gdb") || !tools("lldb-22") {
+        return;
+    }
+    let program = debuggee("no-history");
+    let (stub, port) = start_stub(&program);
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "break add", "-ex", "continue"])
+        .args(["-ex", "reverse-next", "-ex", "reverse-stepi", "-ex", "reverse-continue", "-ex", "python print('PC=%#x' % int(gdb.parse_and_eval('$pc')))", "-ex", "continue"])
+        .arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    let reason = "retrace-stub: this program is not recorded, so it cannot run backwards: start it with retrace-stub --record";
+    assert_eq!(out.matches(reason).count(), 3, "each reverse command says why:\n{out}");
+    assert!(!out.contains("does not support this command"), "{out}");
+    let breakpoint = common::gdb_breakpoint_address(&out, 1);
+    assert!(out.contains(&format!("PC={breakpoint:#x}")), "it stays at the breakpoint:\n{out}");
+    assert!(out.contains("exited with code 061]"), "and runs on forwards:\n{out}");
+    assert_eq!(wait_exit(stub), Some(0));
+    let (stub, port) = start_stub(&program);
+    let mut lldb = Command::new("lldb-22");
+    lldb.args(["-b", "-o", &format!("gdb-remote {port}"), "-o", "b add", "-o", "c", "-o", "process continue -R"]).arg(&program);
+    let out = run_with_timeout(lldb, 60);
+    assert!(out.contains("stop reason = this program is not recorded, so it cannot run backwards"), "{out}");
+    let _ = wait_exit(stub);
+}

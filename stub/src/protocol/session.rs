@@ -24,7 +24,7 @@ use super::gdb_btrace::BtraceConfig;
 use super::grammar::malformed;
 use super::threads::Selection;
 use crate::hex::hex;
-use crate::target::{Inferior, StopReason};
+use crate::target::{Inferior, Movement, StopReason};
 
 /// Acknowledges a packet the framer answers itself and sends `payload`.
 fn answer(conn: &mut BufferedConnection, no_ack: bool, payload: &[u8]) -> std::io::Result<()> {
@@ -231,15 +231,17 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
         tracing::warn!(packet = %String::from_utf8_lossy(body), "malformed packet");
         return Screened::Answer(b"E16".to_vec());
     }
-    // Continues only: a single step moves one instruction, and GDB's
-    // step over a breakpoint would take an error for a reason to retry.
-    let backwards = body == b"bc";
-    let resume = body == b"c" || (body.starts_with(b"vCont;") && body.split(|&b| b == b';').any(|action| action.starts_with(b"c")));
-    if (backwards || resume) && !dialect.lldb {
+    let movement = match body {
+        b"bc" => Some(Movement::ReverseContinue),
+        b"bs" => Some(Movement::ReverseStep),
+        _ if body == b"c" || (body.starts_with(b"vCont;") && body.split(|&b| b == b';').any(|action| action.starts_with(b"c"))) => Some(Movement::ForwardContinue),
+        _ => None,
+    };
+    if let Some(movement) = movement.filter(|_| !dialect.lldb) {
         // GDB prints the console output, then "Remote failure reply" and
         // stays where it was (LLDB takes an error reply to a resume for a
         // lost connection: the target stops it where it stands instead).
-        if let Some(reason) = target.history_move_refused(!backwards) {
+        if let Some(reason) = target.history_move_refused(movement) {
             return Screened::Answers(vec![format!("O{}", hex(&format!("retrace-stub: {reason}\n"))).into_bytes(), b"E01".to_vec()]);
         }
     }

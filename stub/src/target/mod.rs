@@ -152,6 +152,17 @@ pub struct Armed {
     pub hold: bool,
 }
 
+/// A move through a target's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Movement {
+    /// `bc`.
+    ReverseContinue,
+    /// `bs`.
+    ReverseStep,
+    /// A continue while the debugger stands in the past.
+    ForwardContinue,
+}
+
 /// The stop-reply words of an armed resume's stop: LLDB's `trace` stop
 /// (what a single step ends with), so that it shows `stop reason = trace`
 /// rather than a signal, and, at the start of an inlined function, stands
@@ -406,10 +417,9 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
         false
     }
 
-    /// Why the debugger cannot run through the history now, if it cannot:
-    /// backwards (`bc`), or forwards through the past (`forward`: a
-    /// continue while it stands in the past).
-    fn history_move_refused(&self, _forward: bool) -> Option<&'static str> {
+    /// Why the debugger cannot make `movement` through the history now, if
+    /// it cannot (the session answers the client with the reason).
+    fn history_move_refused(&self, _movement: Movement) -> Option<&'static str> {
         None
     }
 

@@ -277,17 +277,18 @@ impl ProcessTarget {
         self.full.as_ref().filter(|full| full.mode == RecordMode::Branch).map(|_| WATCHPOINTS_NEED_FULL)
     }
 
-    /// A move in the history (backwards, or `forward` through the past)
-    /// that cannot honour the watchpoints set: the stop where the debugger
-    /// stands, saying why (LLDB shows the description as the stop reason;
+    /// A move in the history that cannot be made (no recording, or
+    /// watchpoints a branch recording cannot honour): the stop where the
+    /// debugger stands, saying why (LLDB shows the description as the stop reason;
     /// the signal 0 keeps it from taking the stop for a breakpoint's).
-    pub(super) fn refuse_history_move(&mut self, forward: bool) -> Option<StopReason> {
+    pub(super) fn refuse_history_move(&mut self, movement: crate::target::Movement) -> Option<StopReason> {
         use crate::target::Inferior as _;
-        let reason = self.history_move_refused(forward)?;
-        let full = self.full.as_ref()?;
-        let position = full.position.unwrap_or(full.log.len());
+        let reason = self.history_move_refused(movement)?;
+        let tid = match self.full.as_ref() {
+            Some(full) => Pid::from_raw(self.thread_at(full.position.unwrap_or(full.log.len())) as i32),
+            None => self.threads.first().copied().unwrap_or(self.pid),
+        };
         self.stop_note = Some(format!("reason:processor trace;description:{};", crate::hex::hex(reason)));
-        let tid = Pid::from_raw(self.thread_at(position) as i32);
         Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal(0) })
     }
 

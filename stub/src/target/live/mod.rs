@@ -32,7 +32,7 @@ use retrace_collector::control::{Resume, TracedProcess};
 use retrace_collector::process;
 
 use crate::arch::{RegNumber, Regs};
-use crate::target::{copy_window, Inferior, StopReason};
+use crate::target::{copy_window, Inferior, Movement, StopReason};
 
 mod block_runs;
 mod full;
@@ -43,6 +43,9 @@ pub use recording::TraceRecorder;
 mod stops;
 
 const INT3: u8 = 0xcc;
+
+/// Why a reverse command is refused without a recording.
+const NO_HISTORY: &str = "this program is not recorded, so it cannot run backwards: start it with retrace-stub --record (every register and byte) or --record=branch (the instructions only); a trace started with `process trace start` or `record btrace pt` is read with the client's own trace commands";
 
 /// What a thread does at the next resume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -647,9 +650,18 @@ impl Inferior for ProcessTarget {
         self.record_monitor(command)
     }
 
-    fn history_move_refused(&self, forward: bool) -> Option<&'static str> {
+    fn history_move_refused(&self, movement: Movement) -> Option<&'static str> {
+        if !self.full_recording() {
+            return (movement != Movement::ForwardContinue).then_some(NO_HISTORY);
+        }
         let watching = self.debug_slots.iter().flatten().any(|slot| slot.watch.is_some());
-        let moves = !forward || self.past().is_some();
+        let moves = match movement {
+            Movement::ReverseContinue => true,
+            Movement::ForwardContinue => self.past().is_some(),
+            // (One instruction: GDB steps off a breakpoint so, and would
+            // take a refusal for a reason to retry.)
+            Movement::ReverseStep => false,
+        };
         (watching && moves).then(|| self.past_watchpoints_refused()).flatten()
     }
 }
@@ -747,7 +759,7 @@ impl MultiThreadResume for ProcessTarget {
             self.stop_now = Some(stop);
             return Ok(());
         }
-        if let Some(stop) = step.is_none().then(|| self.refuse_history_move(true)).flatten() {
+        if let Some(stop) = step.is_none().then(|| self.refuse_history_move(Movement::ForwardContinue)).flatten() {
             self.stop_now = Some(stop);
             return Ok(());
         }
@@ -787,12 +799,15 @@ impl MultiThreadResume for ProcessTarget {
         Some(self)
     }
 
+    // Offered without a recording too: a client's reverse command then
+    // hears why it cannot go back (`NO_HISTORY`), where GDB would only
+    // say "Target remote does not support this command".
     fn support_reverse_cont(&mut self) -> Option<ReverseContOps<'_, Tid, Self>> {
-        self.full_recording().then_some(self)
+        Some(self)
     }
 
     fn support_reverse_step(&mut self) -> Option<ReverseStepOps<'_, Tid, Self>> {
-        self.full_recording().then_some(self)
+        Some(self)
     }
 }
 
@@ -801,7 +816,7 @@ impl ReverseCont<Tid> for ProcessTarget {
         self.settle_diversion(false);
         let stop = match self.take_armed(false) {
             Some(stop) => stop,
-            None => self.refuse_history_move(false).unwrap_or_else(|| self.run_backwards()),
+            None => self.refuse_history_move(Movement::ReverseContinue).unwrap_or_else(|| self.run_backwards()),
         };
         self.stop_now = Some(stop);
         Ok(())
@@ -813,7 +828,7 @@ impl ReverseStep<Tid> for ProcessTarget {
         self.settle_diversion(false);
         let stop = match self.take_armed(true) {
             Some(stop) => stop,
-            None => self.step_backwards(pid_of(tid)),
+            None => self.refuse_history_move(Movement::ReverseStep).unwrap_or_else(|| self.step_backwards(pid_of(tid))),
         };
         self.stop_now = Some(stop);
         Ok(())
