@@ -805,3 +805,24 @@ fn reverse_commands_without_a_recording_say_how_to_get_one() {
     assert!(out.contains("stop reason = this program is not recorded, so it cannot run backwards"), "{out}");
     let _ = wait_exit(stub);
 }
+
+/// GDB reads the stub's files as gdbserver serves them (Host I/O): no
+/// "unable to open /proc file" warning at connection, and `info proc
+/// mappings` lists the program's mappings as /proc has them.
+#[test]
+fn gdb_reads_proc_files_through_the_stub() {
+    if !tools("gdb") {
+        return;
+    }
+    let program = debuggee("host-io");
+    let (stub, port, pid) = common::start_stub_listening(&program, &[], "127.0.0.1");
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx", "-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "break add", "-ex", "continue", "-ex", "info proc mappings", "-ex", "kill"]).arg(&program);
+    let out = run_with_timeout(gdb, 60);
+    assert!(!out.contains("unable to open /proc file"), "{out}");
+    assert!(out.contains(&format!("process {pid}")) && out.contains("Mapped address spaces:"), "{out}");
+    let program_name = program.file_name().unwrap().to_str().unwrap();
+    assert!(out.lines().any(|l| l.contains("r-xp") && l.ends_with(program_name)), "the program's code mapping:\n{out}");
+    assert!(out.lines().any(|l| l.trim_end().ends_with("[stack]")), "{out}");
+    let _ = wait_exit(stub);
+}

@@ -115,6 +115,14 @@ fn single_packet_cases() -> Vec<(Vec<u8>, &'static str)> {
         (b"vCont;c:99999".to_vec(), "E16"),
         (b"vCont;s:99999".to_vec(), "E16"),
         (b"vCont;s:p1.1".to_vec(), "E16"),
+        // Host I/O: files are read, never written; bad arguments are errors.
+        (b"vFile:open:2f6e6f2f73756368,0,0".to_vec(), "F-1,02"),
+        (b"vFile:open:2f746d70,601,1a4".to_vec(), "F-1,0d"),
+        (b"vFile:pread:3e7,10,0".to_vec(), "F-1,09"),
+        (b"vFile:close:3e7".to_vec(), "F-1,09"),
+        (b"vFile:open:zz,0,0".to_vec(), "E16"),
+        (b"vFile:pread:0,ffffffffffffffffff,0".to_vec(), "E16"),
+        (b"vFile:pwrite:0,0,abc".to_vec(), "E16"),
     ];
     // An address of nine bytes in every command that takes one.
     for packet in ["m112233445566778899,1", "M112233445566778899,1:00", "X112233445566778899,1:a", "Z0,112233445566778899,1", "z0,112233445566778899,1"] {

@@ -87,6 +87,24 @@ fn is_vcont(actions: &str) -> bool {
     })
 }
 
+/// Host I/O (`vFile:`) as served here: read-only opens, reads, fstat,
+/// readlink, setfs, close; numbers gdbstub reads into 32 bits (descriptors,
+/// flags, modes) or 64 (counts, offsets, pids). Anything else (`pwrite`,
+/// `unlink`, other operations) is refused with an error.
+fn is_host_io(operation: &str) -> bool {
+    let hex32 = |t: &str| is_hex64(t) && t.len() <= 8;
+    let Some((name, args)) = operation.split_once(':') else { return false };
+    let fields: Vec<&str> = args.split(',').collect();
+    match (name, fields.as_slice()) {
+        ("open", [file, flags, mode]) => !file.is_empty() && is_hex_bytes(file) && hex32(flags) && hex32(mode),
+        ("close" | "fstat", [fd]) => hex32(fd),
+        ("pread", [fd, count, offset]) => hex32(fd) && is_hex64(count) && is_hex64(offset),
+        ("readlink", [file]) => !file.is_empty() && is_hex_bytes(file),
+        ("setfs", [pid]) => is_hex64(pid),
+        _ => false,
+    }
+}
+
 /// A thread id that names no thread in particular (`0`, `p0.0`, `p<pid>.0`).
 fn is_any_thread(thread: &str) -> bool {
     thread == "0" || thread.strip_prefix('p').is_some_and(|rest| rest.split('.').any(|part| part == "0"))
@@ -142,6 +160,7 @@ pub(crate) fn malformed(body: &[u8]) -> bool {
         'v' if text.starts_with("vAttach") => !text.strip_prefix("vAttach;").is_some_and(is_nonzero_hex64),
         'v' if text.starts_with("vRun") => !text.strip_prefix("vRun;").is_some_and(|args| args.split(';').all(is_hex_bytes)),
         'q' if text.starts_with("qXfer:") => !is_xfer_read(text),
+        'v' if text.starts_with("vFile:") => !is_host_io(&text["vFile:".len()..]),
         // gdbstub wants a real process in `p<pid>.<tid>` here.
         'q' if text.starts_with("qThreadExtraInfo") => !text
             .strip_prefix("qThreadExtraInfo,")
@@ -183,6 +202,8 @@ mod tests {
             "qSupported", "qSupported:", "qSupported:xmlRegisters=i386;multiprocess+", "QDisableRandomization:1", "qRegisterInfo1a",
             "QEnvironmentHexEncoded:413d31", "qfThreadInfo", "qSearch:memory:1000;4;\u{de}\u{ad}",
             "Hgp4d2.0", "vCont;c:04d2", "qRcmd,7472616365207374617475732d2d6a736f6e", "qRcmd,",
+            "vFile:open:2f70726f632f31322f6d617073,0,1c0", "vFile:pread:3,3fff,0", "vFile:close:3", "vFile:fstat:3", "vFile:setfs:0",
+            "vFile:readlink:2f70726f632f73656c662f657865",
         ] {
             assert!(!malformed(ok.as_bytes()), "{ok} rejected");
         }
@@ -198,6 +219,8 @@ mod tests {
             "qThreadExtraInfo,p-1.4d2", "qThreadExtraInfo,p0.4d2", "Hg00", "Hc00", "Hgp4d2.00", "Tp00.4d2", "vCont;c:00", "vCont;c:p4d2.00",
             // Found by the packet-path fuzzer: gdbstub ended its session.
             "qRcmd-", "qRcmd", "qRcmd,7", "qRcmd,zz",
+            "vFile:open:zz,0,0", "vFile:open:,0,0", "vFile:open:2f,100000000,0", "vFile:pread:0,ffffffffffffffffff,0", "vFile:close:x",
+            "vFile:pwrite:0,0,abc", "vFile:unlink:2f746d70", "vFile:nosuch:1", "vFile:", "vFile:open:2f,0",
         ] {
             assert!(malformed(bad.as_bytes()), "{bad} accepted");
         }

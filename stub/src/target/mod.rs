@@ -24,6 +24,7 @@ use crate::arch::X86_64Linux;
 pub use retrace_decoder::bundle::CpuInfo;
 
 pub mod frames;
+pub mod host_files;
 pub mod inert;
 pub mod live;
 pub mod saved_trace;
@@ -469,6 +470,10 @@ macro_rules! offer_capabilities {
                 Some(self)
             }
 
+            fn support_host_io(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoOps<'_, Self>> {
+                Some(self)
+            }
+
             fn use_fork_stop_reason(&self) -> bool {
                 false
             }
@@ -503,6 +508,74 @@ macro_rules! offer_capabilities {
                         out.write_raw(b"\n");
                     }
                 }
+                Ok(())
+            }
+        }
+
+        impl gdbstub::target::ext::host_io::HostIo for $target {
+            fn support_open(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoOpenOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_close(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoCloseOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_pread(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoPreadOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_fstat(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoFstatOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_readlink(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoReadlinkOps<'_, Self>> {
+                Some(self)
+            }
+
+            fn support_setfs(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoSetfsOps<'_, Self>> {
+                Some(self)
+            }
+        }
+
+        impl gdbstub::target::ext::host_io::HostIoOpen for $target {
+            fn open(
+                &mut self,
+                filename: &[u8],
+                flags: gdbstub::target::ext::host_io::HostIoOpenFlags,
+                _mode: gdbstub::target::ext::host_io::HostIoOpenMode,
+            ) -> gdbstub::target::ext::host_io::HostIoResult<u32, Self> {
+                crate::target::host_files::open(filename, flags)
+            }
+        }
+
+        impl gdbstub::target::ext::host_io::HostIoClose for $target {
+            fn close(&mut self, fd: u32) -> gdbstub::target::ext::host_io::HostIoResult<(), Self> {
+                crate::target::host_files::close(fd)
+            }
+        }
+
+        impl gdbstub::target::ext::host_io::HostIoPread for $target {
+            fn pread(&mut self, fd: u32, count: usize, offset: u64, buf: &mut [u8]) -> gdbstub::target::ext::host_io::HostIoResult<usize, Self> {
+                crate::target::host_files::pread(fd, count, offset, buf)
+            }
+        }
+
+        impl gdbstub::target::ext::host_io::HostIoFstat for $target {
+            fn fstat(&mut self, fd: u32) -> gdbstub::target::ext::host_io::HostIoResult<gdbstub::target::ext::host_io::HostIoStat, Self> {
+                crate::target::host_files::fstat(fd)
+            }
+        }
+
+        impl gdbstub::target::ext::host_io::HostIoReadlink for $target {
+            fn readlink(&mut self, filename: &[u8], buf: &mut [u8]) -> gdbstub::target::ext::host_io::HostIoResult<usize, Self> {
+                crate::target::host_files::readlink(filename, buf)
+            }
+        }
+
+        /// One filesystem: the stub's (it and the program share it).
+        impl gdbstub::target::ext::host_io::HostIoSetfs for $target {
+            fn setfs(&mut self, _fs: gdbstub::target::ext::host_io::FsKind) -> gdbstub::target::ext::host_io::HostIoResult<(), Self> {
                 Ok(())
             }
         }
