@@ -826,3 +826,71 @@ fn gdb_reads_proc_files_through_the_stub() {
     assert!(out.lines().any(|l| l.trim_end().ends_with("[stack]")), "{out}");
     let _ = wait_exit(stub);
 }
+
+/// GDB's `target extended-remote` stays connected after the program ends,
+/// as with gdbserver: a script that ends in the program's exit finishes
+/// without an error ("Remote connection closed" ended it), `run` is
+/// refused with an error, and the stub exits once GDB leaves. With `target
+/// remote` GDB leaves at the exit itself; the same script finishes too.
+#[test]
+fn gdb_in_extended_mode_stays_connected_after_the_exit() {
+    if !tools("gdb") {
+        return;
+    }
+    let program = debuggee("extended-exit");
+    let dir = program.parent().unwrap();
+    for mode in ["extended-remote", "remote"] {
+        let (stub, port) = start_stub(&program);
+        let script = dir.join(format!("{mode}.gdb"));
+        let mut lines = vec![format!("target {mode} 127.0.0.1:{port}")];
+        lines.extend(["break add", "continue", "record btrace pt", "next", "record goto begin", "record stop", "continue", "echo AT-EXIT\\n", "info threads"].map(String::from));
+        lines.push("echo SCRIPT-END\\n".into());
+        std::fs::write(&script, lines.join("\n") + "\n").unwrap();
+        let mut gdb = Command::new("gdb");
+        gdb.args(["-batch", "-nx", "-x"]).arg(&script);
+        if mode == "extended-remote" {
+            // (An error ends a script: `run` comes after it.)
+            gdb.args(["-ex", "run", "-ex", "info threads"]);
+        }
+        gdb.arg(&program);
+        let out = run_with_timeout(gdb, 60);
+        assert!(out.contains("exited with code 061]"), "{mode}: the program ends:\n{out}");
+        assert!(out.contains("AT-EXIT\nNo threads.\n"), "{mode}: nothing after the exit is an error:\n{out}");
+        assert!(out.contains("SCRIPT-END"), "{mode}: the script runs to its end:\n{out}");
+        assert!(!out.contains("Remote connection closed") && !out.contains("Remote communication error"), "{mode}:\n{out}");
+        if mode == "extended-remote" {
+            assert!(out.contains("Running the default executable on the remote target failed"), "run is refused:\n{out}");
+            assert!(out.contains("SCRIPT-END\nNo threads.\n"), "and GDB stays connected:\n{out}");
+        }
+        assert_eq!(wait_exit(stub), Some(0), "{mode}: the stub exits when GDB leaves");
+    }
+}
+
+/// After the program ended, a client in extended mode is answered as
+/// gdbserver answers it: no threads, no memory, `vRun` refused with the
+/// reason, and a detach ends the session and the stub.
+#[test]
+fn after_the_exit_extended_mode_answers_as_gdbserver() {
+    if !tools("gdb") {
+        return;
+    }
+    let program = debuggee("extended-raw");
+    let (stub, port) = start_stub(&program);
+    let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    assert_eq!(exchange(&mut client, "QStartNoAckMode"), "OK");
+    assert_eq!(exchange(&mut client, "!"), "OK");
+    assert!(exchange(&mut client, "?").starts_with("T05"));
+    assert_eq!(exchange(&mut client, "Hc-1"), "OK");
+    assert!(exchange(&mut client, "vRun;").starts_with("E.retrace-stub serves one program"), "one program per stub, while it lives");
+    let exit = exchange(&mut client, "c");
+    assert!(exit.starts_with("W31"), "debuggee.c returns 49: {exit}");
+    assert_eq!(exchange(&mut client, "qfThreadInfo"), "l");
+    assert_eq!(exchange(&mut client, "Hgp0.0"), "E01");
+    assert_eq!(exchange(&mut client, "m1000,4"), "E01");
+    assert_eq!(exchange(&mut client, "vRun;"), "E.retrace-stub serves one program; start retrace-stub again to run another");
+    assert_eq!(exchange(&mut client, "qNoSuchQuery"), "");
+    assert_eq!(exchange(&mut client, "D"), "OK");
+    assert_eq!(common::read_packet(&mut client), None, "the session ended");
+    assert_eq!(wait_exit(stub), Some(0));
+}

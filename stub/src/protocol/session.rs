@@ -194,12 +194,19 @@ struct Dialect {
     /// there makes it read every register with `g`, whose `xx` it also
     /// takes for 0xcc. That one is answered as GDB would be.
     lldb_probed_p: bool,
+    /// The client asked for extended mode (`!`: GDB's `target
+    /// extended-remote`). Such a client stays connected after the program
+    /// ends, as with gdbserver, until it kills, detaches or leaves.
+    extended: bool,
 }
 
 impl Dialect {
     fn learn(&mut self, body: &[u8]) {
         if body == b"QThreadSuffixSupported" {
             self.lldb = true;
+        }
+        if body == b"!" {
+            self.extended = true;
         }
     }
 
@@ -230,6 +237,9 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
     if malformed(body) {
         tracing::warn!(packet = %String::from_utf8_lossy(body), "malformed packet");
         return Screened::Answer(b"E16".to_vec());
+    }
+    if is_another_program(body) {
+        return Screened::Answer(NOTHING_TO_RUN.as_bytes().to_vec());
     }
     let movement = match body {
         b"bc" => Some(Movement::ReverseContinue),
@@ -461,8 +471,13 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                 target.interrupt();
                 inner.interrupt_handled(target, None::<StopReason>).map_err(fatal)?
             }
-            GdbStubStateMachine::Disconnected(inner) => {
+            GdbStubStateMachine::Disconnected(mut inner) => {
                 let end = match inner.get_reason() {
+                    DisconnectReason::TargetExited(_) | DisconnectReason::TargetTerminated(_) if dialect.extended && !dialect.lldb => {
+                        tracing::info!("the program ended; the client stays connected (extended mode)");
+                        after_the_end(listener, client, &mut framer, inner.borrow_conn(), no_ack)?;
+                        SessionEnd::ProgramEnded
+                    }
                     DisconnectReason::TargetExited(_) | DisconnectReason::TargetTerminated(_) => SessionEnd::ProgramEnded,
                     DisconnectReason::Kill => {
                         target.kill();
@@ -476,6 +491,88 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                 return Ok(end);
             }
         };
+    }
+}
+
+/// What becomes of a packet after the program ended.
+#[derive(Debug, PartialEq, Eq)]
+enum AfterTheEnd {
+    /// Answer it; the session goes on.
+    Reply(&'static [u8]),
+    /// Answer it; the session ends (a detach, `vKill`).
+    ReplyAndEnd(&'static [u8]),
+    /// Acknowledge it; the session ends (`k`, which has no reply).
+    End,
+}
+
+/// What the stub answers after the program ended, to a client in extended
+/// mode, as gdbserver answers it then: no threads, no memory, no registers,
+/// no new program (`vRun` and `vAttach` are refused with the reason).
+fn answer_after_the_end(body: &[u8]) -> AfterTheEnd {
+    use AfterTheEnd::*;
+    match body {
+        b"k" => End,
+        b"D" => ReplyAndEnd(b"OK"),
+        _ if body.starts_with(b"D;") || body.starts_with(b"vKill;") => ReplyAndEnd(b"OK"),
+        b"!" => Reply(b"OK"),
+        b"qfThreadInfo" | b"qsThreadInfo" => Reply(b"l"),
+        _ if body.starts_with(b"qXfer:threads:read:") => Reply(b"l<threads>\n</threads>\n"),
+        _ if is_another_program(body) => Reply(NOTHING_TO_RUN.as_bytes()),
+        _ if body.starts_with(b"qRcmd,") => Reply(b"E.retrace-stub: the program has ended"),
+        // Queries and settings: not supported (an empty reply).
+        _ if body.starts_with(b"q") || body.starts_with(b"Q") || body.starts_with(b"vMustReplyEmpty") || body.starts_with(b"vCont?") => Reply(b""),
+        // Registers, memory, breakpoints, resumes, thread selection.
+        _ => Reply(b"E01"),
+    }
+}
+
+/// `vRun` and `vAttach`: another program through this stub.
+fn is_another_program(body: &[u8]) -> bool {
+    body.starts_with(b"vRun") || body.starts_with(b"vAttach")
+}
+
+/// The reply to `vRun` and `vAttach`: one program per stub.
+const NOTHING_TO_RUN: &str = "E.retrace-stub serves one program; start retrace-stub again to run another";
+
+/// Serves a client in extended mode after the program ended, until it
+/// kills, detaches or leaves (gdbserver stays too; GDB calls a closed
+/// connection an error, which ends a script).
+fn after_the_end(listener: &TcpListener, client: &mut Client, framer: &mut Framer, conn: &mut BufferedConnection, no_ack: bool) -> Result<(), ServerError> {
+    loop {
+        let Some(byte) = client.unread.pop_front() else {
+            match client.wait(listener, None, PollTimeout::NONE) {
+                Ok(Wait::Gone) => return Ok(()),
+                Ok(Wait::Ready) => continue,
+                Err(e) if is_client_gone(&e) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let next = match framer.feed(byte) {
+            None | Some(Framed::Interrupt) => continue,
+            Some(framed @ (Framed::Nak | Framed::BadChecksum)) => {
+                ask_again(conn, &framed, no_ack)?;
+                continue;
+            }
+            Some(Framed::TooLong) => AfterTheEnd::Reply(b"E16"),
+            Some(Framed::Packet(body)) => {
+                tracing::debug!(packet = %String::from_utf8_lossy(&body), "-> (after the end)");
+                answer_after_the_end(&body)
+            }
+        };
+        match next {
+            AfterTheEnd::Reply(payload) => answer(conn, no_ack, payload)?,
+            AfterTheEnd::ReplyAndEnd(payload) => {
+                answer(conn, no_ack, payload)?;
+                return Ok(());
+            }
+            AfterTheEnd::End => {
+                if !no_ack {
+                    Connection::write(conn, b'+')?;
+                    Connection::flush(conn)?;
+                }
+                return Ok(());
+            }
+        }
     }
 }
 
