@@ -25,10 +25,15 @@ pub struct SymbolContext {
     /// The function is described by debug info (a DWARF subprogram), not
     /// only by a symbol: LLDB then shows its source position.
     pub debug_function: bool,
-    /// Load addresses of the debug-info function's first range (LLDB's
-    /// `SymbolContext::GetAddressRange` of range 0), with
-    /// [`Self::debug_function`].
-    pub function_range: Option<(u64, u64)>,
+    /// Load addresses of the debug-info function's non-empty ranges, in
+    /// debug-info order (LLDB's `SymbolContext::GetAddressRange` gives them
+    /// one by one), with [`Self::debug_function`].
+    pub function_ranges: Option<Arc<[(u64, u64)]>>,
+    /// The debug-info function's entry: the start of its first range in
+    /// debug-info order (LLDB's function address), with
+    /// [`Self::debug_function`]. Offsets into the function count from it,
+    /// so that code gcc split off below it (`f.cold`) is `f - N`.
+    pub function_entry: Option<u64>,
     /// Source position: file basename, line, column (line > 0).
     pub line: Option<(Arc<str>, u32, u32)>,
     /// The source file's full path, with [`Self::line`].
@@ -64,10 +69,10 @@ impl SymbolContext {
     /// LLDB's context line: ``module`function + off at file:line:col``.
     pub fn describe(&self, address: u64) -> String {
         let Some(module) = &self.module else { return "(none)".into() };
-        let Some((name, start)) = &self.function else { return format!("{module}`(none)") };
+        let Some((name, _)) = &self.function else { return format!("{module}`(none)") };
         let mut text = format!("{module}`{name}");
-        if address > *start {
-            text.push_str(&format!(" + {}", address - start));
+        if let Some(base) = self.function_base() {
+            text.push_str(&signed_offset(address, base));
         }
         if let (Some(inlined), Some(start)) = (&self.inlined, self.inlined_block.and_then(|b| b.range_start)) {
             text.push_str(&format!(" [inlined] {inlined}"));
@@ -79,6 +84,12 @@ impl SymbolContext {
             text.push_str(&position);
         }
         text
+    }
+
+    /// Where offsets into the function count from: its debug-info entry,
+    /// else its symbol's start.
+    pub fn function_base(&self) -> Option<u64> {
+        self.function_entry.or(self.function.as_ref().map(|f| f.1))
     }
 
     /// The name LLDB's JSON gives the instruction's symbol
@@ -127,6 +138,13 @@ struct Module {
     functions_reach: Vec<u64>,
     /// Data symbols, likewise.
     data: Vec<(u64, u64, Arc<str>)>,
+    /// Link-time `[start, end)` of each `PT_LOAD` segment, in header order.
+    segments: Vec<(u64, u64)>,
+    /// Link-time `[start, end)` of each section the image occupies.
+    sections: Vec<(u64, u64)>,
+    /// Every symbol in a section, as (address, size), sorted: what LLDB's
+    /// symbol table finds for an address no section holds.
+    placed_symbols: Vec<(u64, u64)>,
     lines: Option<addr2line::Context<Reader>>,
     /// LLDB's block trees of the functions looked up so far, by the
     /// subprogram's `.debug_info` offset.
@@ -330,11 +348,17 @@ impl Symbolizer {
         let debug_file = debug.and_then(|bytes| object::File::parse(bytes).ok());
         let mut functions = Vec::new();
         let mut data = Vec::new();
+        let mut placed_symbols = Vec::new();
         for source in [Some(&file), debug_file.as_ref()].into_iter().flatten() {
             for symbol in source.symbols().chain(source.dynamic_symbols()) {
                 let Ok(name) = symbol.name() else { continue };
                 if symbol.address() == 0 || name.is_empty() {
                     continue;
+                }
+                // (LLDB types a local symbol without a type `Invalid` and
+                // does not find it by address.)
+                if symbol.section_index().is_some() && (symbol.kind() != SymbolKind::Unknown || symbol.is_global()) {
+                    placed_symbols.push((symbol.address(), symbol.size()));
                 }
                 // Rank: strong global names, then weak ones, then local ones.
                 let rank = match (symbol.is_global(), symbol.is_weak()) {
@@ -374,6 +398,10 @@ impl Symbolizer {
         let data = data_ranges(data);
         let lines = debug_file.as_ref().and_then(load_dwarf).or_else(|| load_dwarf(&file));
         let name = path.rsplit('/').next().unwrap_or(path).into();
+        let segments = file.segments().map(|s| (s.address(), s.address() + s.size())).collect();
+        let sections = file.sections().filter(|s| s.address() != 0 && s.size() != 0).map(|s| (s.address(), s.address() + s.size())).collect();
+        placed_symbols.sort_unstable();
+        placed_symbols.dedup();
         self.modules.push(Module {
             start: (lowest & !0xfff).wrapping_add(slide),
             end: highest.wrapping_add(slide),
@@ -382,6 +410,9 @@ impl Symbolizer {
             functions,
             functions_reach,
             data,
+            segments,
+            sections,
+            placed_symbols,
             lines,
             blocks: Default::default(),
         });
@@ -448,6 +479,28 @@ impl Symbolizer {
         (probe < *end).then(|| (name.clone(), probe - start))
     }
 
+    /// An address of a module's segment that no section holds (between
+    /// `.data` and an aligned `.bss`, say) as LLDB's disassembler comments
+    /// it: LLDB resolves it to the segment, `module.PT_LOAD[i]` (`i` counts
+    /// the `PT_LOAD` segments), and when its symbol table finds a symbol
+    /// there (one of another section: the nearest below, sized to the next
+    /// when it has no size) it names the segment and the offset into it;
+    /// with no symbol (an ELF header) nothing.
+    pub fn unsectioned(&self, address: u64) -> Option<(Arc<str>, u64)> {
+        let module = self.modules.iter().find(|m| m.start <= address && address < m.end)?;
+        let probe = address.wrapping_sub(module.slide);
+        if module.sections.iter().any(|&(start, end)| start <= probe && probe < end) {
+            return None;
+        }
+        let below = module.placed_symbols.partition_point(|s| s.0 <= probe).checked_sub(1)?;
+        let (symbol, size) = module.placed_symbols[below];
+        if size != 0 && symbol + size <= probe {
+            return None;
+        }
+        let (index, (start, _)) = module.segments.iter().enumerate().find(|(_, &(start, end))| start <= probe && probe < end)?;
+        Some((format!("{}.PT_LOAD[{index}]", module.name).into(), probe - start))
+    }
+
     /// The symbol context of `address`.
     pub fn lookup(&self, address: u64) -> SymbolContext {
         let Some(module) = self.modules.iter().find(|m| m.start <= address && address < m.end) else {
@@ -462,7 +515,8 @@ impl Symbolizer {
         let mut inlined = None;
         let mut inlined_block = None;
         let mut debug_function = false;
-        let mut function_range = None;
+        let mut function_ranges = None;
+        let mut function_entry = None;
         if let (Some((name, _)), Some(lines)) = (&mut function, &module.lines) {
             if let Ok(mut frames) = lines.find_frames(probe).skip_all_loads() {
                 let mut outermost = None;
@@ -476,9 +530,11 @@ impl Symbolizer {
                 if let Some((outer, die)) = outermost {
                     *name = outer;
                     debug_function = true;
-                    function_range = die
-                        .and_then(|die| module.function_first_range(lines, probe, die))
-                        .map(|(start, end)| (start.wrapping_add(module.slide), end.wrapping_add(module.slide)));
+                    if let Some(ranges) = die.and_then(|die| module.function_ranges(lines, probe, die)) {
+                        let ranges: Arc<[(u64, u64)]> = ranges.into_iter().map(|(start, end)| (start.wrapping_add(module.slide), end.wrapping_add(module.slide))).collect();
+                        function_entry = ranges.first().map(|r| r.0);
+                        function_ranges = Some(ranges);
+                    }
                     // The inlined function LLDB names: its own block tree,
                     // not the debug info's nesting as such.
                     if let Some((name, block)) = die.and_then(|die| module.inlined_at(lines, probe, die)) {
@@ -508,7 +564,17 @@ impl Symbolizer {
             Some((start.wrapping_add(module.slide), (start + len).wrapping_add(module.slide)))
         });
         let address_range = line_range.or(symbol_range);
-        SymbolContext { module: Some(module.name.clone()), function, debug_function, function_range, line, source, inlined, inlined_block, address_range }
+        SymbolContext { module: Some(module.name.clone()), function, debug_function, function_ranges, function_entry, line, source, inlined, inlined_block, address_range }
+    }
+}
+
+/// LLDB's offset of `address` from `base` after a name: ` + N`, ` - N`
+/// below it, nothing at it.
+pub fn signed_offset(address: u64, base: u64) -> String {
+    match address.cmp(&base) {
+        std::cmp::Ordering::Greater => format!(" + {}", address - base),
+        std::cmp::Ordering::Less => format!(" - {}", base - address),
+        std::cmp::Ordering::Equal => String::new(),
     }
 }
 
@@ -787,8 +853,11 @@ impl Module {
     /// The link-time addresses of the function's first range in debug-info
     /// order (what `SymbolContext::GetAddressRange(…, 0, …)` gives LLDB's
     /// disassembler: the entry's part, not a `.cold` one below it).
-    fn function_first_range(&self, lines: &addr2line::Context<Reader>, probe: u64, function: gimli::UnitOffset<usize>) -> Option<(u64, u64)> {
-        self.function_blocks(lines, probe, function)?.nodes.first()?.dwarf_ranges.iter().copied().find(|r| r.0 < r.1)
+    /// The function's non-empty ranges in debug-info order (the first
+    /// starts at its entry).
+    fn function_ranges(&self, lines: &addr2line::Context<Reader>, probe: u64, function: gimli::UnitOffset<usize>) -> Option<Vec<(u64, u64)>> {
+        let blocks = self.function_blocks(lines, probe, function)?;
+        Some(blocks.nodes.first()?.dwarf_ranges.iter().copied().filter(|r| r.0 < r.1).collect())
     }
 
     fn function_blocks(&self, lines: &addr2line::Context<Reader>, probe: u64, function: gimli::UnitOffset<usize>) -> Option<Arc<FunctionBlocks>> {

@@ -541,3 +541,34 @@ fn instruction_limit_and_interrupt_end_with_valid_bundles() {
     assert_eq!(interrupted["outcome"], "recording interrupted; program killed");
     assert_lldb_matches_ground_truth(&bundle, &interrupted);
 }
+
+/// gcc's `.cold` split of an -O2 function below the function itself: LLDB
+/// counts offsets from the function's entry (`classify - 345`, `<-345>` in
+/// a branch comment from inside classify), and names a RIP-relative
+/// address no section holds by its segment (`cs.PT_LOAD[3] + 584`). The
+/// dumps (text, function calls, JSON) equal LLDB's, dynamic and static.
+#[test]
+fn code_split_below_its_function() {
+    if !tools_present() {
+        return;
+    }
+    for link in ["dynamic", "static"] {
+        let dir = common::work_dir("record", &format!("cold_split-{link}"));
+        let mut flags = vec!["-O2"];
+        if link == "static" {
+            flags.push("-static");
+        }
+        let exe = build("cold_split", &dir, &flags);
+        let bundle = dir.join("bundle");
+        let recorded = summary(&retrace_record_mode("branch", &bundle, &exe, &[]));
+        assert_eq!(recorded["outcome"], format!("program exited with status {}", native_exit_code(&exe)).as_str());
+        // The case is there: LLDB's dump shows the split part and the segment.
+        let lldb = retrace_tests::lldb::dump_text(&bundle.join("trace.json"), 1, "-a -f").unwrap_or_else(|e| panic!("{e}"));
+        assert!(lldb.lines().any(|l| l.contains("`classify - ")), "{link}: no entry below classify in LLDB's dump");
+        assert!(lldb.contains("; <-"), "{link}: no branch below its function");
+        if link == "dynamic" {
+            assert!(lldb.contains("; cold_split.PT_LOAD[3] + "), "{link}: no address between sections");
+        }
+        assert_symbolized_output_equals_lldb(&bundle, &recorded);
+    }
+}

@@ -99,6 +99,12 @@ fn shim_dumps_equal_lldb_builtin_dumps() {
     gcc(&["-g", "-O2", "-o", recursion_exe.to_str().unwrap(), &format!("{PROGRAMS}/recursion.c")]);
     record("step", &dir.join("recursion-bundle"), &recursion_exe);
     assert_shim_dumps_equal_lldb(&bridge, &dir.join("recursion-bundle"), &[1]);
+    // gcc's `.cold` split below its function (`classify - N`), and an
+    // address between sections named by its segment, in branch mode.
+    let cold_exe = dir.join("cold_split");
+    gcc(&["-g", "-O2", "-o", cold_exe.to_str().unwrap(), &format!("{PROGRAMS}/cold_split.c")]);
+    record("branch", &dir.join("cold-bundle"), &cold_exe);
+    assert_shim_dumps_equal_lldb(&bridge, &dir.join("cold-bundle"), &[1]);
     // A call into a shared library of our own, in branch mode.
     let lib = dir.join("libretracedemo.so");
     gcc(&["-g", "-O0", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{PROGRAMS}/shlib_lib.c")]);

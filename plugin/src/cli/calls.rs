@@ -834,8 +834,9 @@ impl<'a> TextPrinter<'a> {
         self.stop_context(out, first, segment.first_ip)?;
         match (&first.line, &last.line) {
             (Some(_), Some((_, line, column))) => write!(out, " to {line}:{column}"),
-            _ => match &last.function {
-                Some((_, function_start)) => write!(out, " to <+{}>{}", segment.last_ip - function_start, last.position().unwrap_or_default()),
+            _ => match last.function_base() {
+                Some(base) if segment.last_ip < base => write!(out, " to <-{}>{}", base - segment.last_ip, last.position().unwrap_or_default()),
+                Some(base) => write!(out, " to <+{}>{}", segment.last_ip - base, last.position().unwrap_or_default()),
                 None => write!(out, " to {}", self.module_address(segment.last_ip)),
             },
         }

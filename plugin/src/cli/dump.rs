@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use retrace_decoder::flow::{FlowOptions, Item};
 use retrace_decoder::history::{Extra, History};
-use retrace_decoder::symbols::{SymbolContext, Symbolizer};
+use retrace_decoder::symbols::{signed_offset, SymbolContext, Symbolizer};
 use retrace_decoder::wallclock::WallClock;
 
 use super::llvm_mc;
@@ -497,7 +497,8 @@ fn lldb_layout(mnemonic: &str, operands: &str, comment: Option<String>) -> Strin
 }
 
 /// LLDB's own comment: the function a branch goes to, the data a
-/// RIP-relative operand names.
+/// RIP-relative operand names (`name + off`, or the segment's for an
+/// address no section holds).
 fn symbolic_comment(symbols: &Symbolizer, ip: u64, insn: &iced_x86::Instruction) -> Option<String> {
     use iced_x86::{OpKind, Register};
     if insn.op0_kind() == OpKind::NearBranch64 {
@@ -507,7 +508,8 @@ fn symbolic_comment(symbols: &Symbolizer, ip: u64, insn: &iced_x86::Instruction)
         if symbols.lookup(address).function.is_some() {
             return branch_comment(symbols, ip, address);
         }
-        symbols.data_symbol(address).map(|(name, offset)| {
+        // In a segment but in no section: the segment (no symbol).
+        symbols.unsectioned(address).or_else(|| symbols.data_symbol(address)).map(|(name, offset)| {
             if offset == 0 {
                 name.to_string()
             } else {
@@ -665,20 +667,23 @@ fn llvm_spelling(insn: &iced_x86::Instruction, mnemonic: &mut String, operands: 
 fn branch_comment(symbols: &Symbolizer, ip: u64, target: u64) -> Option<String> {
     let here = symbols.lookup(ip);
     let there = symbols.lookup(target);
-    let (name, start) = there.function.clone()?;
-    // Inside the instruction's own function (the first range of its
-    // debug-info function, parts under other symbols included; else its
-    // symbol, by the symbol's size): no name.
-    let own_function = match here.function_range.or_else(|| symbols.function_range(ip)) {
-        Some((low, high)) => (low..high).contains(&target),
-        None => false,
+    let (name, _) = there.function.clone()?;
+    let base = there.function_base()?;
+    // Inside the instruction's own function (any range of its debug-info
+    // function, parts under other symbols included; else its symbol, by the
+    // symbol's size): no name, and the offset from the target's function
+    // entry, below it too (`<-N>`: gcc's `f.cold`).
+    let own_function = match &here.function_ranges {
+        Some(ranges) => ranges.iter().any(|&(low, high)| (low..high).contains(&target)),
+        None => symbols.function_range(ip).is_some_and(|(low, high)| (low..high).contains(&target)),
     };
     let mut text = if own_function {
-        format!("<+{}>", target - start)
-    } else if target > start {
-        format!("{name} + {}", target - start)
+        match target.checked_sub(base) {
+            Some(offset) => format!("<+{offset}>"),
+            None => format!("<-{}>", base - target),
+        }
     } else {
-        name.to_string()
+        format!("{name}{}", signed_offset(target, base))
     };
     if let (Some(inlined), Some(block_start)) = (&there.inlined, there.inlined_block.and_then(|b| b.range_start)) {
         text.push_str(&format!(" [inlined] {inlined}"));
