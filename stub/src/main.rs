@@ -62,7 +62,7 @@ use retrace_stub::target::saved_trace::SavedTrace;
 /// runs backwards and forwards through it. Only the PC is known; code is
 /// read from the bundle's copies of the modules.
 ///
-///   retrace-stub --replay bundle/trace.json --listen 127.0.0.1:1234
+///   retrace-stub --replay bundle/trace.json --listen 127.0.0.1:1234    # --replay-from start: at its first instruction
 ///   gdb ./prog -ex "target remote :1234"
 ///   (gdb) break work
 ///   (gdb) reverse-continue              # the last call of work
@@ -110,10 +110,22 @@ struct Args {
     /// Serve a saved trace (its trace.json) instead of a live process.
     #[arg(long, value_name = "TRACE_JSON", conflicts_with_all = ["command", "attach"])]
     replay: Option<std::path::PathBuf>,
+    /// Where a replay starts: `end` (the program stands where its history
+    /// ends, to run backwards from) or `start` (its first instruction, to
+    /// run forwards as it ran: VS Code's replay launch).
+    #[arg(long, value_name = "WHERE", value_enum, default_value = "end", requires = "replay")]
+    replay_from: ReplayFrom,
     /// The program and its arguments (after `--`, or after the options:
     /// everything from the program on is its own).
     #[arg(required_unless_present_any = ["attach", "replay"], trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
     command: Vec<std::ffi::OsString>,
+}
+
+/// Where `--replay` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReplayFrom {
+    Start,
+    End,
 }
 
 /// `--listen`'s address: `HOST:PORT` (a name is resolved, an IPv4 address
@@ -149,7 +161,7 @@ fn main() -> ExitCode {
         );
     }
     if let Some(trace_json) = &args.replay {
-        return replay(&listener, trace_json);
+        return replay(&listener, trace_json, args.replay_from);
     }
     let (tracee, threads) = if let Some(pid) = args.attach {
         match attach(nix::unistd::Pid::from_raw(pid)) {
@@ -203,8 +215,8 @@ fn main() -> ExitCode {
 }
 
 /// Serves a saved trace until the debugger leaves.
-fn replay(listener: &TcpListener, trace_json: &std::path::Path) -> ExitCode {
-    let saved = match SavedTrace::open(trace_json) {
+fn replay(listener: &TcpListener, trace_json: &std::path::Path, from: ReplayFrom) -> ExitCode {
+    let mut saved = match SavedTrace::open(trace_json) {
         Ok(saved) => saved,
         Err(e) => {
             eprintln!("retrace-stub: cannot replay {}: {e}", trace_json.display());
@@ -212,8 +224,15 @@ fn replay(listener: &TcpListener, trace_json: &std::path::Path) -> ExitCode {
         }
     };
     let bound = listener.local_addr().map_or_else(|_| "?".to_string(), |a| a.to_string());
+    let at = match from {
+        ReplayFrom::Start => {
+            saved.go_to_start();
+            "start"
+        }
+        ReplayFrom::End => "end",
+    };
     eprintln!(
-        "retrace-stub: replaying {} ({} instructions, at the end of history); listening on {bound}",
+        "retrace-stub: replaying {} ({} instructions, at the {at} of history); listening on {bound}",
         trace_json.display(),
         saved.timeline().len()
     );

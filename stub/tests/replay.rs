@@ -340,3 +340,26 @@ fn lldb_lists_the_libraries_of_a_replay_as_of_the_live_process() {
     assert_eq!(replayed["module"], "libc.so.6", "{replayed}");
     assert!(replayed["function"].as_str().is_some_and(|f| f.contains("_exit")), "{replayed}");
 }
+
+/// `--replay-from start`: the program stands at its first instruction and
+/// runs forwards as it ran: `continue` stops at the first call of work.
+#[test]
+fn a_replay_from_the_start_runs_forwards_as_the_program_ran() {
+    if !gdb_present() {
+        return;
+    }
+    let (program, trace_json) = recorded("gdb-from-start", &["-O0", "-static"], StepMode::Branch);
+    let listing = listing(&trace_json);
+    let (child, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str(), "--replay-from".as_ref(), "start".as_ref()]);
+    assert!(line.contains("at the start of history"), "{line}");
+    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap();
+    let target = format!("target remote 127.0.0.1:{port}");
+    let out = gdb(&program, &[&target, "monitor record status --json", "break work", "continue", "monitor record status --json", "kill"]);
+    let _ = wait_exit(child);
+    let statuses = statuses(&out);
+    assert_eq!(statuses.len(), 2, "{out}");
+    assert_eq!(position_id(&statuses[0]), listing[0].0, "the first instruction");
+    let work = gdb_breakpoint_address(&out, 1);
+    let first_call = *executions_of(&listing, work).last().unwrap();
+    assert_eq!(position_id(&statuses[1]), first_call, "the first call of work:\n{out}");
+}

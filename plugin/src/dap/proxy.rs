@@ -110,6 +110,27 @@ struct State {
     /// next continue, and the continues inside its steps, would run
     /// backwards.
     reversed: bool,
+    /// Where a launch (lldb-dap's attach to the stub started here) stands
+    /// in its configuration.
+    configuring: Configuring,
+}
+
+/// A launch's configuration, as lldb-dap's events show it. lldb-dap
+/// attaches to the stub for a launch, and an attach shows the stop the
+/// stub holds the program in (`stopped`, reason `exception`, "signal
+/// SIGTRAP", before the client's `configurationDone`) and the resume that
+/// `configurationDone` makes (`continued`); plain lldb-dap's launch shows
+/// neither: its first stop is the first breakpoint's, or the entry's with
+/// `stopOnEntry`. Those two are not passed on.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Configuring {
+    /// Not a launch of this adapter, or its configuration is done.
+    #[default]
+    Done,
+    /// Launched; the client has not sent `configurationDone`.
+    Launched,
+    /// `configurationDone` (this `seq`) is on its way; no answer yet.
+    Finishing(i64),
 }
 
 /// `seq` of this adapter's own requests to lldb-dap: far above any client's.
@@ -223,6 +244,13 @@ impl Session {
                 }
                 Some(message)
             }
+            Some("configurationDone") => {
+                let mut state = self.state.lock().unwrap();
+                if state.configuring == Configuring::Launched {
+                    state.configuring = Configuring::Finishing(seq);
+                }
+                Some(message)
+            }
             Some("disconnect") => {
                 let mut arguments = object(arguments);
                 if self.state.lock().unwrap().stub.is_some() && !arguments.contains_key("terminateDebuggee") {
@@ -295,6 +323,7 @@ impl Session {
         self.load_shim(&mut arguments);
         let mut state = self.state.lock().unwrap();
         state.stub = Some(stub);
+        state.configuring = Configuring::Launched;
         state.renamed.insert(seq, "launch".to_string());
         Ok(request(seq, "attach", Value::Object(arguments)))
     }
@@ -354,11 +383,17 @@ impl Session {
 
     /// What to pass to the client for a message of lldb-dap's (`None`: nothing).
     fn from_lldb_dap_message(&self, message: Message) -> Option<Message> {
+        if message.kind() == Some("event") {
+            return self.launch_event(message);
+        }
         if message.kind() != Some("response") {
             return Some(message);
         }
         let request_seq = message.request_seq().unwrap_or(-1);
         let mut state = self.state.lock().unwrap();
+        if state.configuring == Configuring::Finishing(request_seq) {
+            state.configuring = Configuring::Done;
+        }
         match state.pending.remove(&request_seq) {
             Some(Pending::Answer { request_seq, command }) => {
                 let answered = answer(request_seq, &command, &message);
@@ -391,6 +426,31 @@ impl Session {
             return Some(message);
         }
         Some(Message::new(json))
+    }
+
+    /// An event of lldb-dap's, unless it is one of the attach's that a
+    /// launch does not show (see [`Configuring`]).
+    fn launch_event(&self, message: Message) -> Option<Message> {
+        let configuring = self.state.lock().unwrap().configuring;
+        let hidden = match (configuring, message.event()) {
+            (Configuring::Launched | Configuring::Finishing(_), Some("stopped")) => {
+                message.json.as_ref().and_then(|j| j.pointer("/body/reason")).and_then(Value::as_str) == Some("exception")
+            }
+            (Configuring::Finishing(_), Some("continued")) => true,
+            _ => false,
+        };
+        if hidden {
+            tracing::debug!(event = ?message.event(), "the attach's own event: not shown for a launch");
+            return None;
+        }
+        if configuring != Configuring::Done && message.event() == Some("process") {
+            // (VS Code offers Stop for a launch, Disconnect for an attach.)
+            if let Some(mut json) = message.json.clone() {
+                json["body"]["startMethod"] = Value::String("launch".into());
+                return Some(Message::new(json));
+            }
+        }
+        Some(message)
     }
 
     fn to_client(&self, message: &Message) {

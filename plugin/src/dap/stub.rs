@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 pub enum StubRun {
     /// `retrace-stub --record=MODE -- PROGRAM ARGS`.
     Record { mode: String, program: PathBuf, args: Vec<OsString> },
-    /// `retrace-stub --replay TRACE_JSON`.
+    /// `retrace-stub --replay TRACE_JSON --replay-from start`: the program
+    /// runs from its first instruction, as a launch runs it.
     Replay { trace_json: PathBuf },
 }
 
@@ -41,6 +42,8 @@ pub struct StubProcess {
     child: Child,
     /// The port it listens on (loopback).
     pub port: u16,
+    /// The program it started (none for a replay).
+    program: Option<libc::pid_t>,
 }
 
 impl StubProcess {
@@ -64,7 +67,7 @@ impl StubProcess {
                 command.arg(format!("--record={mode}")).arg("--").arg(program).args(args);
             }
             StubRun::Replay { trace_json } => {
-                command.arg("--replay").arg(trace_json);
+                command.arg("--replay").arg(trace_json).arg("--replay-from").arg("start");
             }
         }
         if let Some(cwd) = &environment.cwd {
@@ -92,6 +95,7 @@ impl StubProcess {
                 break port;
             }
         };
+        let program = program_pid(&said);
         let output = std::sync::Arc::new(output);
         output("console", said);
         let stderr_output = std::sync::Arc::clone(&output);
@@ -109,7 +113,7 @@ impl StubProcess {
                 output("stdout", String::from_utf8_lossy(&chunk[..n]).into_owned());
             }
         });
-        Ok(StubProcess { child, port })
+        Ok(StubProcess { child, port, program })
     }
 
     /// Whether it has ended, waiting at most `patience` for it.
@@ -126,10 +130,24 @@ impl StubProcess {
         }
     }
 
-    /// Ends it (and so its program) now.
+    /// Ends it and its program now, and returns once both are gone (the
+    /// program dies with its tracer, `PTRACE_O_EXITKILL`, which the kernel
+    /// carries out after the stub's end: waited for here, at most a second,
+    /// and killed directly if it is still there).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let Some(program) = self.program.take() else { return };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while is_running(program) {
+            if std::time::Instant::now() >= deadline {
+                tracing::warn!(pid = program, "the program outlived its stub: killing it");
+                // SAFETY: a signal to a process; nothing else is touched.
+                unsafe { libc::kill(program, libc::SIGKILL) };
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
 
@@ -153,6 +171,20 @@ pub fn dies_with_parent(command: &mut Command, signal: libc::c_int) {
     }
 }
 
+/// The program's pid in the stub's `retrace-stub: process PID stopped at
+/// entry; …` line.
+fn program_pid(said: &str) -> Option<libc::pid_t> {
+    said.lines().find_map(|line| line.strip_prefix("retrace-stub: process ")?.split_whitespace().next()?.parse().ok())
+}
+
+/// Whether process `pid` exists and has not ended (a zombie has).
+fn is_running(pid: libc::pid_t) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()), Some("Z" | "X")),
+        Err(_) => false,
+    }
+}
+
 /// The port in the stub's `… listening on 127.0.0.1:PORT` line.
 fn listening_port(line: &str) -> Option<u16> {
     let (_, address) = line.split_once("listening on ")?;
@@ -168,5 +200,14 @@ mod tests {
         assert_eq!(listening_port("retrace-stub: process 4341 stopped at entry; listening on 127.0.0.1:35009\n"), Some(35009));
         assert_eq!(listening_port("retrace-stub: replaying t/trace.json (12 instructions, at the end of history); listening on 127.0.0.1:7"), Some(7));
         assert_eq!(listening_port("retrace-stub: recording (Full) for reverse execution"), None);
+    }
+
+    #[test]
+    fn the_programs_pid_is_read_from_the_stubs_lines() {
+        let said = "retrace-stub: recording (full) for reverse execution\nretrace-stub: process 4341 stopped at entry; listening on 127.0.0.1:35009\n";
+        assert_eq!(program_pid(said), Some(4341));
+        assert_eq!(program_pid("retrace-stub: replaying t/trace.json (12 instructions, at the start of history); listening on 127.0.0.1:7"), None);
+        assert!(is_running(std::process::id() as libc::pid_t));
+        assert!(!is_running(i32::MAX));
     }
 }

@@ -3,6 +3,7 @@
 // retrace-dap or with plain lldb-dap, and what a stop shows.
 "use strict";
 const fs = require("node:fs");
+const { execFileSync } = require("node:child_process");
 const { DebugClient } = require("@vscode/debugadapter-testsupport");
 
 /** An environment variable the Rust driver (plugin/tests/dap_client.rs) sets. */
@@ -24,14 +25,57 @@ function markedLine(marker) {
   return index + 1;
 }
 
-/** A started client of retrace-dap (`retrace`) or of plain lldb-dap. */
+/**
+ * A started client of retrace-dap (`retrace`) or of plain lldb-dap; `stops`
+ * collects the body of every `stopped` event it receives, in order.
+ */
 async function client(kind) {
   // DebugClient spawns RUNTIME [EXECUTABLE]: retrace-dap with its lldb-dap, or lldb-dap through env.
   const dc = kind === "retrace" ? new DebugClient(ADAPTER, `--lldb-dap=${LLDB_DAP}`, "retrace") : new DebugClient("env", LLDB_DAP, "lldb-dap");
   dc.defaultTimeout = 120000;
   await dc.start();
+  const stops = [];
+  dc.on("stopped", (event) => stops.push(event.body));
   const init = await dc.initializeRequest({ adapterID: kind, clientID: "retrace-tests", linesStartAt1: true, columnsStartAt1: true, pathFormat: "path" });
-  return { dc, capabilities: init.body || {} };
+  return { dc, capabilities: init.body || {}, stops };
+}
+
+/** The stops up to the first breakpoint's, as reason and description. */
+function stopsToFirstBreakpoint(stops) {
+  const first = stops.findIndex((stop) => stop.reason === "breakpoint");
+  if (first < 0) throw new Error(`no breakpoint stop in ${JSON.stringify(stops)}`);
+  return stops.slice(0, first + 1).map((stop) => ({ reason: stop.reason, description: stop.description }));
+}
+
+/** The processes of a session: the adapter's children and theirs (lldb-dap, the stub, the program), as { pid, name }. */
+function sessionProcesses(dc) {
+  const children = (pid) => {
+    try {
+      return execFileSync("pgrep", ["-P", String(pid)], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number);
+    } catch (e) {
+      if (e.status === 1) return []; // pgrep: none
+      throw e;
+    }
+  };
+  const found = [];
+  const walk = (pid) => {
+    for (const child of children(pid)) {
+      found.push({ pid: child, name: fs.readFileSync(`/proc/${child}/comm`, "utf8").trim() });
+      walk(child);
+    }
+  };
+  walk(dc._adapterProcess.pid); // (DebugClient's own process of the adapter)
+  return found;
+}
+
+/** Whether `pid` runs (exists and is not a zombie). */
+function running(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    return !/^[ZX]/.test(stat.slice(stat.lastIndexOf(")") + 2));
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -77,4 +121,4 @@ async function place(dc, threadId) {
   return { pc: Number(frame.instructionPointerReference), name: frame.name, line: frame.line, variables };
 }
 
-module.exports = { ADAPTER, LLDB_DAP, PROGRAM, SOURCE, markedLine, client, start, stopAfter, place };
+module.exports = { ADAPTER, LLDB_DAP, PROGRAM, SOURCE, markedLine, client, start, stopAfter, place, stopsToFirstBreakpoint, sessionProcesses, running };

@@ -11,7 +11,7 @@
 const assert = require("node:assert/strict");
 const { test } = require("node:test");
 const { execFileSync, spawn } = require("node:child_process");
-const { PROGRAM, markedLine, client, start, stopAfter, place } = require("./common.js");
+const { PROGRAM, markedLine, client, start, stopAfter, place, stopsToFirstBreakpoint, sessionProcesses, running } = require("./common.js");
 
 const CALL = markedLine("call");
 const ADD = markedLine("add");
@@ -41,6 +41,33 @@ async function forwardRun() {
   } finally {
     dc.stopAdapter();
   }
+}
+
+/** Plain lldb-dap's launch without stopOnEntry: its stops up to the first breakpoint's. */
+async function plainLaunchStops() {
+  const { dc, stops } = await client("lldb-dap");
+  try {
+    await start(dc, "launch", { program: PROGRAM }, [CALL]);
+    return stopsToFirstBreakpoint(stops);
+  } finally {
+    await dc.disconnectRequest({ terminateDebuggee: true });
+    dc.stopAdapter();
+  }
+}
+
+/**
+ * Disconnects (terminateDebuggee as given) and asserts that one second
+ * later none of the session's processes runs: lldb-dap, the stub, and the
+ * program when there is one (a recording's; a replay has none).
+ */
+async function disconnectEndsEverything(dc, args, expected) {
+  const processes = sessionProcesses(dc);
+  const names = processes.map((p) => p.name);
+  for (const name of expected) assert.ok(names.some((n) => n.startsWith(name)), `${name} among the session's processes: ${names}`);
+  await dc.disconnectRequest(args);
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  const left = processes.filter((p) => running(p.pid));
+  assert.deepEqual(left, [], "one second after disconnect nothing the session started runs");
 }
 
 /** The forward run's record of the instruction at `pc` in the walk (the first one). */
@@ -74,6 +101,8 @@ async function assertNothingLeft(path = PROGRAM) {
 let truth;
 test("forward truth from plain lldb-dap-22", async () => {
   truth = await forwardRun();
+  truth.launchStops = await plainLaunchStops();
+  assert.deepEqual(truth.launchStops, [{ reason: "breakpoint", description: "breakpoint 1.1" }]);
   assert.equal(truth.hits[0].line, CALL);
   assert.ok(truth.hits[1].variables.includes("i=1") && truth.hits[1].variables.includes("total=0"), `locals at the second hit: ${truth.hits[1].variables}`);
   assert.ok(truth.walk.some((p) => p.line === ADD));
@@ -82,10 +111,11 @@ test("forward truth from plain lldb-dap-22", async () => {
 
 test("launch under recording: breakpoints, next, stepBack, reverseContinue", async () => {
   assert.ok(truth, "the forward truth ran");
-  const { dc, capabilities } = await client("retrace");
+  const { dc, capabilities, stops } = await client("retrace");
   assert.equal(capabilities.supportsStepBack, true, "initialize announces Step Back");
   try {
     const first = await start(dc, "launch", { program: PROGRAM, record: "full" }, [CALL]);
+    assert.deepEqual(stopsToFirstBreakpoint(stops), truth.launchStops, "the launch's stops up to the first breakpoint, as plain lldb-dap's");
     assert.equal(first.reason, "breakpoint");
     const thread = first.threadId;
     assertSamePlace(await place(dc, thread), truth.hits[0], true, "first breakpoint hit");
@@ -141,8 +171,8 @@ test("launch under recording: breakpoints, next, stepBack, reverseContinue", asy
     stop = await stopAfter(dc, () => dc.nextRequest({ threadId: thread }));
     assert.equal(stop.reason, "step");
     assertSamePlace(await place(dc, thread), nexts[0], true, "next after reverse continues");
-    await dc.disconnectRequest({});
     // The stub ends the program, then itself.
+    await disconnectEndsEverything(dc, { terminateDebuggee: true }, ["lldb-dap", "retrace-stub", "step_back"]);
     await assertNothingLeft();
   } finally {
     dc.stopAdapter();
@@ -182,15 +212,25 @@ test("attach to a retrace-stub started by hand: breakpoint, next, stepBack", { s
 
 test("replay of a saved trace: breakpoints, reverseContinue, stepBack", { skip: !TRACE_JSON && "RETRACE_DAP_TRACE_JSON not set" }, async () => {
   assert.ok(truth, "the forward truth ran");
-  const { dc } = await client("retrace");
+  const { dc, stops } = await client("retrace");
   try {
-    // At the end of the history; the configuration's continue stops there again.
+    // From the history's start, forwards as the program ran: the same stops as a launch of it.
     const first = await start(dc, "launch", { replay: TRACE_JSON, program: PROGRAM }, [CALL]);
+    assert.deepEqual(stopsToFirstBreakpoint(stops), truth.launchStops, "the replay's stops up to the first breakpoint, as plain lldb-dap's launch");
     const thread = first.threadId;
-    // Back to the breakpoint's last hit (i = 2): the end of the walk.
-    let stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assertSamePlace(await place(dc, thread), truth.hits[0], false, "replay: hit for i = 0");
+    let stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    assertSamePlace(await place(dc, thread), truth.hits[1], false, "replay continue: hit for i = 1");
+    stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
     assert.equal(stop.reason, "breakpoint");
     const last = truth.walk[truth.walk.length - 1];
+    assertSamePlace(await place(dc, thread), last, false, "replay continue: hit for i = 2");
+    // On to the end of the history, and back to the breakpoint's last hit (i = 2).
+    stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "history boundary");
+    stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
     assertSamePlace(await place(dc, thread), last, false, "replay reverseContinue: hit for i = 2");
     // Step Back a line: the start of the loop's increment line, as the forward run went.
     stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread }));
@@ -213,7 +253,7 @@ test("replay of a saved trace: breakpoints, reverseContinue, stepBack", { skip: 
     stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
     assert.equal(stop.reason, "history boundary");
     assertSamePlace(await place(dc, thread), truth.entry, false, "replay: the history's start");
-    await dc.disconnectRequest({});
+    await disconnectEndsEverything(dc, {}, ["lldb-dap", "retrace-stub"]);
     await assertNothingLeft(PROGRAM);
     await assertNothingLeft(TRACE_JSON);
   } finally {

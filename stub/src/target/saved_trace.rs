@@ -342,6 +342,12 @@ impl SavedTrace {
         &self.timeline
     }
 
+    /// Stands the program at its first instruction (before a client
+    /// connects): it runs forwards from there as it ran.
+    pub fn go_to_start(&mut self) {
+        self.position = 0;
+    }
+
     /// The current position in the timeline.
     pub fn position(&self) -> u64 {
         self.position
