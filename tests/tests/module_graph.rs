@@ -4,7 +4,9 @@
 //! `crate::a::b` and `super::b` path in code (comments are skipped). A
 //! folder's `mod.rs` declaring or re-exporting its own children
 //! (`pub use walk::FlowDecoder`) is the module tree, not an import, and is
-//! not counted.
+//! not counted. An inline `#[cfg(test)] mod tests { … }` is left out: its
+//! `super::` is the file itself, and what only tests use is not a
+//! dependency of the code.
 //!
 //! `cargo test -p retrace-tests --test module_graph -- --nocapture` prints it.
 
@@ -39,6 +41,50 @@ fn module_name(src: &Path, file: &Path) -> String {
 /// comments are not used in this project).
 fn code_of(text: &str) -> String {
     text.lines().map(|line| line.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+}
+
+/// `code` without its inline test modules (`#[cfg(test)] mod name { … }`,
+/// braces matched outside string and character literals).
+fn without_inline_tests(code: &str) -> String {
+    let mut out = String::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "#[cfg(test)]".len()..];
+        let item = after.trim_start();
+        let is_inline_mod = item.strip_prefix("mod ").and_then(|m| m.find(|c: char| c == '{' || c == ';').map(|i| m.as_bytes()[i] == b'{')) == Some(true);
+        if !is_inline_mod {
+            out.push_str("#[cfg(test)]");
+            rest = after;
+            continue;
+        }
+        let open = after.find('{').unwrap();
+        let bytes = after.as_bytes();
+        let (mut depth, mut i) = (0usize, open);
+        while i < bytes.len() {
+            match bytes[i] {
+                b'"' => {
+                    i += 1;
+                    while i < bytes.len() && bytes[i] != b'"' {
+                        i += if bytes[i] == b'\\' { 2 } else { 1 };
+                    }
+                }
+                b'\'' if bytes.get(i + 2) == Some(&b'\'') => i += 2,
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        rest = &after[(i + 1).min(after.len())..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Paths after `prefix` (`crate::` or `super::`), as module segments,
@@ -100,7 +146,7 @@ fn graph(crate_src: &Path) -> Graph {
     let mut graph = Graph::new();
     for file in &files {
         let module = module_name(crate_src, file);
-        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let code = without_inline_tests(&code_of(&std::fs::read_to_string(file).unwrap()));
         // `super::` is the module's parent (for `a/mod.rs`, module `a`, too).
         let segments: Vec<String> = module.split("::").filter(|s| !s.is_empty()).map(String::from).collect();
         let parent = segments[..segments.len().saturating_sub(1)].to_vec();
@@ -199,4 +245,14 @@ fn paths_in_use_groups_and_code_are_read() {
     let code = code_of("use crate::{item::Item, flow::walk::FlowDecoder};\n// crate::comment\nlet x = crate::packet::sync::psb_offsets(d);");
     let paths = paths_after(&code, "crate::");
     assert_eq!(paths, vec![vec!["item".to_string(), "Item".into()], vec!["flow".into(), "walk".into(), "FlowDecoder".into()], vec!["packet".into(), "sync".into(), "psb_offsets".into()]]);
+}
+
+#[test]
+fn inline_test_modules_are_left_out() {
+    let code = "use crate::a::B;\n#[cfg(test)]\nmod tests {\n    use super::*;\n    fn f() { let c = '{'; let s = \"}{\"; crate::b::g(); }\n}\nfn h() { crate::c::i(); }\n#[cfg(test)]\nmod other;\n";
+    let kept = without_inline_tests(code);
+    assert_eq!(kept, "use crate::a::B;\n\nfn h() { crate::c::i(); }\n#[cfg(test)]\nmod other;\n");
+    let paths = paths_after(&kept, "crate::");
+    assert_eq!(paths, vec![vec!["a".to_string(), "B".into()], vec!["c".into(), "i".into()]]);
+    assert!(paths_after(&kept, "super::").is_empty());
 }
