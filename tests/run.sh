@@ -3,6 +3,8 @@
 # (Debian 12) when they are missing. Usage: bash tests/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The time it all took, printed at the end (also when something fails).
+trap 'status=$?; echo "tests/run.sh: exit status $status after $((SECONDS / 60)) min $((SECONDS % 60)) s"' EXIT
 
 # Tools the tests use as independent references.
 packages=(libipt-dev lldb-22 python3-lldb-22 gdb gcc clang-22 llvm-22 libclang-rt-22-dev nodejs python3-venv)

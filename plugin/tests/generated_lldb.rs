@@ -95,22 +95,37 @@ fn corrupted_walks_dump_as_in_lldb() {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupted_lldb");
     let seeds = 800..1600u64;
     let (mut differing, mut stopped_by_lldb, mut unnoticed) = (Vec::new(), 0, 0);
-    for seed in seeds.clone() {
-        let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period: 1024, timing: true, overflow_one_in: 0 });
-        let damaged = retrace_tests::corrupt::corrupt(&walked.trace, seed, 6000);
-        let dir = root.join(format!("seed{seed}"));
-        let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &damaged, &[(LIBC, LIBC_LOAD)]);
-        let lldb = retrace_tests::lldb::dump_text(&trace_json, 1, "-a -f -e --raw").unwrap_or_else(|e| panic!("{e}"));
-        let ours = retrace_dump(&trace_json, &["-a", "-f", "-e", "--raw"]);
-        // A corrupted TSC value or padding byte can be harmless: then both
-        // decode without errors (counted, and rare).
-        unnoticed += usize::from(!ours.contains("(error)"));
-        match lldb_stopped_at_damaged_psb(&ours, &lldb) {
-            Some(true) => stopped_by_lldb += 1,
-            Some(false) => {}
-            None => {
-                eprintln!("seed {seed}: {}", difference(&ours, &lldb).unwrap());
-                differing.push(seed);
+    // A hundred seeds at a time: their bundles, then LLDB's dumps of all of
+    // them in one session while retrace dumps each.
+    let all: Vec<u64> = seeds.clone().collect();
+    for chunk in all.chunks(100) {
+        let trace_jsons: Vec<_> = chunk
+            .iter()
+            .map(|&seed| {
+                let walked = walk(&image, &entries, WalkOptions { seed, instructions: 20_000, psb_period: 1024, timing: true, overflow_one_in: 0 });
+                let damaged = retrace_tests::corrupt::corrupt(&walked.trace, seed, 6000);
+                retrace_tests::bundles::write_generated_bundle(&root.join(format!("seed{seed}")), &damaged, &[(LIBC, LIBC_LOAD)])
+            })
+            .collect();
+        let (lldb, ours) = std::thread::scope(|scope| {
+            let lldb = scope.spawn(|| retrace_tests::lldb::dump_text_each(&trace_jsons, "-a -f -e --raw"));
+            let ours: Vec<String> = trace_jsons.iter().map(|trace_json| retrace_dump(trace_json, &["-a", "-f", "-e", "--raw"])).collect();
+            (lldb.join().unwrap().unwrap_or_else(|e| panic!("{e}")), ours)
+        });
+        // One session prints what a session per bundle prints.
+        let alone = retrace_tests::lldb::dump_text(&trace_jsons[0], 1, "-a -f -e --raw").unwrap_or_else(|e| panic!("{e}"));
+        assert_same_text(&format!("seed {} alone and in one session", chunk[0]), &lldb[0], &alone);
+        for ((seed, lldb), ours) in chunk.iter().zip(&lldb).zip(&ours) {
+            // A corrupted TSC value or padding byte can be harmless: then both
+            // decode without errors (counted, and rare).
+            unnoticed += usize::from(!ours.contains("(error)"));
+            match lldb_stopped_at_damaged_psb(ours, lldb) {
+                Some(true) => stopped_by_lldb += 1,
+                Some(false) => {}
+                None => {
+                    eprintln!("seed {seed}: {}", difference(ours, lldb).unwrap());
+                    differing.push(*seed);
+                }
             }
         }
     }

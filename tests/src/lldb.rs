@@ -87,6 +87,40 @@ pub fn dump_text(trace_json: &Path, threads: usize, options: &str) -> Result<Str
     trace_commands(trace_json, (1..=threads).map(|index| format!("thread trace dump instructions {options} {index}")))
 }
 
+/// [`dump_text`] of thread 1 for each bundle of `trace_jsons`, in one LLDB
+/// session (`trace load`, the dump, `target delete`, for each in turn):
+/// what separate sessions print, without starting LLDB each time.
+pub fn dump_text_each(trace_jsons: &[impl AsRef<Path>], options: &str) -> Result<Vec<String>, String> {
+    let dump = format!("thread trace dump instructions {options} 1");
+    let mut command = Command::new("lldb-22");
+    command.arg("-b");
+    for trace_json in trace_jsons {
+        command.args(["-o", &format!("trace load {}", trace_json.as_ref().display()), "-o", &dump, "-o", "target delete"]);
+    }
+    let output = command.output().map_err(|e| format!("running lldb-22: {e}"))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() || stderr.contains("error:") {
+        return Err(format!("lldb-22 failed: {stderr}"));
+    }
+    // What each dump printed: the lines between its echo and the next echo.
+    let mut dumps = Vec::new();
+    let mut current: Option<String> = None;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        if let Some(command) = line.strip_prefix("(lldb) ") {
+            dumps.extend(current.take());
+            current = (command == dump).then(String::new);
+        } else if let Some(text) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    dumps.extend(current);
+    if dumps.len() != trace_jsons.len() {
+        return Err(format!("lldb-22 printed {} dumps for {} bundles", dumps.len(), trace_jsons.len()));
+    }
+    Ok(dumps)
+}
+
 /// The JSON array LLDB prints for one `-j` command (e.g. `thread trace dump
 /// instructions -j 1`).
 pub fn json(trace_json: &Path, command: &str) -> Result<Vec<serde_json::Value>, String> {
