@@ -18,6 +18,9 @@
 //! * [`intel_pt`] — the hardware backend's building blocks (`intel_pt` PMU
 //!   discovery from sysfs, `perf_event_attr`, per-thread AUX rings);
 //! * [`hardware`] — recording with the hardware backend;
+//! * [`valgrind`] — recording under Valgrind with retrace's tool
+//!   (`valgrind/retrace.c`): its log of superblocks and exits becomes the
+//!   same Intel PT;
 //! * [`perf_clock`] — the kernel's TSC → nanoseconds conversion.
 //!
 //! It must never parse trace formats itself: that is the decoder's job.
@@ -33,3 +36,4 @@ pub mod process;
 pub mod pt_writer;
 pub mod software;
 pub mod trace_ring;
+pub mod valgrind;

@@ -76,8 +76,11 @@ enum Command {
     ///
     /// Backends: `intel-pt` needs the CPU's intel_pt PMU; `software` works on any
     /// x86-64 (AMD, VMs) by single-stepping under ptrace (~20-40 µs per
-    /// instruction), and writes the same packets hardware would. `auto` picks
-    /// intel-pt when available. ASLR is disabled, as LLDB and GDB do.
+    /// instruction), and writes the same packets hardware would; `valgrind`
+    /// runs the program on Valgrind with retrace's tool (a few times native
+    /// speed; Valgrind's layout: a PIE program at 0x108000) and writes the
+    /// same packets too. `auto` picks intel-pt when available. ASLR is
+    /// disabled, as LLDB and GDB do.
     ///
     /// retrace's own messages (outcome, counts, bundle path; --json's summary
     /// as the last line) go to stderr, as perf's and rr's do: the program's
@@ -90,7 +93,7 @@ enum Command {
     ///
     /// Example: retrace record -o /tmp/ls-trace -- /bin/true
     Record {
-        /// Where to capture: auto, intel-pt or software.
+        /// Where to capture: auto, intel-pt, software or valgrind.
         #[arg(long, value_enum, default_value_t = record::Backend::Auto)]
         backend: record::Backend,
         /// Software backend: step (single-step every instruction) or branch.

@@ -21,6 +21,7 @@ pub enum Backend {
     Auto,
     IntelPt,
     Software,
+    Valgrind,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -123,7 +124,7 @@ fn choose_backend(backend: Backend) -> Result<Option<PerfIntelPt>, CliError> {
         Ok(source)
     };
     match backend {
-        Backend::Software => Ok(None),
+        Backend::Software | Backend::Valgrind => Ok(None),
         Backend::IntelPt => usable().map(Some).map_err(|error| CliError::Message(format!("--backend intel-pt: {error}"))),
         Backend::Auto => match usable() {
             Ok(source) => Ok(Some(source)),
@@ -138,6 +139,9 @@ fn choose_backend(backend: Backend) -> Result<Option<PerfIntelPt>, CliError> {
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
     clear_output(&args.output, args.force)?;
+    if args.backend == Backend::Valgrind {
+        return run_valgrind(args);
+    }
     let hardware = choose_backend(args.backend)?;
     tracing::info!(backend = if hardware.is_some() { "intel-pt" } else { "software" }, "recording");
     let stop = install_interrupt_handler();
@@ -251,4 +255,61 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         Outcome::Signaled { .. } | Outcome::Interrupted => 0,
     };
     Ok(ExitCode::from(code))
+}
+
+/// `--backend valgrind`: the program runs under Valgrind with retrace's
+/// tool; its stdin, stdout and stderr are untouched and its exit status is
+/// `retrace record`'s.
+fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
+    use retrace_collector::valgrind;
+    valgrind::availability().map_err(|why| CliError::Message(format!("--backend valgrind: {why}")))?;
+    if args.max_insns.is_some() {
+        return Err(CliError::Message("--backend valgrind: --max-insns is not supported yet (Ctrl-C ends a recording with a valid bundle)".into()));
+    }
+    let stop = install_interrupt_handler();
+    let mut command = args.command.into_iter();
+    let program = command.next().expect("clap requires a program");
+    let rest: Vec<OsString> = command.collect();
+    let options = valgrind::ValgrindOptions { keep_instruction_log: args.insn_log, stop, ..Default::default() };
+    let recording = valgrind::record(&program, &rest, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")))?;
+    let info = BundleInfo { backend: "valgrind".into(), mode: None, cpu_info: CpuInfo::software_recording(), cpu_info_is_synthetic: true };
+    let trace_json = write_bundle(&args.output, &recording, &info).map_err(|e| CliError::Message(e.to_string()))?;
+    let seconds = recording.elapsed.as_secs_f64();
+    let instructions = recording.instructions();
+    let rate = if seconds > 0.0 { instructions as f64 / seconds } else { 0.0 };
+    if args.json {
+        let summary = serde_json::json!({
+            "bundle": trace_json,
+            "backend": "valgrind",
+            "pid": recording.pid,
+            "outcome": recording.outcome.to_string(),
+            "threads": recording.images.iter().enumerate().flat_map(|(image, i)| i.threads.iter().map(move |t| serde_json::json!({
+                "tid": t.tid, "image": image, "instructions": t.instructions, "trace_bytes": t.trace.len()
+            }))).collect::<Vec<_>>(),
+            "images": recording.images.len(),
+            "warnings": recording.warnings,
+            "instructions": instructions,
+            "trace_bytes": recording.trace_bytes(),
+            "seconds": seconds,
+            "instructions_per_second": rate,
+            "undecodable_instructions": recording.undecodable,
+        });
+        eprintln!("{summary}");
+    } else {
+        eprintln!("{}", recording.outcome);
+        for warning in &recording.warnings {
+            eprintln!("warning: {warning}");
+        }
+        eprintln!(
+            "recorded {instructions} instructions under Valgrind in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
+            recording.threads().count(),
+            recording.trace_bytes()
+        );
+        eprintln!("bundle: {}", trace_json.display());
+    }
+    Ok(ExitCode::from(match recording.outcome {
+        Outcome::Exited(code) => code as u8,
+        Outcome::Signaled { signal, .. } => 128u8.wrapping_add(signal as u8),
+        Outcome::InstructionLimit | Outcome::Interrupted => 130,
+    }))
 }

@@ -1,0 +1,706 @@
+//! Recording under Valgrind: the program runs on Valgrind's JIT with
+//! retrace's tool (`collector/valgrind/retrace.c`, built against the
+//! installed Valgrind by `build.rs`), which logs each superblock it
+//! translates (its guest instructions and their bytes) and, as the program
+//! runs, each superblock entered and each side exit taken. [`LogConverter`]
+//! turns that log into the same Intel PT streams the ptrace backend writes
+//! ([`ThreadPtWriter`]): every consumer decodes one format.
+//!
+//! The log (little-endian; after the magic `RTVGLOG1`), one record per tag:
+//!
+//! | tag | fields | meaning |
+//! |---|---|---|
+//! | `B` | u32 id, u64 entry, u16 n, n × (u64 address, u8 length, bytes) | a translated superblock, its instructions in execution order |
+//! | `E` | u32 id | the current thread entered superblock `id` |
+//! | `X` | u16 index | it left at the side exit of its instruction `index` (without `X` it ran to its end) |
+//! | `G` | — | code that is not the program's ran (Valgrind's own text) |
+//! | `T` | u32 number, u32 tid | thread `number` (numbered by the tool: Valgrind reuses its slots) runs from now on |
+//! | `S` | u32 signal, u64 ip | a signal is delivered before the instruction at `ip` |
+//! | `Q` | u32 number | the thread ended |
+//! | `M` | u64 start, u64 length, u64 offset, u8 prot, u16 n, n bytes of path | a file mapped into the program |
+//!
+//! What Valgrind runs that the program does not (its `freeres` at exit,
+//! its replacement of the vsyscall page) is either switched off or logged as
+//! a gap; a REP string instruction, which Valgrind runs as one superblock
+//! per iteration, counts once, as Intel PT counts it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
+
+use crate::process::LoadedModule;
+use crate::pt_writer::{ThreadPtWriter, DEFAULT_PSB_PERIOD};
+use crate::software::{ImageRecording, Outcome, Recording, ThreadRecording};
+
+/// The magic at the start of every log.
+pub const LOG_MAGIC: &[u8; 8] = b"RTVGLOG1";
+
+/// One record of the tool's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogRecord<'a> {
+    /// A translated superblock: `(address, bytes)` of each instruction.
+    Superblock { id: u32, entry: u64, instructions: Vec<(u64, &'a [u8])> },
+    /// The current thread entered superblock `id`.
+    Entered(u32),
+    /// The superblock just entered left at its instruction `index`'s side exit.
+    LeftAt(u16),
+    /// Code that is not the program's ran.
+    Foreign,
+    /// Thread `number` (its OS id `tid`) runs from now on.
+    Thread { number: u32, tid: u32 },
+    /// `signal` is delivered before the instruction at `ip`.
+    Signal { signal: u32, ip: u64 },
+    /// Thread `number` ended.
+    ThreadEnd(u32),
+    /// A file mapped into the program.
+    Mapping { start: u64, length: u64, offset: u64, prot: u8, path: &'a [u8] },
+}
+
+/// A log that cannot be read on from `offset`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Valgrind log at byte {offset}: {what}")]
+pub struct LogError {
+    /// Where in the log.
+    pub offset: usize,
+    /// What is wrong there.
+    pub what: String,
+}
+
+/// The records of a log, in order; a damaged or cut record ends the
+/// iteration with an error naming its offset (the format has no sync
+/// points: what follows cannot be placed).
+pub fn log_records(log: &[u8]) -> impl Iterator<Item = Result<LogRecord<'_>, LogError>> {
+    let mut reader = LogReader { log, at: 0, failed: false };
+    if !log.starts_with(LOG_MAGIC) {
+        reader.failed = true;
+        return LogRecords { reader, first: Some(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG1)".into() }) };
+    }
+    reader.at = LOG_MAGIC.len();
+    LogRecords { reader, first: None }
+}
+
+struct LogRecords<'a> {
+    reader: LogReader<'a>,
+    first: Option<LogError>,
+}
+
+impl<'a> Iterator for LogRecords<'a> {
+    type Item = Result<LogRecord<'a>, LogError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(error) = self.first.take() {
+            return Some(Err(error));
+        }
+        if self.reader.failed || self.reader.at >= self.reader.log.len() {
+            return None;
+        }
+        let start = self.reader.at;
+        let record = self.reader.record();
+        if record.is_none() {
+            self.reader.failed = true;
+            let tag = self.reader.log[start];
+            let what = if b"BEXGTSQM".contains(&tag) { format!("record '{}' cut short", tag as char) } else { format!("unknown record tag {tag:#04x}") };
+            return Some(Err(LogError { offset: start, what }));
+        }
+        record.map(Ok)
+    }
+}
+
+struct LogReader<'a> {
+    log: &'a [u8],
+    at: usize,
+    failed: bool,
+}
+
+impl<'a> LogReader<'a> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let bytes = self.log.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(bytes)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.bytes(1)?[0])
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.bytes(2)?.try_into().ok()?))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
+    }
+
+    fn record(&mut self) -> Option<LogRecord<'a>> {
+        Some(match self.u8()? {
+            b'B' => {
+                let id = self.u32()?;
+                let entry = self.u64()?;
+                let n = self.u16()?;
+                let mut instructions = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let address = self.u64()?;
+                    let length = self.u8()?;
+                    instructions.push((address, self.bytes(length as usize)?));
+                }
+                LogRecord::Superblock { id, entry, instructions }
+            }
+            b'E' => LogRecord::Entered(self.u32()?),
+            b'X' => LogRecord::LeftAt(self.u16()?),
+            b'G' => LogRecord::Foreign,
+            b'T' => LogRecord::Thread { number: self.u32()?, tid: self.u32()? },
+            b'S' => LogRecord::Signal { signal: self.u32()?, ip: self.u64()? },
+            b'Q' => LogRecord::ThreadEnd(self.u32()?),
+            b'M' => {
+                let (start, length, offset, prot) = (self.u64()?, self.u64()?, self.u64()?, self.u8()?);
+                let n = self.u16()?;
+                LogRecord::Mapping { start, length, offset, prot, path: self.bytes(n as usize)? }
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// One guest instruction of a superblock.
+#[derive(Debug, Clone, Copy)]
+struct Instruction {
+    ip: u64,
+    /// `None`: bytes the decoder does not know (recorded as a gap).
+    info: Option<InsnInfo>,
+    /// A REP-prefixed string instruction (one superblock per iteration).
+    rep: bool,
+}
+
+fn instruction(ip: u64, bytes: &[u8]) -> Instruction {
+    let info = classify(bytes, ip, ExecMode::Bits64);
+    let decoded = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE).decode();
+    let rep = (decoded.has_rep_prefix() || decoded.has_repne_prefix()) && decoded.is_string_instruction();
+    Instruction { ip, info, rep }
+}
+
+/// One thread's conversion.
+struct ThreadState {
+    tid: u32,
+    writer: ThreadPtWriter,
+    /// The last instruction, waiting for where control went after it.
+    pending: Option<Instruction>,
+    log: Option<Vec<u64>>,
+}
+
+impl ThreadState {
+    fn executed(&mut self, insn: Instruction, undecodable: &mut u64) {
+        if let Some(previous) = self.pending {
+            // Valgrind runs a REP string instruction one iteration per
+            // superblock; Intel PT counts the instruction once.
+            if insn.rep && previous.ip == insn.ip {
+                return;
+            }
+            self.pending = None;
+            let info = previous.info.expect("pending instructions are decoded");
+            self.writer.executed(previous.ip, &info, Some(insn.ip), 0);
+        }
+        if insn.info.is_none() {
+            *undecodable += 1;
+            self.writer.disable_async(insn.ip);
+            return;
+        }
+        if let Some(log) = self.log.as_mut() {
+            log.push(insn.ip);
+        }
+        self.pending = Some(insn);
+    }
+
+    /// Control left the program's code after the pending instruction
+    /// (a signal before `resume`, or code not the program's): the pending
+    /// instruction completes towards `resume` when known, and tracing stops.
+    fn interrupted(&mut self, resume: Option<u64>) {
+        if let Some(previous) = self.pending.take() {
+            let info = previous.info.expect("pending instructions are decoded");
+            match resume {
+                Some(ip) => {
+                    self.writer.executed(previous.ip, &info, Some(ip), 0);
+                    self.writer.disable_async(ip);
+                }
+                None => self.end_with(previous, info),
+            }
+        }
+    }
+
+    /// The thread ended after its pending instruction (an `exit` system
+    /// call), or the recording did.
+    fn ended(&mut self) {
+        if let Some(previous) = self.pending.take() {
+            let info = previous.info.expect("pending instructions are decoded");
+            self.end_with(previous, info);
+        }
+    }
+
+    fn end_with(&mut self, previous: Instruction, info: InsnInfo) {
+        let fallthrough = previous.ip.wrapping_add(info.len as u64);
+        match info.kind {
+            FlowKind::Syscall | FlowKind::FarTransfer => self.writer.executed(previous.ip, &info, None, 0),
+            FlowKind::Other => {
+                self.writer.executed(previous.ip, &info, Some(fallthrough), 0);
+                self.writer.disable_async(fallthrough);
+            }
+            FlowKind::Jump { target } | FlowKind::Call { target } => {
+                self.writer.executed(previous.ip, &info, Some(target), 0);
+                self.writer.disable_async(target);
+            }
+            // Where it went is not known: it is left out (tracing stops
+            // before it), never guessed.
+            _ => {
+                if let Some(log) = self.log.as_mut() {
+                    log.pop();
+                }
+                self.writer.disable_async(previous.ip);
+            }
+        }
+    }
+}
+
+/// Turns one log (one program image of one process) into per-thread Intel
+/// PT streams and the modules the program mapped.
+pub struct LogConverter {
+    superblocks: HashMap<u32, Arc<[Instruction]>>,
+    threads: BTreeMap<u32, ThreadState>,
+    current: Option<u32>,
+    /// The superblock entered last, until its end is known.
+    open: Option<Arc<[Instruction]>>,
+    mappings: Vec<(u64, u64, u64, u8, String)>,
+    psb_period: usize,
+    keep_instruction_log: bool,
+    undecodable: u64,
+}
+
+impl LogConverter {
+    /// A converter writing a PSB every `psb_period` bytes; with
+    /// `keep_instruction_log`, each thread's instruction addresses are kept.
+    pub fn new(psb_period: usize, keep_instruction_log: bool) -> Self {
+        LogConverter {
+            superblocks: HashMap::new(),
+            threads: BTreeMap::new(),
+            current: None,
+            open: None,
+            mappings: Vec::new(),
+            psb_period,
+            keep_instruction_log,
+            undecodable: 0,
+        }
+    }
+
+    /// Instructions converted so far, all threads.
+    pub fn instructions(&self) -> u64 {
+        self.threads.values().map(|t| t.writer.instructions()).sum()
+    }
+
+    fn thread(&mut self) -> Option<&mut ThreadState> {
+        self.threads.get_mut(&self.current?)
+    }
+
+    /// Runs the open superblock's instructions up to `last` (all of them
+    /// without).
+    fn close(&mut self, last: Option<u16>) {
+        let Some(superblock) = self.open.take() else { return };
+        let end = last.map_or(superblock.len(), |i| (i as usize + 1).min(superblock.len()));
+        let mut undecodable = 0;
+        if let Some(thread) = self.thread() {
+            for insn in &superblock[..end] {
+                thread.executed(*insn, &mut undecodable);
+            }
+        }
+        self.undecodable += undecodable;
+    }
+
+    /// Takes one record.
+    pub fn feed(&mut self, record: LogRecord<'_>) -> Result<(), String> {
+        if let LogRecord::LeftAt(index) = record {
+            self.close(Some(index));
+            return Ok(());
+        }
+        self.close(None);
+        match record {
+            LogRecord::Superblock { id, instructions, .. } => {
+                let decoded: Arc<[Instruction]> = instructions.iter().map(|(ip, bytes)| instruction(*ip, bytes)).collect();
+                self.superblocks.insert(id, decoded);
+            }
+            LogRecord::Entered(id) => {
+                let superblock = self.superblocks.get(&id).ok_or_else(|| format!("superblock {id} entered before it was translated"))?;
+                self.open = Some(superblock.clone());
+            }
+            LogRecord::LeftAt(_) => unreachable!("handled above"),
+            LogRecord::Foreign => {
+                if let Some(thread) = self.thread() {
+                    thread.interrupted(None);
+                }
+            }
+            LogRecord::Thread { number, tid } => {
+                let (psb_period, keep) = (self.psb_period, self.keep_instruction_log);
+                let thread = self.threads.entry(number).or_insert_with(|| ThreadState {
+                    tid,
+                    writer: ThreadPtWriter::new(psb_period).without_timestamps(),
+                    pending: None,
+                    log: keep.then(Vec::new),
+                });
+                thread.tid = tid;
+                self.current = Some(number);
+            }
+            LogRecord::Signal { ip, .. } => {
+                if let Some(thread) = self.thread() {
+                    thread.interrupted(Some(ip));
+                }
+            }
+            LogRecord::ThreadEnd(number) => {
+                if let Some(thread) = self.threads.get_mut(&number) {
+                    thread.ended();
+                }
+            }
+            LogRecord::Mapping { start, length, offset, prot, path } => {
+                self.mappings.push((start, length, offset, prot, String::from_utf8_lossy(path).into_owned()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The threads' recordings (in the order they first ran) and the
+    /// modules: every file mapped executable, at the address where its
+    /// offset 0 is (or would be) mapped.
+    pub fn finish(mut self) -> (ImageRecording, u64) {
+        self.close(None);
+        let mut threads = Vec::new();
+        for (_, mut thread) in std::mem::take(&mut self.threads) {
+            thread.ended();
+            let instructions = thread.writer.instructions();
+            threads.push(ThreadRecording { tid: thread.tid, trace: thread.writer.into_bytes(), instructions, instruction_log: thread.log });
+        }
+        let mut modules: Vec<LoadedModule> = Vec::new();
+        for (start, _, offset, prot, path) in &self.mappings {
+            if prot & 4 == 0 || modules.iter().any(|m| &m.path == path) {
+                continue;
+            }
+            let base = self
+                .mappings
+                .iter()
+                .filter(|m| &m.4 == path && m.2 == 0)
+                .map(|m| m.0)
+                .min()
+                .unwrap_or(start.wrapping_sub(*offset));
+            modules.push(LoadedModule { path: path.clone(), base, image: None });
+        }
+        (ImageRecording { threads, modules }, self.undecodable)
+    }
+}
+
+/// Converts a whole log; a damaged record ends the conversion there, with
+/// a warning naming its offset.
+pub fn convert_log(log: &[u8], psb_period: usize, keep_instruction_log: bool) -> (ImageRecording, u64, Vec<String>) {
+    let mut converter = LogConverter::new(psb_period, keep_instruction_log);
+    let mut warnings = Vec::new();
+    for record in log_records(log) {
+        match record {
+            Ok(record) => {
+                if let Err(what) = converter.feed(record) {
+                    warnings.push(what);
+                    break;
+                }
+            }
+            Err(error) => {
+                warnings.push(error.to_string());
+                break;
+            }
+        }
+    }
+    let (image, undecodable) = converter.finish();
+    (image, undecodable, warnings)
+}
+
+/// Why recording under Valgrind failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ValgrindError {
+    /// Valgrind, or the tool, is not here.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Running it failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ValgrindError {
+    let what = what.into();
+    move |source| ValgrindError::Io { what, source }
+}
+
+#[cfg(valgrind_tool)]
+static TOOL: &[u8] = include_bytes!(env!("RETRACE_VALGRIND_TOOL"));
+#[cfg(not(valgrind_tool))]
+static TOOL: &[u8] = &[];
+
+/// Where the installed Valgrind keeps its tools and preload libraries.
+fn valgrind_libexec() -> Option<PathBuf> {
+    ["/usr/libexec/valgrind", "/usr/lib/x86_64-linux-gnu/valgrind", "/usr/lib/valgrind", "/usr/local/libexec/valgrind"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|dir| dir.join("none-amd64-linux").exists())
+}
+
+fn valgrind_binary() -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join("valgrind"))
+        .find(|path| path.is_file())
+}
+
+/// Whether `--backend valgrind` can run here, or why not (one sentence).
+pub fn availability() -> Result<(), String> {
+    if TOOL.is_empty() {
+        return Err("retrace was built without Valgrind's headers (apt-get install valgrind, then rebuild retrace)".into());
+    }
+    if valgrind_binary().is_none() || valgrind_libexec().is_none() {
+        return Err("Valgrind is not installed (apt-get install valgrind)".into());
+    }
+    Ok(())
+}
+
+/// A `VALGRIND_LIB` folder: the installed Valgrind's files and retrace's
+/// tool beside them (shared by runs; written again when the tool changes).
+fn tool_folder() -> Result<PathBuf, ValgrindError> {
+    availability().map_err(ValgrindError::Unavailable)?;
+    let libexec = valgrind_libexec().expect("checked");
+    let stamp = TOOL.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3));
+    let folder = std::env::temp_dir().join(format!("retrace-valgrind-{}-{stamp:016x}", nix::unistd::getuid()));
+    let tool = folder.join("retrace-amd64-linux");
+    if tool.metadata().is_ok_and(|m| m.len() == TOOL.len() as u64) {
+        return Ok(folder);
+    }
+    std::fs::create_dir_all(&folder).map_err(io(format!("creating {}", folder.display())))?;
+    for entry in std::fs::read_dir(&libexec).map_err(io(format!("reading {}", libexec.display())))? {
+        let entry = entry.map_err(io("reading Valgrind's folder"))?;
+        let link = folder.join(entry.file_name());
+        if !link.exists() {
+            let _ = std::os::unix::fs::symlink(entry.path(), &link);
+        }
+    }
+    // Written aside, then renamed: runs side by side never see half a tool.
+    let partial = folder.join(format!(".retrace-amd64-linux.{}", std::process::id()));
+    std::fs::write(&partial, TOOL).map_err(io("writing retrace's Valgrind tool"))?;
+    std::fs::set_permissions(&partial, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(io("making the tool executable"))?;
+    std::fs::rename(&partial, &tool).map_err(io("placing retrace's Valgrind tool"))?;
+    Ok(folder)
+}
+
+/// Options for [`record`].
+#[derive(Clone)]
+pub struct ValgrindOptions {
+    /// Bytes between PSBs.
+    pub psb_period: usize,
+    /// Keep every executed instruction address per thread (for tests).
+    pub keep_instruction_log: bool,
+    /// Set from outside (Ctrl-C) to end the recording: the program is
+    /// interrupted and the bundle holds what ran.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Default for ValgrindOptions {
+    fn default() -> Self {
+        ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, stop: Arc::new(AtomicBool::new(false)) }
+    }
+}
+
+/// Runs `program` with `args` under Valgrind with retrace's tool (its
+/// stdin, stdout and stderr are the caller's) and converts the log of each
+/// program image it ran (one per `execve`) into a [`Recording`].
+pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> Result<Recording, ValgrindError> {
+    let folder = tool_folder()?;
+    let valgrind = valgrind_binary().expect("checked by tool_folder");
+    let logs = tempfile_dir()?;
+    let start = Instant::now();
+    let mut child = std::process::Command::new(&valgrind)
+        .env("VALGRIND_LIB", &folder)
+        .arg("-q")
+        .arg("--tool=retrace")
+        .arg(format!("--retrace-out={}", logs.join("log").display()))
+        .args(["--run-libc-freeres=no", "--run-cxx-freeres=no", "--trace-children=yes"])
+        .arg(program)
+        .args(args)
+        .spawn()
+        .map_err(io(format!("running {}", valgrind.display())))?;
+    let pid = child.id();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(io("waiting for Valgrind"))? {
+            break status;
+        }
+        if options.stop.load(Ordering::Relaxed) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT);
+            break child.wait().map_err(io("waiting for Valgrind"))?;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = start.elapsed();
+    let outcome = if options.stop.load(Ordering::Relaxed) {
+        Outcome::Interrupted
+    } else if let Some(code) = status.code() {
+        Outcome::Exited(code)
+    } else {
+        use std::os::unix::process::ExitStatusExt;
+        let signal = status.signal().and_then(|s| nix::sys::signal::Signal::try_from(s).ok()).unwrap_or(nix::sys::signal::Signal::SIGKILL);
+        Outcome::Signaled { signal, at: None }
+    };
+    // This process's images, in exec order (log.<pid>.<n>).
+    let mut images = Vec::new();
+    let mut undecodable = 0;
+    let mut warnings = Vec::new();
+    for n in 0.. {
+        let path = logs.join(format!("log.{pid}.{n}"));
+        let Ok(log) = std::fs::read(&path) else { break };
+        let (image, bad, mut said) = convert_log(&log, options.psb_period, options.keep_instruction_log);
+        undecodable += bad;
+        warnings.append(&mut said);
+        if !image.threads.is_empty() {
+            images.push(image);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+    if images.is_empty() {
+        return Err(ValgrindError::Unavailable(format!("Valgrind ran but its log is empty ({})", warnings.join("; "))));
+    }
+    Ok(Recording { pid, images, outcome, elapsed, undecodable, tsc_conversion: None, warnings })
+}
+
+fn tempfile_dir() -> Result<PathBuf, ValgrindError> {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("retrace-valgrind-logs-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    Ok(dir)
+}
+
+/// True when `path` is one of Valgrind's own files (its preload
+/// libraries): mapped into the program, but not the program's.
+pub fn is_valgrind_file(path: &Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("vgpreload_"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn superblock(id: u32, instructions: &[(u64, &[u8])]) -> Vec<u8> {
+        let mut out = vec![b'B'];
+        out.extend(id.to_le_bytes());
+        out.extend(instructions[0].0.to_le_bytes());
+        out.extend((instructions.len() as u16).to_le_bytes());
+        for (ip, bytes) in instructions {
+            out.extend(ip.to_le_bytes());
+            out.push(bytes.len() as u8);
+            out.extend(*bytes);
+        }
+        out
+    }
+
+    fn entered(id: u32) -> Vec<u8> {
+        let mut out = vec![b'E'];
+        out.extend(id.to_le_bytes());
+        out
+    }
+
+    fn thread(number: u32, tid: u32) -> Vec<u8> {
+        let mut out = vec![b'T'];
+        out.extend(number.to_le_bytes());
+        out.extend(tid.to_le_bytes());
+        out
+    }
+
+    /// A loop: `0x1000: dec ecx; 0x1002: jnz 0x1000; 0x1004: rep movsb;
+    /// 0x1006: syscall`, entered three times around, the REP twice.
+    fn loop_log() -> Vec<u8> {
+        let mut log = LOG_MAGIC.to_vec();
+        log.extend(thread(1, 77));
+        // dec ecx ; jnz -4 (0x75 0xfc) ; rep movsb ; syscall
+        log.extend(superblock(0, &[(0x1000, &[0xff, 0xc9]), (0x1002, &[0x75, 0xfc]), (0x1004, &[0xf3, 0xa4])]));
+        log.extend(entered(0));
+        log.extend([b'X', 1, 0]); // left at the jnz (taken)
+        log.extend(entered(0));
+        log.extend([b'X', 1, 0]);
+        log.extend(entered(0)); // ran through: the jnz fell through, one REP iteration
+        log.extend(superblock(1, &[(0x1004, &[0xf3, 0xa4]), (0x1006, &[0x0f, 0x05])]));
+        log.extend(entered(1)); // a second REP iteration, then the system call
+        log.extend([b'Q', 1, 0, 0, 0]);
+        log
+    }
+
+    #[test]
+    fn superblocks_and_exits_become_the_instruction_flow() {
+        let (image, undecodable, warnings) = convert_log(&loop_log(), DEFAULT_PSB_PERIOD, true);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(undecodable, 0);
+        assert_eq!(image.threads.len(), 1);
+        let thread = &image.threads[0];
+        assert_eq!(thread.tid, 77);
+        // The REP string instruction counts once, as Intel PT counts it.
+        assert_eq!(thread.instruction_log.as_deref(), Some(&[0x1000, 0x1002, 0x1000, 0x1002, 0x1000, 0x1002, 0x1004, 0x1006][..]));
+        assert_eq!(thread.instructions, 8);
+        // The Intel PT decodes to the same flow.
+        let mut img = retrace_decoder::image::Image::new();
+        img.add_raw("code", 0x1000, vec![0xff, 0xc9, 0x75, 0xfc, 0xf3, 0xa4, 0x0f, 0x05]);
+        let decoded: Vec<u64> = retrace_decoder::flow::FlowDecoder::new(&thread.trace, &img)
+            .decode_all()
+            .into_iter()
+            .filter_map(|item| match item {
+                retrace_decoder::item::Item::Instruction { ip } => Some(ip),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(decoded, vec![0x1000, 0x1002, 0x1000, 0x1002, 0x1000, 0x1002, 0x1004, 0x1006]);
+    }
+
+    #[test]
+    fn a_cut_or_damaged_log_is_an_error_at_its_offset() {
+        let log = loop_log();
+        // Cut inside the second superblock record.
+        let cut = &log[..log.len() - 8];
+        let errors: Vec<LogError> = log_records(cut).filter_map(Result::err).collect();
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].what.contains("cut short"), "{errors:?}");
+        let (_, _, warnings) = convert_log(cut, DEFAULT_PSB_PERIOD, false);
+        assert_eq!(warnings.len(), 1);
+        let mut damaged = log.clone();
+        damaged[8 + 9] = 0x99; // the first superblock's tag
+        let errors: Vec<LogError> = log_records(&damaged).filter_map(Result::err).collect();
+        assert_eq!(errors, vec![LogError { offset: 17, what: "unknown record tag 0x99".into() }]);
+        assert_eq!(log_records(b"nonsense").next(), Some(Err(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG1)".into() })));
+    }
+
+    #[test]
+    fn a_signal_stops_tracing_before_the_interrupted_instruction() {
+        let mut log = LOG_MAGIC.to_vec();
+        log.extend(thread(1, 5));
+        log.extend(superblock(0, &[(0x1000, &[0x90]), (0x1001, &[0x90])]));
+        log.extend(superblock(1, &[(0x2000, &[0x90])]));
+        log.extend(entered(0));
+        log.push(b'S');
+        log.extend(10u32.to_le_bytes());
+        log.extend(0x1002u64.to_le_bytes());
+        log.extend(entered(1));
+        let (image, _, warnings) = convert_log(&log, DEFAULT_PSB_PERIOD, true);
+        assert!(warnings.is_empty());
+        let thread = &image.threads[0];
+        assert_eq!(thread.instruction_log.as_deref(), Some(&[0x1000, 0x1001, 0x2000][..]));
+        let packets: Vec<_> = retrace_decoder::packet::PacketDecoder::new(&thread.trace).collect();
+        let text = format!("{packets:?}");
+        assert!(text.contains("Fup") && text.contains("TipPgd") && text.contains("TipPge"), "{text}");
+    }
+}

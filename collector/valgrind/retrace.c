@@ -1,0 +1,340 @@
+/* retrace's Valgrind tool: writes, for each process it runs in, a binary log
+ * of the program's own control flow, from which retrace-collector writes
+ * genuine Intel PT (collector/src/valgrind.rs; the format is documented
+ * there and in docs/ARCHITECTURE.md).
+ *
+ * What is logged (all little-endian):
+ *   'B' u32 id u64 entry u16 n, n x (u64 address, u8 length, bytes)
+ *        a translated superblock: its guest instructions in execution order;
+ *   'E' u32 id           a superblock of the program's own code was entered;
+ *   'X' u16 index        it left at a side exit of its instruction `index`
+ *                        (else it ran to its end);
+ *   'G'                  code that is not the program's ran (Valgrind's own
+ *                        text, e.g. the vsyscall page's redirection);
+ *   'T' u32 number u32 tid   the thread `number` (numbered here: Valgrind
+ *                        reuses its thread slots) runs from now on;
+ *   'S' u32 signal u64 ip    a signal is delivered at ip (not executed yet);
+ *   'Q' u32 number       the thread ended;
+ *   'M' u64 start u64 length u64 offset u8 prot u16 n, n bytes of path
+ *                        a file mapped into the program.
+ * The log starts with "RTVGLOG1". The tool keeps to instrumentation and
+ * the log: everything else is Rust.
+ */
+
+#include "pub_tool_basics.h"
+#include "pub_tool_tooliface.h"
+#include "pub_tool_libcbase.h"
+#include "pub_tool_libcassert.h"
+#include "pub_tool_libcfile.h"
+#include "pub_tool_libcprint.h"
+#include "pub_tool_libcproc.h"
+#include "pub_tool_aspacemgr.h"
+#include "pub_tool_machine.h"
+#include "pub_tool_options.h"
+#include "pub_tool_threadstate.h"
+#include "pub_tool_vki.h"
+#include "pub_tool_vkiscnums.h"
+
+static const HChar* out_format = NULL;
+static Int log_fd = -1;
+static UChar buffer[1 << 20];
+static UInt used = 0;
+static UInt next_superblock = 0;
+/* Our thread numbers, by Valgrind thread slot. */
+#define MAX_SLOTS 10000
+static UInt number_of_slot[MAX_SLOTS];
+static UInt next_number = 1;
+static ThreadId running_slot = VG_INVALID_THREADID;
+static Bool in_foreign_code = False;
+
+static void flush(void)
+{
+   UInt done = 0;
+   while (done < used && log_fd >= 0) {
+      Int n = VG_(write)(log_fd, buffer + done, used - done);
+      if (n <= 0) {
+         VG_(umsg)("retrace: cannot write the log\n");
+         VG_(exit)(1);
+      }
+      done += n;
+   }
+   used = 0;
+}
+
+static inline void put(const void* bytes, UInt n)
+{
+   if (used + n > sizeof buffer)
+      flush();
+   VG_(memcpy)(buffer + used, bytes, n);
+   used += n;
+}
+
+static inline void put_u8(UChar v) { put(&v, 1); }
+static inline void put_u16(UShort v) { put(&v, 2); }
+static inline void put_u32(UInt v) { put(&v, 4); }
+static inline void put_u64(ULong v) { put(&v, 8); }
+
+/* Opens <out>.<pid>.<n>, the first n not taken (an exec keeps the pid). */
+static void open_log(void)
+{
+   HChar path[4096];
+   Int n;
+   for (n = 0; n < 1000; n++) {
+      VG_(snprintf)(path, sizeof path, "%s.%d.%d", out_format, VG_(getpid)(), n);
+      SysRes res = VG_(open)(path, VKI_O_WRONLY | VKI_O_CREAT | VKI_O_EXCL, 0600);
+      if (!sr_isError(res)) {
+         log_fd = sr_Res(res);
+         /* Records made before (the startup mappings) follow the magic. */
+         if (VG_(write)(log_fd, "RTVGLOG1", 8) != 8) {
+            VG_(umsg)("retrace: cannot write the log at %s\n", path);
+            VG_(exit)(1);
+         }
+         return;
+      }
+   }
+   VG_(umsg)("retrace: cannot create a log at %s\n", path);
+   VG_(exit)(1);
+}
+
+static void log_mapping(Addr a, SizeT len)
+{
+   NSegment const* seg = VG_(am_find_nsegment)(a);
+   const HChar* name;
+   UShort n;
+   if (seg == NULL || seg->kind != SkFileC)
+      return;
+   name = VG_(am_get_filename)(seg);
+   if (name == NULL)
+      return;
+   n = (UShort)VG_(strlen)(name);
+   put_u8('M');
+   put_u64(a);
+   put_u64(len);
+   put_u64(seg->offset + (a - seg->start));
+   put_u8((seg->hasR ? 1 : 0) | (seg->hasW ? 2 : 0) | (seg->hasX ? 4 : 0));
+   put_u16(n);
+   put(name, n);
+}
+
+static void new_mem_startup(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong di_handle)
+{
+   log_mapping(a, len);
+}
+
+static void new_mem_mmap(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong di_handle)
+{
+   log_mapping(a, len);
+}
+
+static UInt thread_number(ThreadId slot)
+{
+   tl_assert(slot < MAX_SLOTS);
+   if (number_of_slot[slot] == 0)
+      number_of_slot[slot] = next_number++;
+   return number_of_slot[slot];
+}
+
+static void start_client_code(ThreadId slot, ULong blocks_done)
+{
+   if (slot == running_slot)
+      return;
+   running_slot = slot;
+   put_u8('T');
+   put_u32(thread_number(slot));
+   put_u32((UInt)VG_(gettid)());
+}
+
+static void thread_create(ThreadId parent, ThreadId child)
+{
+   tl_assert(child < MAX_SLOTS);
+   number_of_slot[child] = next_number++;
+}
+
+static void thread_exit(ThreadId slot)
+{
+   put_u8('Q');
+   put_u32(thread_number(slot));
+   number_of_slot[slot] = 0;
+   if (running_slot == slot)
+      running_slot = VG_INVALID_THREADID;
+}
+
+static void deliver_signal(ThreadId slot, Int signal, Bool alt_stack)
+{
+   start_client_code(slot, 0);
+   put_u8('S');
+   put_u32((UInt)signal);
+   put_u64(VG_(get_IP)(slot));
+}
+
+static VG_REGPARM(1) void entered(UWord id)
+{
+   in_foreign_code = False;
+   put_u8('E');
+   put_u32((UInt)id);
+}
+
+static VG_REGPARM(1) void left_at(UWord index)
+{
+   put_u8('X');
+   put_u16((UShort)index);
+}
+
+static void entered_foreign(void)
+{
+   if (!in_foreign_code) {
+      in_foreign_code = True;
+      put_u8('G');
+   }
+}
+
+static void pre_syscall(ThreadId tid, UInt syscallno, UWord* args, UInt nArgs)
+{
+   /* The log must be complete before the image goes (execve) or the
+      process ends; a child of fork starts a log of its own. */
+   if (syscallno == __NR_execve || syscallno == __NR_execveat || syscallno == __NR_exit_group)
+      flush();
+}
+
+static void post_syscall(ThreadId tid, UInt syscallno, UWord* args, UInt nArgs, SysRes res)
+{
+}
+
+static void at_fork_child(ThreadId tid)
+{
+   /* The parent's buffered records are the parent's. */
+   used = 0;
+   open_log();
+   running_slot = VG_INVALID_THREADID;
+}
+
+static void at_fork_pre(ThreadId tid)
+{
+   flush();
+}
+
+static Bool is_client_code(Addr a)
+{
+   NSegment const* seg = VG_(am_find_nsegment)(a);
+   return seg != NULL && (seg->kind == SkFileC || seg->kind == SkAnonC || seg->kind == SkShmC);
+}
+
+static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayout* layout,
+                        const VexGuestExtents* extents, const VexArchInfo* arch,
+                        IRType guest_word, IRType host_word)
+{
+   IRSB* out = deepCopyIRSBExceptStmts(in);
+   Int i = 0;
+   Int marks = 0;
+   UInt id;
+   Addr entry;
+   Bool ours;
+
+   /* Statements before the first instruction mark. */
+   while (i < in->stmts_used && in->stmts[i]->tag != Ist_IMark) {
+      addStmtToIRSB(out, in->stmts[i]);
+      i++;
+   }
+   if (i == in->stmts_used)
+      return in;
+   entry = (Addr)in->stmts[i]->Ist.IMark.addr;
+   ours = is_client_code(entry);
+   if (!ours) {
+      IRDirty* d = unsafeIRDirty_0_N(0, "entered_foreign", VG_(fnptr_to_fnentry)(&entered_foreign), mkIRExprVec_0());
+      addStmtToIRSB(out, IRStmt_Dirty(d));
+      for (; i < in->stmts_used; i++)
+         addStmtToIRSB(out, in->stmts[i]);
+      return out;
+   }
+
+   id = next_superblock++;
+   {
+      Int j;
+      UShort n = 0;
+      for (j = i; j < in->stmts_used; j++)
+         if (in->stmts[j]->tag == Ist_IMark)
+            n++;
+      put_u8('B');
+      put_u32(id);
+      put_u64(entry);
+      put_u16(n);
+      for (j = i; j < in->stmts_used; j++) {
+         IRStmt* st = in->stmts[j];
+         if (st->tag == Ist_IMark) {
+            Addr a = (Addr)st->Ist.IMark.addr;
+            UChar len = (UChar)st->Ist.IMark.len;
+            put_u64(a);
+            put_u8(len);
+            put((const void*)a, len);
+         }
+      }
+   }
+   {
+      IRDirty* d = unsafeIRDirty_0_N(1, "entered", VG_(fnptr_to_fnentry)(&entered), mkIRExprVec_1(mkIRExpr_HWord(id)));
+      addStmtToIRSB(out, IRStmt_Dirty(d));
+   }
+   for (; i < in->stmts_used; i++) {
+      IRStmt* st = in->stmts[i];
+      if (st->tag == Ist_IMark) {
+         marks++;
+      } else if (st->tag == Ist_Exit) {
+         IRDirty* d = unsafeIRDirty_0_N(1, "left_at", VG_(fnptr_to_fnentry)(&left_at), mkIRExprVec_1(mkIRExpr_HWord(marks - 1)));
+         d->guard = st->Ist.Exit.guard;
+         addStmtToIRSB(out, IRStmt_Dirty(d));
+      }
+      addStmtToIRSB(out, st);
+   }
+   return out;
+}
+
+static Bool process_option(const HChar* arg)
+{
+   if (VG_STR_CLO(arg, "--retrace-out", out_format)) {
+      return True;
+   }
+   return False;
+}
+
+static void print_usage(void)
+{
+   VG_(printf)("    --retrace-out=PATH   write the log to PATH.<pid>.<n>\n");
+}
+
+static void print_debug_usage(void)
+{
+}
+
+static void post_clo_init(void)
+{
+   if (out_format == NULL) {
+      VG_(umsg)("retrace: --retrace-out=PATH is required (retrace record --backend valgrind passes it)\n");
+      VG_(exit)(1);
+   }
+   open_log();
+}
+
+static void fini(Int exitcode)
+{
+   flush();
+}
+
+static void pre_clo_init(void)
+{
+   VG_(details_name)("retrace");
+   VG_(details_version)("0.1");
+   VG_(details_description)("records control flow for retrace as Intel PT");
+   VG_(details_copyright_author)("retrace authors");
+   VG_(details_bug_reports_to)("retrace");
+   VG_(basic_tool_funcs)(post_clo_init, instrument, fini);
+   VG_(needs_command_line_options)(process_option, print_usage, print_debug_usage);
+   VG_(needs_syscall_wrapper)(pre_syscall, post_syscall);
+   VG_(track_new_mem_startup)(new_mem_startup);
+   VG_(track_new_mem_mmap)(new_mem_mmap);
+   VG_(track_start_client_code)(start_client_code);
+   VG_(track_pre_thread_ll_create)(thread_create);
+   VG_(track_pre_thread_ll_exit)(thread_exit);
+   VG_(track_pre_deliver_signal)(deliver_signal);
+   VG_(atfork)(at_fork_pre, NULL, at_fork_child);
+}
+
+VG_DETERMINE_INTERFACE_VERSION(pre_clo_init)
