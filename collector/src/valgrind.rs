@@ -26,7 +26,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -384,7 +384,8 @@ impl LogConverter {
         }
         let mut modules: Vec<LoadedModule> = Vec::new();
         for (start, _, offset, prot, path) in &self.mappings {
-            if prot & 4 == 0 || modules.iter().any(|m| &m.path == path) {
+            // (Valgrind reports its tool's own text too.)
+            if prot & 4 == 0 || path.ends_with("-amd64-linux") || modules.iter().any(|m| &m.path == path) {
                 continue;
             }
             let base = self
@@ -476,13 +477,29 @@ pub fn availability() -> Result<(), String> {
     Ok(())
 }
 
+/// The options retrace runs Valgrind with (before the program): quiet (the
+/// program's stderr is its own), no `freeres` at exit (the program never
+/// runs it natively), exec'd programs followed. Tests run their reference
+/// tools with the same.
+pub const VALGRIND_OPTIONS: [&str; 4] = ["-q", "--run-libc-freeres=no", "--run-cxx-freeres=no", "--trace-children=yes"];
+
+/// Names the `VALGRIND_LIB` folder retrace prepares (else one in the
+/// temporary directory per tool build); retrace removes it from the
+/// program's environment. Valgrind shows the program that folder (in
+/// `VALGRIND_LIB` and `LD_PRELOAD`), so a reference run with another tool
+/// from the same folder sees the same environment.
+pub const VALGRIND_LIB_VARIABLE: &str = "RETRACE_VALGRIND_LIB";
+
 /// A `VALGRIND_LIB` folder: the installed Valgrind's files and retrace's
 /// tool beside them (shared by runs; written again when the tool changes).
-fn tool_folder() -> Result<PathBuf, ValgrindError> {
+pub fn tool_folder() -> Result<PathBuf, ValgrindError> {
     availability().map_err(ValgrindError::Unavailable)?;
     let libexec = valgrind_libexec().expect("checked");
     let stamp = TOOL.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3));
-    let folder = std::env::temp_dir().join(format!("retrace-valgrind-{}-{stamp:016x}", nix::unistd::getuid()));
+    let folder = match std::env::var_os(VALGRIND_LIB_VARIABLE) {
+        Some(folder) => PathBuf::from(folder),
+        None => std::env::temp_dir().join(format!("retrace-valgrind-{}-{stamp:016x}", nix::unistd::getuid())),
+    };
     let tool = folder.join("retrace-amd64-linux");
     if tool.metadata().is_ok_and(|m| m.len() == TOOL.len() as u64) {
         return Ok(folder);
@@ -530,11 +547,11 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
     let logs = tempfile_dir()?;
     let start = Instant::now();
     let mut child = std::process::Command::new(&valgrind)
+        .env_remove(VALGRIND_LIB_VARIABLE)
         .env("VALGRIND_LIB", &folder)
-        .arg("-q")
+        .args(VALGRIND_OPTIONS)
         .arg("--tool=retrace")
         .arg(format!("--retrace-out={}", logs.join("log").display()))
-        .args(["--run-libc-freeres=no", "--run-cxx-freeres=no", "--trace-children=yes"])
         .arg(program)
         .args(args)
         .spawn()
@@ -586,12 +603,6 @@ fn tempfile_dir() -> Result<PathBuf, ValgrindError> {
     let dir = std::env::temp_dir().join(format!("retrace-valgrind-logs-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
     Ok(dir)
-}
-
-/// True when `path` is one of Valgrind's own files (its preload
-/// libraries): mapped into the program, but not the program's.
-pub fn is_valgrind_file(path: &Path) -> bool {
-    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("vgpreload_"))
 }
 
 #[cfg(test)]

@@ -23,4 +23,5 @@ pub mod recordings;
 pub mod rng;
 pub mod streams;
 pub mod tools;
+pub mod valgrind;
 pub mod xray;

@@ -1,0 +1,215 @@
+//! `retrace record --backend valgrind` against an independent truth: for C
+//! programs built here, LLDB 22's own decode of every thread of the bundle
+//! (`thread trace dump instructions -a -f --raw`, libipt inside liblldb)
+//! must equal the instruction log of the same program run under Valgrind by
+//! the tests' own tool (`tests/valgrind/imarks.c`: every instruction
+//! Valgrind runs, REP iterations once, Valgrind's own text left out), in
+//! the same environment. No decode error is allowed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use retrace_collector::valgrind::{VALGRIND_LIB_VARIABLE, VALGRIND_OPTIONS};
+use retrace_tests::lldb::dump_raw_instructions;
+use retrace_tests::tools::{require, which};
+
+const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs");
+
+fn tools_present() -> bool {
+    require("gcc", which("gcc").is_some())
+        && require("lldb-22 (Debian package lldb-22)", which("lldb-22").is_some())
+        && require("valgrind (Debian package valgrind)", which("valgrind").is_some())
+        && require("retrace built with Valgrind's headers", retrace_collector::valgrind::availability().is_ok())
+}
+
+fn gcc(args: &[&str]) {
+    let out = Command::new("gcc").args(args).output().expect("run gcc");
+    assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Builds `tests/programs/<name>.c` with `flags` into `dir`.
+fn build(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
+    let exe = dir.join(name);
+    let source = format!("{PROGRAMS}/{name}.c");
+    let mut args = vec!["-g", "-o", exe.to_str().unwrap(), &source];
+    args.extend_from_slice(flags);
+    gcc(&args);
+    exe
+}
+
+/// One `VALGRIND_LIB` folder for retrace's tool and the imarks tool, so
+/// both runs show the program the same environment.
+fn folder() -> PathBuf {
+    static FOLDER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOLDER
+        .get_or_init(|| {
+            let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).join("valgrind-lib");
+            retrace_tests::valgrind::prepare_folder(&folder).expect("Valgrind's headers")
+        })
+        .clone()
+}
+
+const ENV: [(&str, &str); 1] = [("PATH", "/usr/bin:/bin")];
+
+fn record(bundle: &Path, program: &Path, args: &[&str]) -> (serde_json::Value, Output) {
+    let out = Command::new(env!("CARGO_BIN_EXE_retrace"))
+        .args(["record", "--backend", "valgrind", "--json", "-o"])
+        .arg(bundle)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .env_clear()
+        .envs(ENV)
+        .env(VALGRIND_LIB_VARIABLE, folder())
+        .output()
+        .expect("run retrace record");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr.lines().last().unwrap_or_default();
+    let summary = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: retrace record said:\n{stderr}"));
+    (summary, out)
+}
+
+/// The threads' instructions as LLDB decodes them, in thread-id order,
+/// with no error item.
+fn lldb_threads(bundle: &Path, threads: usize) -> Vec<Vec<u64>> {
+    let dumped = dump_raw_instructions(&bundle.join("trace.json"), threads).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(dumped.len(), threads, "LLDB's threads");
+    dumped
+        .into_values()
+        .map(|thread| {
+            assert!(thread.errors.is_empty(), "LLDB's decode has errors: {:?}", &thread.errors[..thread.errors.len().min(5)]);
+            thread.addresses
+        })
+        .collect()
+}
+
+/// Where two instruction lists first differ, with the addresses around.
+fn first_difference(ours: &[u64], truth: &[u64]) -> Option<String> {
+    let at = ours.iter().zip(truth).position(|(a, b)| a != b).or((ours.len() != truth.len()).then(|| ours.len().min(truth.len())))?;
+    let around = |list: &[u64]| list[at.saturating_sub(3)..(at + 4).min(list.len())].iter().map(|a| format!("{a:#x}")).collect::<Vec<_>>().join(" ");
+    Some(format!("at instruction {at} of {} (truth {}): ours {} / truth {}", ours.len(), truth.len(), around(ours), around(truth)))
+}
+
+/// Records `program` and checks LLDB's decode of each thread against the
+/// imarks log. `deterministic: false` (threads): the first thread is
+/// compared up to where another thread first ran (before that, scheduling
+/// cannot change its path), every other thread up to where two imarks runs
+/// of the program part.
+fn check(what: &str, dir: &Path, program: &Path, args: &[&str], threads: usize, deterministic: bool) -> u64 {
+    let bundle = dir.join(format!("{}-bundle", program.file_name().unwrap().to_string_lossy()));
+    let (summary, recorded) = record(&bundle, program, args);
+    let (truth, alone, reference) = retrace_tests::valgrind::instructions_and_first_switch(&folder(), &VALGRIND_OPTIONS, &ENV, program, args);
+    assert_eq!(recorded.status.code(), reference.status.code(), "{what}: exit status (retrace record passes the program's on)");
+    assert_eq!(recorded.stdout, reference.stdout, "{what}: stdout");
+    assert_eq!(summary["undecodable_instructions"], 0, "{what}");
+    assert_eq!(truth.len(), threads, "{what}: threads in the imarks log");
+    let ours = lldb_threads(&bundle, threads);
+    // retrace's own count (a REP string instruction once) is LLDB's.
+    assert_eq!(summary["instructions"].as_u64(), Some(ours.iter().map(|t| t.len() as u64).sum()), "{what}: instructions recorded");
+    let again = if deterministic { None } else { Some(retrace_tests::valgrind::instructions(&folder(), &VALGRIND_OPTIONS, &ENV, program, args).0) };
+    let mut total = 0;
+    for (index, (ours, truth)) in ours.iter().zip(truth.values()).enumerate() {
+        let compared = match &again {
+            None => truth.len(),
+            Some(_) if index == 0 => alone,
+            Some(again) => {
+                let other = again.values().nth(index).expect("same threads");
+                truth.iter().zip(other).take_while(|(a, b)| a == b).count()
+            }
+        };
+        assert!(compared > 1000 || (index > 0 && compared > 100), "{what}: thread {index}: only {compared} instructions to compare");
+        let (ours_part, truth_part) = if deterministic { (&ours[..], &truth[..]) } else { (&ours[..compared.min(ours.len())], &truth[..compared]) };
+        if let Some(difference) = first_difference(ours_part, truth_part) {
+            panic!("{what}: thread {index}: {difference}");
+        }
+        total += compared as u64;
+    }
+    eprintln!("{what}: {total} instructions equal in {threads} thread(s)");
+    total
+}
+
+fn check_program(name: &str, extra: &[&str], threads: usize, deterministic: bool) {
+    if !tools_present() {
+        return;
+    }
+    for (link, opt) in [("static", "-O0"), ("static", "-O2"), ("dynamic", "-O0"), ("dynamic", "-O2")] {
+        let dir = common::work_dir("record-valgrind", &format!("{name}-{link}{opt}"));
+        let mut flags = vec![opt];
+        if link == "static" {
+            flags.push("-static");
+        }
+        flags.extend_from_slice(extra);
+        let exe = build(name, &dir, &flags);
+        let n = check(&format!("{name} {link} {opt}"), &dir, &exe, &[], threads, deterministic);
+        assert!(n > 10_000, "{name}: {n} instructions");
+    }
+}
+
+#[test]
+fn loop_and_function_pointer() {
+    check_program("loop_fnptr", &[], 1, true);
+}
+
+#[test]
+fn recursion_deeper_than_the_return_stack() {
+    check_program("recursion", &[], 1, true);
+}
+
+#[test]
+fn setjmp_longjmp() {
+    check_program("setjmp_longjmp", &[], 1, true);
+}
+
+#[test]
+fn signal_handler() {
+    check_program("signal_handler", &[], 1, true);
+}
+
+#[test]
+fn four_threads() {
+    check_program("threads", &["-pthread"], 5, false);
+}
+
+#[test]
+fn a_shared_library_linked_and_one_loaded_with_dlopen() {
+    if !tools_present() {
+        return;
+    }
+    for opt in ["-O0", "-O2"] {
+        let dir = common::work_dir("record-valgrind", &format!("shlib{opt}"));
+        let lib = dir.join("libretracedemo.so");
+        gcc(&["-g", opt, "-shared", "-fPIC", "-o", lib.to_str().unwrap(), &format!("{PROGRAMS}/shlib_lib.c")]);
+        let rpath = format!("-Wl,-rpath,{}", dir.display());
+        let linked = build("shlib_main", &dir, &[opt, "-L", dir.to_str().unwrap(), "-lretracedemo", &rpath]);
+        check(&format!("shlib_main {opt}"), &dir, &linked, &[], 1, true);
+        let loader = build("dlopen_main", &dir, &[opt, "-rdynamic", "-ldl"]);
+        let lib_path = lib.to_str().unwrap();
+        check(&format!("dlopen_main {opt}"), &dir, &loader, &[lib_path], 1, true);
+        // The library and Valgrind's preload library are modules of the bundle.
+        let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("dlopen_main-bundle/trace.json")).unwrap()).unwrap();
+        let paths: Vec<&str> = trace["processes"][0]["modules"].as_array().unwrap().iter().map(|m| m["systemPath"].as_str().unwrap()).collect();
+        assert!(paths.iter().any(|p| p.ends_with("/libretracedemo.so")), "{paths:?}");
+        assert!(paths.iter().any(|p| p.contains("vgpreload_core")), "{paths:?}");
+        assert!(!paths.iter().any(|p| p.ends_with("-amd64-linux")), "Valgrind's tool is not a module: {paths:?}");
+    }
+}
+
+#[test]
+fn without_valgrind_the_backend_names_the_package() {
+    // With no valgrind on PATH the refusal is one line naming the package.
+    let dir = common::work_dir("record-valgrind", "no-valgrind");
+    let out = Command::new(env!("CARGO_BIN_EXE_retrace"))
+        .args(["record", "--backend", "valgrind", "-o"])
+        .arg(dir.join("bundle"))
+        .args(["--", "/bin/true"])
+        .env_clear()
+        .env("PATH", dir.to_str().unwrap())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("apt-get install valgrind"), "{stderr}");
+}
