@@ -213,3 +213,60 @@ fn without_valgrind_the_backend_names_the_package() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("apt-get install valgrind"), "{stderr}");
 }
+
+/// `program` run natively and under `retrace record --backend valgrind`:
+/// the same stdout and exit status; `images` program images, each a bundle
+/// LLDB and retrace decode without an error item; the summary.
+fn check_process(what: &str, program: &[&str], images: usize) -> serde_json::Value {
+    let dir = common::work_dir("record-valgrind", what);
+    let native = Command::new(program[0]).args(&program[1..]).env_clear().envs(ENV).output().unwrap();
+    let bundle = dir.join("bundle");
+    let (summary, out) = record(&bundle, Path::new(program[0]), &program[1..]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&native.stdout), "{what}: stdout");
+    assert_eq!(out.status.code(), native.status.code(), "{what}: exit status");
+    assert_eq!(summary["images"], images, "{what}: {summary}");
+    let mut image_bundles = vec![bundle.join("trace.json")];
+    image_bundles.extend((1..images).map(|n| bundle.join(format!("exec{n}/trace.json"))));
+    let threads = summary["threads"].as_array().unwrap();
+    let mut decoded = 0;
+    for (number, trace_json) in image_bundles.iter().enumerate() {
+        let count = threads.iter().filter(|t| t["image"] == number).count();
+        let dumped = retrace_tests::lldb::dump_raw_instructions(trace_json, count).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dumped.len(), count, "{what}: image {number}'s threads in LLDB");
+        for (tid, thread) in &dumped {
+            assert!(thread.errors.is_empty(), "{what}: image {number} thread {tid}: {:?}", thread.errors);
+            decoded += thread.addresses.len() as u64;
+        }
+        let info = common::retrace().args(["dump", "info", "--json"]).arg(trace_json).output().unwrap();
+        let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+        for thread in info["threads"].as_array().unwrap() {
+            assert_eq!(thread["errors"], 0, "{what}: retrace decode errors in {thread}");
+        }
+    }
+    assert_eq!(Some(decoded), summary["instructions"].as_u64(), "{what}: LLDB decodes every instruction recorded");
+    summary
+}
+
+#[test]
+fn processes_that_exec_fork_spawn_and_churn_threads() {
+    if !tools_present() {
+        return;
+    }
+    // env execs echo: two images, one bundle each.
+    let summary = check_process("env-echo", &["/usr/bin/env", "/bin/echo", "hi"], 2);
+    assert!(summary["threads"].as_array().unwrap().iter().all(|t| t["tid"] == summary["pid"]), "{summary}");
+    // A shell forks a child that execs: the child runs on, untraced, as
+    // with the other backends; its status reaches the shell.
+    check_process("sh-c", &["/bin/sh", "-c", "/bin/true; echo $?; exit 3"], 1);
+    let dir = common::work_dir("record-valgrind", "programs");
+    let fork = build("fork_and_wait", &dir, &["-O1"]);
+    check_process("fork", &[fork.to_str().unwrap()], 1);
+    let spawn = build("spawn", &dir, &["-O1"]);
+    check_process("posix-spawn", &[spawn.to_str().unwrap()], 1);
+    // Twelve threads, created and joined three at a time: Valgrind reuses
+    // its thread slots, retrace's threads stay apart.
+    let churn = build("thread_loop", &dir, &["-O1", "-pthread"]);
+    let summary = check_process("thread-churn", &[churn.to_str().unwrap()], 1);
+    let tids: std::collections::BTreeSet<u64> = summary["threads"].as_array().unwrap().iter().map(|t| t["tid"].as_u64().unwrap()).collect();
+    assert_eq!(tids.len(), 13, "{summary}");
+}
