@@ -18,6 +18,7 @@
 //! | `S` | u32 signal, u64 ip | a signal is delivered before the instruction at `ip` |
 //! | `Q` | u32 number | the thread ended |
 //! | `M` | u64 start, u64 length, u64 offset, u8 prot, u16 n, n bytes of path | a file mapped into the program |
+//! | `L` | — | the instruction limit was reached; the tool ended the program |
 //!
 //! What Valgrind runs that the program does not (its `freeres` at exit,
 //! its replacement of the vsyscall page) is either switched off or logged as
@@ -59,6 +60,8 @@ pub enum LogRecord<'a> {
     ThreadEnd(u32),
     /// A file mapped into the program.
     Mapping { start: u64, length: u64, offset: u64, prot: u8, path: &'a [u8] },
+    /// The instruction limit was reached: the tool ended the program.
+    Limit,
 }
 
 /// A log that cannot be read on from `offset`.
@@ -104,7 +107,7 @@ impl<'a> Iterator for LogRecords<'a> {
         if record.is_none() {
             self.reader.failed = true;
             let tag = self.reader.log[start];
-            let what = if b"BEXGTSQM".contains(&tag) { format!("record '{}' cut short", tag as char) } else { format!("unknown record tag {tag:#04x}") };
+            let what = if b"BEXGTSQML".contains(&tag) { format!("record '{}' cut short", tag as char) } else { format!("unknown record tag {tag:#04x}") };
             return Some(Err(LogError { offset: start, what }));
         }
         record.map(Ok)
@@ -165,6 +168,7 @@ impl<'a> LogReader<'a> {
                 let n = self.u16()?;
                 LogRecord::Mapping { start, length, offset, prot, path: self.bytes(n as usize)? }
             }
+            b'L' => LogRecord::Limit,
             _ => return None,
         })
     }
@@ -280,6 +284,12 @@ pub struct LogConverter {
     psb_period: usize,
     keep_instruction_log: bool,
     undecodable: u64,
+    /// Instructions to convert at most (all threads together), and how many
+    /// were.
+    limit: Option<u64>,
+    converted: u64,
+    /// The limit was reached (here or in the tool).
+    limited: bool,
 }
 
 impl LogConverter {
@@ -295,7 +305,22 @@ impl LogConverter {
             psb_period,
             keep_instruction_log,
             undecodable: 0,
+            limit: None,
+            converted: 0,
+            limited: false,
         }
+    }
+
+    /// Converts at most `limit` instructions (all threads together); the
+    /// rest of the log is left out.
+    pub fn with_limit(mut self, limit: Option<u64>) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// The instruction limit was reached.
+    pub fn limited(&self) -> bool {
+        self.limited
     }
 
     /// Instructions converted so far, all threads.
@@ -311,7 +336,15 @@ impl LogConverter {
     /// without).
     fn close(&mut self, last: Option<u16>) {
         let Some(superblock) = self.open.take() else { return };
-        let end = last.map_or(superblock.len(), |i| (i as usize + 1).min(superblock.len()));
+        let mut end = last.map_or(superblock.len(), |i| (i as usize + 1).min(superblock.len()));
+        if let Some(limit) = self.limit {
+            let room = limit.saturating_sub(self.converted);
+            if (end as u64) >= room {
+                end = room as usize;
+                self.limited = true;
+            }
+        }
+        self.converted += end as u64;
         let mut undecodable = 0;
         if let Some(thread) = self.thread() {
             for insn in &superblock[..end] {
@@ -323,6 +356,9 @@ impl LogConverter {
 
     /// Takes one record.
     pub fn feed(&mut self, record: LogRecord<'_>) -> Result<(), String> {
+        if self.limited {
+            return Ok(());
+        }
         if let LogRecord::LeftAt(index) = record {
             self.close(Some(index));
             return Ok(());
@@ -367,6 +403,7 @@ impl LogConverter {
             LogRecord::Mapping { start, length, offset, prot, path } => {
                 self.mappings.push((start, length, offset, prot, String::from_utf8_lossy(path).into_owned()));
             }
+            LogRecord::Limit => self.limited = true,
         }
         Ok(())
     }
@@ -401,10 +438,22 @@ impl LogConverter {
     }
 }
 
-/// Converts a whole log; a damaged record ends the conversion there, with
-/// a warning naming its offset.
-pub fn convert_log(log: &[u8], psb_period: usize, keep_instruction_log: bool) -> (ImageRecording, u64, Vec<String>) {
-    let mut converter = LogConverter::new(psb_period, keep_instruction_log);
+/// What [`convert_log`] made of a log.
+pub struct ConvertedLog {
+    /// The image's threads and modules.
+    pub image: ImageRecording,
+    /// Instructions recorded as gaps (bytes the decoder does not know).
+    pub undecodable: u64,
+    /// Damage met (the conversion ends there).
+    pub warnings: Vec<String>,
+    /// The instruction limit was reached.
+    pub limited: bool,
+}
+
+/// Converts a whole log (at most `limit` instructions); a damaged record
+/// ends the conversion there, with a warning naming its offset.
+pub fn convert_log(log: &[u8], psb_period: usize, keep_instruction_log: bool, limit: Option<u64>) -> ConvertedLog {
+    let mut converter = LogConverter::new(psb_period, keep_instruction_log).with_limit(limit);
     let mut warnings = Vec::new();
     for record in log_records(log) {
         match record {
@@ -420,8 +469,9 @@ pub fn convert_log(log: &[u8], psb_period: usize, keep_instruction_log: bool) ->
             }
         }
     }
+    let limited = converter.limited();
     let (image, undecodable) = converter.finish();
-    (image, undecodable, warnings)
+    ConvertedLog { image, undecodable, warnings, limited }
 }
 
 /// Why recording under Valgrind failed.
@@ -527,6 +577,9 @@ pub struct ValgrindOptions {
     pub psb_period: usize,
     /// Keep every executed instruction address per thread (for tests).
     pub keep_instruction_log: bool,
+    /// End the program after this many instructions (all threads of an
+    /// image together).
+    pub max_instructions: Option<u64>,
     /// Set from outside (Ctrl-C) to end the recording: the program is
     /// interrupted and the bundle holds what ran.
     pub stop: Arc<AtomicBool>,
@@ -534,7 +587,7 @@ pub struct ValgrindOptions {
 
 impl Default for ValgrindOptions {
     fn default() -> Self {
-        ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, stop: Arc::new(AtomicBool::new(false)) }
+        ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, max_instructions: None, stop: Arc::new(AtomicBool::new(false)) }
     }
 }
 
@@ -552,6 +605,7 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
         .args(VALGRIND_OPTIONS)
         .arg("--tool=retrace")
         .arg(format!("--retrace-out={}", logs.join("log").display()))
+        .args(options.max_instructions.map(|n| format!("--retrace-max-insns={n}")))
         .arg(program)
         .args(args)
         .spawn()
@@ -568,8 +622,27 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
         std::thread::sleep(Duration::from_millis(20));
     };
     let elapsed = start.elapsed();
+    // This process's images, in exec order (log.<pid>.<n>).
+    let mut images = Vec::new();
+    let mut undecodable = 0;
+    let mut warnings = Vec::new();
+    let mut limited = false;
+    for n in 0.. {
+        let path = logs.join(format!("log.{pid}.{n}"));
+        let Ok(log) = std::fs::read(&path) else { break };
+        let mut converted = convert_log(&log, options.psb_period, options.keep_instruction_log, options.max_instructions);
+        undecodable += converted.undecodable;
+        warnings.append(&mut converted.warnings);
+        limited |= converted.limited;
+        if !converted.image.threads.is_empty() {
+            images.push(converted.image);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&logs);
     let outcome = if options.stop.load(Ordering::Relaxed) {
         Outcome::Interrupted
+    } else if limited {
+        Outcome::InstructionLimit
     } else if let Some(code) = status.code() {
         Outcome::Exited(code)
     } else {
@@ -577,21 +650,6 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
         let signal = status.signal().and_then(|s| nix::sys::signal::Signal::try_from(s).ok()).unwrap_or(nix::sys::signal::Signal::SIGKILL);
         Outcome::Signaled { signal, at: None }
     };
-    // This process's images, in exec order (log.<pid>.<n>).
-    let mut images = Vec::new();
-    let mut undecodable = 0;
-    let mut warnings = Vec::new();
-    for n in 0.. {
-        let path = logs.join(format!("log.{pid}.{n}"));
-        let Ok(log) = std::fs::read(&path) else { break };
-        let (image, bad, mut said) = convert_log(&log, options.psb_period, options.keep_instruction_log);
-        undecodable += bad;
-        warnings.append(&mut said);
-        if !image.threads.is_empty() {
-            images.push(image);
-        }
-    }
-    let _ = std::fs::remove_dir_all(&logs);
     if images.is_empty() {
         return Err(ValgrindError::Unavailable(format!("Valgrind ran but its log is empty ({})", warnings.join("; "))));
     }
@@ -655,7 +713,7 @@ mod tests {
 
     #[test]
     fn superblocks_and_exits_become_the_instruction_flow() {
-        let (image, undecodable, warnings) = convert_log(&loop_log(), DEFAULT_PSB_PERIOD, true);
+        let ConvertedLog { image, undecodable, warnings, .. } = convert_log(&loop_log(), DEFAULT_PSB_PERIOD, true, None);
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(undecodable, 0);
         assert_eq!(image.threads.len(), 1);
@@ -679,6 +737,19 @@ mod tests {
     }
 
     #[test]
+    fn the_limit_keeps_the_first_instructions() {
+        let converted = convert_log(&loop_log(), DEFAULT_PSB_PERIOD, true, Some(5));
+        assert!(converted.limited);
+        assert_eq!(converted.image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1002, 0x1000, 0x1002, 0x1000][..]));
+        assert_eq!(converted.image.threads[0].instructions, 5);
+        // A conditional branch last is left out: where it went is not in
+        // the part kept.
+        let converted = convert_log(&loop_log(), DEFAULT_PSB_PERIOD, true, Some(6));
+        assert_eq!(converted.image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1002, 0x1000, 0x1002, 0x1000][..]));
+        assert_eq!(converted.image.threads[0].instructions, 5);
+    }
+
+    #[test]
     fn a_cut_or_damaged_log_is_an_error_at_its_offset() {
         let log = loop_log();
         // Cut inside the second superblock record.
@@ -686,8 +757,7 @@ mod tests {
         let errors: Vec<LogError> = log_records(cut).filter_map(Result::err).collect();
         assert_eq!(errors.len(), 1);
         assert!(errors[0].what.contains("cut short"), "{errors:?}");
-        let (_, _, warnings) = convert_log(cut, DEFAULT_PSB_PERIOD, false);
-        assert_eq!(warnings.len(), 1);
+        assert_eq!(convert_log(cut, DEFAULT_PSB_PERIOD, false, None).warnings.len(), 1);
         let mut damaged = log.clone();
         damaged[8 + 9] = 0x99; // the first superblock's tag
         let errors: Vec<LogError> = log_records(&damaged).filter_map(Result::err).collect();
@@ -706,7 +776,7 @@ mod tests {
         log.extend(10u32.to_le_bytes());
         log.extend(0x1002u64.to_le_bytes());
         log.extend(entered(1));
-        let (image, _, warnings) = convert_log(&log, DEFAULT_PSB_PERIOD, true);
+        let ConvertedLog { image, warnings, .. } = convert_log(&log, DEFAULT_PSB_PERIOD, true, None);
         assert!(warnings.is_empty());
         let thread = &image.threads[0];
         assert_eq!(thread.instruction_log.as_deref(), Some(&[0x1000, 0x1001, 0x2000][..]));

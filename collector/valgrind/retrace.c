@@ -16,7 +16,9 @@
  *   'S' u32 signal u64 ip    a signal is delivered at ip (not executed yet);
  *   'Q' u32 number       the thread ended;
  *   'M' u64 start u64 length u64 offset u8 prot u16 n, n bytes of path
- *                        a file mapped into the program.
+ *                        a file mapped into the program;
+ *   'L'                  --retrace-max-insns was reached: the program is
+ *                        ended (the log holds at least that many).
  * The log starts with "RTVGLOG1". The tool keeps to instrumentation and
  * the log: everything else is Rust.
  */
@@ -34,8 +36,14 @@
 #include "pub_tool_threadstate.h"
 #include "pub_tool_vki.h"
 #include "pub_tool_vkiscnums.h"
+#include "pub_tool_mallocfree.h"
 
 static const HChar* out_format = NULL;
+static ULong max_instructions = 0;
+static ULong instructions = 0;
+/* Instructions of each superblock, by id (for --retrace-max-insns). */
+static UShort* lengths = NULL;
+static UInt lengths_size = 0;
 static Int log_fd = -1;
 static UChar buffer[1 << 20];
 static UInt used = 0;
@@ -172,6 +180,14 @@ static VG_REGPARM(1) void entered(UWord id)
    in_foreign_code = False;
    put_u8('E');
    put_u32((UInt)id);
+   if (max_instructions != 0) {
+      instructions += lengths[id];
+      if (instructions >= max_instructions) {
+         put_u8('L');
+         flush();
+         VG_(exit)(0);
+      }
+   }
 }
 
 static VG_REGPARM(1) void left_at(UWord index)
@@ -254,6 +270,13 @@ static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayo
       for (j = i; j < in->stmts_used; j++)
          if (in->stmts[j]->tag == Ist_IMark)
             n++;
+      if (max_instructions != 0) {
+         if (id >= lengths_size) {
+            lengths_size = lengths_size ? 2 * lengths_size : 4096;
+            lengths = VG_(realloc)("retrace.lengths", lengths, lengths_size * sizeof *lengths);
+         }
+         lengths[id] = n;
+      }
       put_u8('B');
       put_u32(id);
       put_u64(entry);
@@ -292,12 +315,16 @@ static Bool process_option(const HChar* arg)
    if (VG_STR_CLO(arg, "--retrace-out", out_format)) {
       return True;
    }
+   if (VG_INT_CLO(arg, "--retrace-max-insns", max_instructions)) {
+      return True;
+   }
    return False;
 }
 
 static void print_usage(void)
 {
    VG_(printf)("    --retrace-out=PATH   write the log to PATH.<pid>.<n>\n");
+   VG_(printf)("    --retrace-max-insns=N   end the program after about N instructions\n");
 }
 
 static void print_debug_usage(void)

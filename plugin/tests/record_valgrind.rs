@@ -270,3 +270,87 @@ fn processes_that_exec_fork_spawn_and_churn_threads() {
     let tids: std::collections::BTreeSet<u64> = summary["threads"].as_array().unwrap().iter().map(|t| t["tid"].as_u64().unwrap()).collect();
     assert_eq!(tids.len(), 13, "{summary}");
 }
+
+#[test]
+fn instruction_limit_and_ctrl_c_end_with_valid_bundles() {
+    if !tools_present() {
+        return;
+    }
+    let dir = common::work_dir("record-valgrind", "limits");
+    let decode = |bundle: &Path| -> u64 {
+        let dumped = retrace_tests::lldb::dump_raw_instructions(&bundle.join("trace.json"), 1).unwrap_or_else(|e| panic!("{e}"));
+        let thread = dumped.values().next().expect("a thread");
+        assert!(thread.errors.is_empty(), "{:?}", thread.errors);
+        thread.addresses.len() as u64
+    };
+    // --max-insns: about that many (the tool counts whole superblocks), then
+    // the program is ended.
+    let limited = dir.join("limited");
+    let out = Command::new(env!("CARGO_BIN_EXE_retrace"))
+        .args(["record", "--backend", "valgrind", "--max-insns", "20000", "--json", "-o"])
+        .arg(&limited)
+        .args(["--", "/bin/echo", "never printed"])
+        .env_clear()
+        .envs(ENV)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary: serde_json::Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(summary["outcome"], "instruction limit reached; program killed");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "echo never got to write");
+    let n = decode(&limited);
+    assert_eq!(Some(n), summary["instructions"].as_u64());
+    assert!((15_000..=20_000).contains(&n), "{n} instructions");
+
+    // Ctrl-C (SIGINT to retrace) while the program sleeps in a system call.
+    let interrupted = dir.join("interrupted");
+    let child = Command::new(env!("CARGO_BIN_EXE_retrace"))
+        .args(["record", "--backend", "valgrind", "--json", "-o"])
+        .arg(&interrupted)
+        .args(["--", "/bin/sleep", "30"])
+        .env_clear()
+        .envs(ENV)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary: serde_json::Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(summary["outcome"], "recording interrupted; program killed");
+    let n = decode(&interrupted);
+    assert_eq!(Some(n), summary["instructions"].as_u64());
+    assert!(n > 10_000, "sleep ran its start-up: {n}");
+}
+
+#[test]
+fn auto_takes_valgrind_where_intel_pt_is_missing_else_ptrace_branch_mode() {
+    if !tools_present() {
+        return;
+    }
+    let dir = common::work_dir("record-valgrind", "auto");
+    let auto = |bundle: &str, path: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_retrace"))
+            .args(["record", "-o"])
+            .arg(dir.join(bundle))
+            .args(["--", "/bin/echo", "auto"])
+            .env_clear()
+            .env("PATH", path)
+            .env("RETRACE_INTEL_PT_SYSFS", dir.join("no-intel-pt"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "auto\n");
+        let description: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(bundle).join("trace.json")).unwrap()).unwrap();
+        (String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or_default().to_string(), description["retrace"].clone())
+    };
+    let (said, retrace) = auto("with-valgrind", "/usr/bin:/bin");
+    assert_eq!(said, "retrace: no Intel PT here; recording under Valgrind (--backend valgrind)");
+    assert_eq!(retrace["backend"], "valgrind");
+    // Without valgrind on PATH: ptrace, in branch mode, saying why.
+    let (said, retrace) = auto("without-valgrind", dir.to_str().unwrap());
+    assert_eq!(said, "retrace: no Intel PT here and valgrind is not installed (apt-get install valgrind); recording with ptrace in branch mode");
+    assert_eq!(retrace["backend"], "software");
+    assert_eq!(retrace["mode"], "branch");
+}

@@ -79,8 +79,9 @@ enum Command {
     /// instruction), and writes the same packets hardware would; `valgrind`
     /// runs the program on Valgrind with retrace's tool (a few times native
     /// speed; Valgrind's layout: a PIE program at 0x108000) and writes the
-    /// same packets too. `auto` picks intel-pt when available. ASLR is
-    /// disabled, as LLDB and GDB do.
+    /// same packets too. `auto` picks intel-pt when an event opens, else
+    /// valgrind when installed, else software in branch mode, and says which
+    /// and why in one line. ASLR is disabled, as LLDB and GDB do.
     ///
     /// retrace's own messages (outcome, counts, bundle path; --json's summary
     /// as the last line) go to stderr, as perf's and rr's do: the program's
@@ -96,9 +97,11 @@ enum Command {
         /// Where to capture: auto, intel-pt, software or valgrind.
         #[arg(long, value_enum, default_value_t = record::Backend::Auto)]
         backend: record::Backend,
-        /// Software backend: step (single-step every instruction) or branch.
-        #[arg(long, value_enum, default_value_t = record::Mode::Step)]
-        mode: record::Mode,
+        /// The ptrace backend's mode: step (single-step every instruction,
+        /// its default) or branch (a stop per branch). Given with `auto`,
+        /// it asks for the ptrace backend where Intel PT is missing.
+        #[arg(long, value_enum)]
+        mode: Option<record::Mode>,
         /// Bundle directory to write.
         #[arg(short, long, default_value = "retrace-trace")]
         output: PathBuf,

@@ -32,7 +32,7 @@ pub enum Mode {
 
 pub struct Args {
     pub backend: Backend,
-    pub mode: Mode,
+    pub mode: Option<Mode>,
     pub output: PathBuf,
     pub max_insns: Option<u64>,
     pub aslr: bool,
@@ -137,12 +137,25 @@ fn choose_backend(backend: Backend) -> Result<Option<PerfIntelPt>, CliError> {
     }
 }
 
-pub fn run(args: Args) -> Result<ExitCode, CliError> {
+pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     clear_output(&args.output, args.force)?;
     if args.backend == Backend::Valgrind {
         return run_valgrind(args);
     }
     let hardware = choose_backend(args.backend)?;
+    if hardware.is_none() && args.backend == Backend::Auto && args.mode.is_none() {
+        match retrace_collector::valgrind::availability() {
+            Ok(()) => {
+                eprintln!("retrace: no Intel PT here; recording under Valgrind (--backend valgrind)");
+                return run_valgrind(args);
+            }
+            Err(why) => {
+                eprintln!("retrace: no Intel PT here and {}; recording with ptrace in branch mode", lowercase_first(&why));
+                args.mode = Some(Mode::Branch);
+            }
+        }
+    }
+    let mode = args.mode.unwrap_or(Mode::Step);
     tracing::info!(backend = if hardware.is_some() { "intel-pt" } else { "software" }, "recording");
     let stop = install_interrupt_handler();
 
@@ -162,7 +175,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         })
     });
     let options = RecordOptions {
-        mode: match args.mode {
+        mode: match mode {
             Mode::Step => StepMode::Step,
             Mode::Branch => StepMode::Branch,
         },
@@ -183,7 +196,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         let recording = record(tracee, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")))?;
         let info = BundleInfo {
             backend: "software".into(),
-            mode: Some(match args.mode {
+            mode: Some(match mode {
                 Mode::Step => "step".into(),
                 Mode::Branch => "branch".into(),
             }),
@@ -257,20 +270,25 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     Ok(ExitCode::from(code))
 }
 
+fn lowercase_first(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()
+}
+
 /// `--backend valgrind`: the program runs under Valgrind with retrace's
 /// tool; its stdin, stdout and stderr are untouched and its exit status is
 /// `retrace record`'s.
 fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
     use retrace_collector::valgrind;
     valgrind::availability().map_err(|why| CliError::Message(format!("--backend valgrind: {why}")))?;
-    if args.max_insns.is_some() {
-        return Err(CliError::Message("--backend valgrind: --max-insns is not supported yet (Ctrl-C ends a recording with a valid bundle)".into()));
+    if args.mode.is_some() {
+        return Err(CliError::Message("--backend valgrind has no --mode (it sees every branch); --mode is the ptrace backend's".into()));
     }
     let stop = install_interrupt_handler();
     let mut command = args.command.into_iter();
     let program = command.next().expect("clap requires a program");
     let rest: Vec<OsString> = command.collect();
-    let options = valgrind::ValgrindOptions { keep_instruction_log: args.insn_log, stop, ..Default::default() };
+    let options = valgrind::ValgrindOptions { keep_instruction_log: args.insn_log, max_instructions: args.max_insns, stop, ..Default::default() };
     let recording = valgrind::record(&program, &rest, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")))?;
     let info = BundleInfo { backend: "valgrind".into(), mode: None, cpu_info: CpuInfo::software_recording(), cpu_info_is_synthetic: true };
     let trace_json = write_bundle(&args.output, &recording, &info).map_err(|e| CliError::Message(e.to_string()))?;
