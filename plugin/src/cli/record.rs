@@ -270,6 +270,16 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     Ok(ExitCode::from(code))
 }
 
+/// The largest resident set this process has had, in KiB.
+fn peak_rss_kib() -> i64 {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes the struct it is given.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    usage.ru_maxrss
+}
+
 fn lowercase_first(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()
@@ -299,6 +309,7 @@ fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
         let summary = serde_json::json!({
             "bundle": trace_json,
             "backend": "valgrind",
+            "peak_rss_kib": peak_rss_kib(),
             "pid": recording.pid,
             "outcome": recording.outcome.to_string(),
             "threads": recording.images.iter().enumerate().flat_map(|(image, i)| i.threads.iter().map(move |t| serde_json::json!({
