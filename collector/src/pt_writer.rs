@@ -250,6 +250,23 @@ impl ThreadPtWriter {
         }
     }
 
+    /// `count` instructions that need no packet and continue at the next
+    /// (`FlowKind::Other`) ran, the first at `first_ip`: what `count` calls
+    /// of [`executed`](Self::executed) would write, at once: they write
+    /// nothing but a periodic PSB+ before the first, after which no other
+    /// is due (the period is larger than a PSB+).
+    pub fn executed_plain(&mut self, first_ip: u64, count: u64, tsc: u64) {
+        if count == 0 {
+            return;
+        }
+        let plain = InsnInfo { len: 1, kind: FlowKind::Other };
+        self.periodic_psb(first_ip, &plain, tsc);
+        if !self.enabled {
+            self.enable(first_ip, tsc);
+        }
+        self.instructions += count;
+    }
+
     /// Emits a timing or status packet (TSC, MTC, CYC, CBR, …) at the current
     /// position, as hardware interleaves them with the flow packets. Pending
     /// TNT bits stay pending: timing packets do not order against them.
@@ -438,6 +455,31 @@ mod tests {
         assert!(psbs.len() > 5, "{} PSBs", psbs.len());
         for pair in psbs.windows(2) {
             assert!(pair[1] - pair[0] <= 2 * 64 + 32, "PSBs {} bytes apart", pair[1] - pair[0]);
+        }
+    }
+
+    #[test]
+    fn runs_of_plain_instructions_counted_at_once_write_the_same_stream() {
+        // A loop of 5 plain instructions and a conditional branch, many
+        // times over small PSB periods (each larger than a PSB+): PSBs land
+        // where they land one by one.
+        for period in [48, 64, 100, 256] {
+            let mut one_by_one = ThreadPtWriter::new(period).without_timestamps();
+            let mut batched = ThreadPtWriter::new(period).without_timestamps();
+            let branch = insn(2, FlowKind::CondBranch { target: 0x1000 });
+            for round in 0..500u64 {
+                for k in 0..5u64 {
+                    one_by_one.executed(0x1000 + k, &insn(1, FlowKind::Other), Some(0x1001 + k), 0);
+                }
+                batched.executed_plain(0x1000, 5, 0);
+                let next = if round % 7 == 0 { 0x1007 } else { 0x1000 };
+                one_by_one.executed(0x1005, &branch, Some(next), 0);
+                batched.executed(0x1005, &branch, Some(next), 0);
+            }
+            assert_eq!(one_by_one.instructions(), batched.instructions());
+            let (a, b) = (one_by_one.into_bytes(), batched.into_bytes());
+            let at = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+            assert!(a == b, "period {period}: {} vs {} bytes, first difference at {at}: {:?} vs {:?}", a.len(), b.len(), &a[at.saturating_sub(8)..(at + 8).min(a.len())], &b[at.saturating_sub(8)..(at + 8).min(b.len())]);
         }
     }
 }

@@ -10,9 +10,10 @@
 //!
 //! | tag | fields | meaning |
 //! |---|---|---|
-//! | `B` | u32 id, u64 entry, u16 n, n × (u64 address, u8 length, bytes) | a translated superblock, its instructions in execution order |
+//! | `B` | u32 id, u64 entry, u64 next, u16 n, n × (u64 address, u8 length, bytes) | a translated superblock: its instructions in execution order, and where it goes when it runs to its end if that is one address (else 0) |
 //! | `E` | u32 id | the current thread entered superblock `id` |
-//! | `X` | u16 index | it left at the side exit of its instruction `index` (without `X` it ran to its end) |
+//! | `e` | — | it entered the superblock at the address the last one went to (its `next`, or the side exit it took): one byte for most superblocks |
+//! | `X` | u16 index, u64 to | it left at the side exit of its instruction `index` for `to` (0: not one address); without `X` it ran to its end |
 //! | `G` | — | code that is not the program's ran (Valgrind's own text) |
 //! | `T` | u32 number, u32 tid | thread `number` (numbered by the tool: Valgrind reuses its slots) runs from now on |
 //! | `S` | u32 signal, u64 ip | a signal is delivered before the instruction at `ip` |
@@ -45,11 +46,14 @@ pub const LOG_MAGIC: &[u8; 8] = b"RTVGLOG1";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogRecord<'a> {
     /// A translated superblock: `(address, bytes)` of each instruction.
-    Superblock { id: u32, entry: u64, instructions: Vec<(u64, &'a [u8])> },
+    Superblock { id: u32, entry: u64, next: u64, instructions: Vec<(u64, &'a [u8])> },
     /// The current thread entered superblock `id`.
     Entered(u32),
-    /// The superblock just entered left at its instruction `index`'s side exit.
-    LeftAt(u16),
+    /// It entered the superblock at the address the last one went to.
+    EnteredNext,
+    /// The superblock just entered left at its instruction `index`'s side
+    /// exit, for `to` (0: not one address).
+    LeftAt { index: u16, to: u64 },
     /// Code that is not the program's ran.
     Foreign,
     /// Thread `number` (its OS id `tid`) runs from now on.
@@ -107,7 +111,7 @@ impl<'a> Iterator for LogRecords<'a> {
         if record.is_none() {
             self.reader.failed = true;
             let tag = self.reader.log[start];
-            let what = if b"BEXGTSQML".contains(&tag) { format!("record '{}' cut short", tag as char) } else { format!("unknown record tag {tag:#04x}") };
+            let what = if b"BEeXGTSQML".contains(&tag) { format!("record '{}' cut short", tag as char) } else { format!("unknown record tag {tag:#04x}") };
             return Some(Err(LogError { offset: start, what }));
         }
         record.map(Ok)
@@ -148,6 +152,7 @@ impl<'a> LogReader<'a> {
             b'B' => {
                 let id = self.u32()?;
                 let entry = self.u64()?;
+                let next = self.u64()?;
                 let n = self.u16()?;
                 let mut instructions = Vec::with_capacity(n as usize);
                 for _ in 0..n {
@@ -155,10 +160,11 @@ impl<'a> LogReader<'a> {
                     let length = self.u8()?;
                     instructions.push((address, self.bytes(length as usize)?));
                 }
-                LogRecord::Superblock { id, entry, instructions }
+                LogRecord::Superblock { id, entry, next, instructions }
             }
             b'E' => LogRecord::Entered(self.u32()?),
-            b'X' => LogRecord::LeftAt(self.u16()?),
+            b'e' => LogRecord::EnteredNext,
+            b'X' => LogRecord::LeftAt { index: self.u16()?, to: self.u64()? },
             b'G' => LogRecord::Foreign,
             b'T' => LogRecord::Thread { number: self.u32()?, tid: self.u32()? },
             b'S' => LogRecord::Signal { signal: self.u32()?, ip: self.u64()? },
@@ -182,13 +188,17 @@ struct Instruction {
     info: Option<InsnInfo>,
     /// A REP-prefixed string instruction (one superblock per iteration).
     rep: bool,
+    /// Needs no packet and continues at the next instruction (a run of
+    /// them is counted at once).
+    plain: bool,
 }
 
 fn instruction(ip: u64, bytes: &[u8]) -> Instruction {
     let info = classify(bytes, ip, ExecMode::Bits64);
     let decoded = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE).decode();
     let rep = (decoded.has_rep_prefix() || decoded.has_repne_prefix()) && decoded.is_string_instruction();
-    Instruction { ip, info, rep }
+    let plain = !rep && info.is_some_and(|i| i.kind == FlowKind::Other);
+    Instruction { ip, info, rep, plain }
 }
 
 /// One thread's conversion.
@@ -221,6 +231,33 @@ impl ThreadState {
             log.push(insn.ip);
         }
         self.pending = Some(insn);
+    }
+
+    /// The instructions of one superblock run, in order: runs of plain
+    /// instructions are counted at once (all but the last, which waits as
+    /// any last instruction does).
+    fn run(&mut self, instructions: &[Instruction], undecodable: &mut u64) {
+        let mut i = 0;
+        while i < instructions.len() {
+            let insn = instructions[i];
+            if insn.plain && i + 1 < instructions.len() {
+                if let Some(previous) = self.pending.take() {
+                    let info = previous.info.expect("pending instructions are decoded");
+                    self.writer.executed(previous.ip, &info, Some(insn.ip), 0);
+                }
+                let start = i;
+                while i + 1 < instructions.len() && instructions[i].plain {
+                    i += 1;
+                }
+                self.writer.executed_plain(insn.ip, (i - start) as u64, 0);
+                if let Some(log) = self.log.as_mut() {
+                    log.extend(instructions[start..i].iter().map(|x| x.ip));
+                }
+                continue;
+            }
+            self.executed(insn, undecodable);
+            i += 1;
+        }
     }
 
     /// Control left the program's code after the pending instruction
@@ -272,14 +309,56 @@ impl ThreadState {
     }
 }
 
+/// Hashes code addresses (multiplicative: they are not chosen by an
+/// adversary, and SipHash was a third of the conversion's time).
+#[derive(Default, Clone, Copy)]
+struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (value ^ (value >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+impl std::hash::BuildHasher for AddressHasher {
+    type Hasher = AddressHasher;
+
+    fn build_hasher(&self) -> AddressHasher {
+        AddressHasher(0)
+    }
+}
+
+/// A translated superblock.
+#[derive(Clone)]
+struct Superblock {
+    instructions: Arc<[Instruction]>,
+    /// Where it goes when it runs to its end, if one address.
+    next: Option<u64>,
+}
+
 /// Turns one log (one program image of one process) into per-thread Intel
 /// PT streams and the modules the program mapped.
 pub struct LogConverter {
-    superblocks: HashMap<u32, Arc<[Instruction]>>,
+    /// By id (the tool numbers them from 0).
+    superblocks: Vec<Option<Superblock>>,
+    /// The latest translation at each address.
+    by_address: HashMap<u64, u32, AddressHasher>,
+    /// Where the program goes next, when one address (as the tool predicts).
+    predicted: Option<u64>,
     threads: BTreeMap<u32, ThreadState>,
     current: Option<u32>,
-    /// The superblock entered last, until its end is known.
-    open: Option<Arc<[Instruction]>>,
+    /// The superblock entered last (its id), until its end is known.
+    open: Option<u32>,
     mappings: Vec<(u64, u64, u64, u8, String)>,
     psb_period: usize,
     keep_instruction_log: bool,
@@ -297,7 +376,9 @@ impl LogConverter {
     /// `keep_instruction_log`, each thread's instruction addresses are kept.
     pub fn new(psb_period: usize, keep_instruction_log: bool) -> Self {
         LogConverter {
-            superblocks: HashMap::new(),
+            superblocks: Vec::new(),
+            by_address: HashMap::default(),
+            predicted: None,
             threads: BTreeMap::new(),
             current: None,
             open: None,
@@ -332,10 +413,19 @@ impl LogConverter {
         self.threads.get_mut(&self.current?)
     }
 
+    fn enter(&mut self, id: u32) -> Result<(), String> {
+        let superblock = self.superblocks.get(id as usize).and_then(Option::as_ref).ok_or_else(|| format!("superblock {id} entered before it was translated"))?;
+        self.open = Some(id);
+        self.predicted = superblock.next;
+        Ok(())
+    }
+
     /// Runs the open superblock's instructions up to `last` (all of them
     /// without).
     fn close(&mut self, last: Option<u16>) {
-        let Some(superblock) = self.open.take() else { return };
+        let Some(id) = self.open.take() else { return };
+        let Some(superblock) = self.superblocks[id as usize].as_ref() else { return };
+        let superblock = &superblock.instructions;
         let mut end = last.map_or(superblock.len(), |i| (i as usize + 1).min(superblock.len()));
         if let Some(limit) = self.limit {
             let room = limit.saturating_sub(self.converted);
@@ -346,10 +436,8 @@ impl LogConverter {
         }
         self.converted += end as u64;
         let mut undecodable = 0;
-        if let Some(thread) = self.thread() {
-            for insn in &superblock[..end] {
-                thread.executed(*insn, &mut undecodable);
-            }
+        if let Some(thread) = self.current.and_then(|number| self.threads.get_mut(&number)) {
+            thread.run(&superblock[..end], &mut undecodable);
         }
         self.undecodable += undecodable;
     }
@@ -359,22 +447,31 @@ impl LogConverter {
         if self.limited {
             return Ok(());
         }
-        if let LogRecord::LeftAt(index) = record {
+        if let LogRecord::LeftAt { index, to } = record {
             self.close(Some(index));
+            self.predicted = (to != 0).then_some(to);
             return Ok(());
         }
         self.close(None);
         match record {
-            LogRecord::Superblock { id, instructions, .. } => {
+            LogRecord::Superblock { id, entry, next, instructions } => {
                 let decoded: Arc<[Instruction]> = instructions.iter().map(|(ip, bytes)| instruction(*ip, bytes)).collect();
-                self.superblocks.insert(id, decoded);
+                let index = id as usize;
+                if index >= self.superblocks.len() {
+                    self.superblocks.resize(index + 1, None);
+                }
+                self.superblocks[index] = Some(Superblock { instructions: decoded, next: (next != 0).then_some(next) });
+                self.by_address.insert(entry, id);
             }
-            LogRecord::Entered(id) => {
-                let superblock = self.superblocks.get(&id).ok_or_else(|| format!("superblock {id} entered before it was translated"))?;
-                self.open = Some(superblock.clone());
+            LogRecord::Entered(id) => self.enter(id)?,
+            LogRecord::EnteredNext => {
+                let at = self.predicted.ok_or("a superblock entered as predicted where nothing was")?;
+                let id = *self.by_address.get(&at).ok_or_else(|| format!("no superblock translated at {at:#x}"))?;
+                self.enter(id)?;
             }
-            LogRecord::LeftAt(_) => unreachable!("handled above"),
+            LogRecord::LeftAt { .. } => unreachable!("handled above"),
             LogRecord::Foreign => {
+                self.predicted = None;
                 if let Some(thread) = self.thread() {
                     thread.interrupted(None);
                 }
@@ -389,8 +486,10 @@ impl LogConverter {
                 });
                 thread.tid = tid;
                 self.current = Some(number);
+                self.predicted = None;
             }
             LogRecord::Signal { ip, .. } => {
+                self.predicted = None;
                 if let Some(thread) = self.thread() {
                     thread.interrupted(Some(ip));
                 }
@@ -671,6 +770,7 @@ mod tests {
         let mut out = vec![b'B'];
         out.extend(id.to_le_bytes());
         out.extend(instructions[0].0.to_le_bytes());
+        out.extend(0u64.to_le_bytes());
         out.extend((instructions.len() as u16).to_le_bytes());
         for (ip, bytes) in instructions {
             out.extend(ip.to_le_bytes());
@@ -683,6 +783,13 @@ mod tests {
     fn entered(id: u32) -> Vec<u8> {
         let mut out = vec![b'E'];
         out.extend(id.to_le_bytes());
+        out
+    }
+
+    fn left_at(index: u16, to: u64) -> Vec<u8> {
+        let mut out = vec![b'X'];
+        out.extend(index.to_le_bytes());
+        out.extend(to.to_le_bytes());
         out
     }
 
@@ -701,9 +808,9 @@ mod tests {
         // dec ecx ; jnz -4 (0x75 0xfc) ; rep movsb ; syscall
         log.extend(superblock(0, &[(0x1000, &[0xff, 0xc9]), (0x1002, &[0x75, 0xfc]), (0x1004, &[0xf3, 0xa4])]));
         log.extend(entered(0));
-        log.extend([b'X', 1, 0]); // left at the jnz (taken)
-        log.extend(entered(0));
-        log.extend([b'X', 1, 0]);
+        log.extend(left_at(1, 0x1000)); // left at the jnz (taken)
+        log.push(b'e'); // superblock 0 again, as predicted
+        log.extend(left_at(1, 0x1000));
         log.extend(entered(0)); // ran through: the jnz fell through, one REP iteration
         log.extend(superblock(1, &[(0x1004, &[0xf3, 0xa4]), (0x1006, &[0x0f, 0x05])]));
         log.extend(entered(1)); // a second REP iteration, then the system call

@@ -4,11 +4,15 @@
  * there and in docs/ARCHITECTURE.md).
  *
  * What is logged (all little-endian):
- *   'B' u32 id u64 entry u16 n, n x (u64 address, u8 length, bytes)
- *        a translated superblock: its guest instructions in execution order;
+ *   'B' u32 id u64 entry u64 next u16 n, n x (u64 address, u8 length, bytes)
+ *        a translated superblock: its guest instructions in execution order,
+ *        and where it goes when it runs to its end if that is one address
+ *        (a direct jump, call or fall-through; else 0);
  *   'E' u32 id           a superblock of the program's own code was entered;
- *   'X' u16 index        it left at a side exit of its instruction `index`
- *                        (else it ran to its end);
+ *   'e'                  the superblock at the address the last one goes to
+ *                        (its `next`, or the side exit it took) was entered;
+ *   'X' u16 index u64 to it left at the side exit of its instruction `index`,
+ *                        for `to` (else it ran to its end);
  *   'G'                  code that is not the program's ran (Valgrind's own
  *                        text, e.g. the vsyscall page's redirection);
  *   'T' u32 number u32 tid   the thread `number` (numbered here: Valgrind
@@ -53,6 +57,12 @@ static UInt next_superblock = 0;
 static UInt number_of_slot[MAX_SLOTS];
 static UInt next_number = 1;
 static ThreadId running_slot = VG_INVALID_THREADID;
+/* Each superblock's entry address and static next address, by id. */
+static Addr* entries = NULL;
+static Addr* nexts = NULL;
+static UInt tables_size = 0;
+/* Where the program goes next, when one address (0: not known). */
+static Addr predicted = 0;
 static Bool in_foreign_code = False;
 
 static void flush(void)
@@ -147,6 +157,7 @@ static void start_client_code(ThreadId slot, ULong blocks_done)
    if (slot == running_slot)
       return;
    running_slot = slot;
+   predicted = 0;
    put_u8('T');
    put_u32(thread_number(slot));
    put_u32((UInt)VG_(gettid)());
@@ -170,6 +181,7 @@ static void thread_exit(ThreadId slot)
 static void deliver_signal(ThreadId slot, Int signal, Bool alt_stack)
 {
    start_client_code(slot, 0);
+   predicted = 0;
    put_u8('S');
    put_u32((UInt)signal);
    put_u64(VG_(get_IP)(slot));
@@ -178,8 +190,13 @@ static void deliver_signal(ThreadId slot, Int signal, Bool alt_stack)
 static VG_REGPARM(1) void entered(UWord id)
 {
    in_foreign_code = False;
-   put_u8('E');
-   put_u32((UInt)id);
+   if (predicted != 0 && predicted == entries[id]) {
+      put_u8('e');
+   } else {
+      put_u8('E');
+      put_u32((UInt)id);
+   }
+   predicted = nexts[id];
    if (max_instructions != 0) {
       instructions += lengths[id];
       if (instructions >= max_instructions) {
@@ -190,14 +207,17 @@ static VG_REGPARM(1) void entered(UWord id)
    }
 }
 
-static VG_REGPARM(1) void left_at(UWord index)
+static VG_REGPARM(2) void left_at(UWord index, UWord to)
 {
    put_u8('X');
    put_u16((UShort)index);
+   put_u64(to);
+   predicted = to;
 }
 
 static void entered_foreign(void)
 {
+   predicted = 0;
    if (!in_foreign_code) {
       in_foreign_code = True;
       put_u8('G');
@@ -264,6 +284,17 @@ static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayo
    }
 
    id = next_superblock++;
+   if (id >= tables_size) {
+      tables_size = tables_size ? 2 * tables_size : 4096;
+      entries = VG_(realloc)("retrace.entries", entries, tables_size * sizeof *entries);
+      nexts = VG_(realloc)("retrace.nexts", nexts, tables_size * sizeof *nexts);
+   }
+   entries[id] = entry;
+   /* A direct jump, call or fall-through: one address. System calls and
+      anything else the kernel or Valgrind may redirect: not known. */
+   nexts[id] = 0;
+   if (in->next->tag == Iex_Const && (in->jumpkind == Ijk_Boring || in->jumpkind == Ijk_Call))
+      nexts[id] = (Addr)in->next->Iex.Const.con->Ico.U64;
    {
       Int j;
       UShort n = 0;
@@ -280,6 +311,7 @@ static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayo
       put_u8('B');
       put_u32(id);
       put_u64(entry);
+      put_u64(nexts[id]);
       put_u16(n);
       for (j = i; j < in->stmts_used; j++) {
          IRStmt* st = in->stmts[j];
@@ -301,7 +333,11 @@ static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayo
       if (st->tag == Ist_IMark) {
          marks++;
       } else if (st->tag == Ist_Exit) {
-         IRDirty* d = unsafeIRDirty_0_N(1, "left_at", VG_(fnptr_to_fnentry)(&left_at), mkIRExprVec_1(mkIRExpr_HWord(marks - 1)));
+         /* Side exits that stay in the program's code (a conditional
+            branch, a REP instruction's end): their target is one address. */
+         Addr to = st->Ist.Exit.jk == Ijk_Boring ? (Addr)st->Ist.Exit.dst->Ico.U64 : 0;
+         IRDirty* d = unsafeIRDirty_0_N(2, "left_at", VG_(fnptr_to_fnentry)(&left_at),
+                                        mkIRExprVec_2(mkIRExpr_HWord(marks - 1), mkIRExpr_HWord(to)));
          d->guard = st->Ist.Exit.guard;
          addStmtToIRSB(out, IRStmt_Dirty(d));
       }

@@ -94,13 +94,14 @@ fn first_difference(ours: &[u64], truth: &[u64]) -> Option<String> {
 
 /// Records `program` and checks LLDB's decode of each thread against the
 /// imarks log. `deterministic: false` (threads): the first thread is
-/// compared up to where another thread first ran (before that, scheduling
-/// cannot change its path), every other thread up to where two imarks runs
-/// of the program part.
+/// compared up to its first thread creation (the instruction after the
+/// `clone` system call, where the new thread starts too: before that,
+/// scheduling cannot change its path), every other thread up to where two
+/// imarks runs of the program part.
 fn check(what: &str, dir: &Path, program: &Path, args: &[&str], threads: usize, deterministic: bool) -> u64 {
     let bundle = dir.join(format!("{}-bundle", program.file_name().unwrap().to_string_lossy()));
     let (summary, recorded) = record(&bundle, program, args);
-    let (truth, alone, reference) = retrace_tests::valgrind::instructions_and_first_switch(&folder(), &VALGRIND_OPTIONS, &ENV, program, args);
+    let (truth, reference) = retrace_tests::valgrind::instructions(&folder(), &VALGRIND_OPTIONS, &ENV, program, args);
     assert_eq!(recorded.status.code(), reference.status.code(), "{what}: exit status (retrace record passes the program's on)");
     assert_eq!(recorded.stdout, reference.stdout, "{what}: stdout");
     assert_eq!(summary["undecodable_instructions"], 0, "{what}");
@@ -110,10 +111,14 @@ fn check(what: &str, dir: &Path, program: &Path, args: &[&str], threads: usize, 
     assert_eq!(summary["instructions"].as_u64(), Some(ours.iter().map(|t| t.len() as u64).sum()), "{what}: instructions recorded");
     let again = if deterministic { None } else { Some(retrace_tests::valgrind::instructions(&folder(), &VALGRIND_OPTIONS, &ENV, program, args).0) };
     let mut total = 0;
+    let child_start = truth.values().nth(1).map(|t| t[0]);
     for (index, (ours, truth)) in ours.iter().zip(truth.values()).enumerate() {
         let compared = match &again {
             None => truth.len(),
-            Some(_) if index == 0 => alone,
+            Some(_) if index == 0 => {
+                let child_start = child_start.expect("a second thread");
+                truth.iter().position(|&a| a == child_start).expect("the parent returns from clone where the child starts") + 1
+            }
             Some(again) => {
                 let other = again.values().nth(index).expect("same threads");
                 truth.iter().zip(other).take_while(|(a, b)| a == b).count()

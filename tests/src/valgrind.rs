@@ -53,19 +53,6 @@ pub fn prepare_folder(folder: &Path) -> Option<PathBuf> {
 /// page's replacement, from 0x58000000) is left out. Also the program's
 /// output.
 pub fn instructions(folder: &Path, options: &[&str], env: &[(&str, &str)], program: &Path, args: &[&str]) -> (BTreeMap<u32, Vec<u64>>, Output) {
-    let (threads, _, output) = instructions_and_first_switch(folder, options, env, program, args);
-    (threads, output)
-}
-
-/// [`instructions`], and how many instructions the first thread ran before
-/// any other thread ran (the part of its path scheduling cannot change).
-pub fn instructions_and_first_switch(
-    folder: &Path,
-    options: &[&str],
-    env: &[(&str, &str)],
-    program: &Path,
-    args: &[&str],
-) -> (BTreeMap<u32, Vec<u64>>, usize, Output) {
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let log = folder.join(format!("imarks-log-{}-{run}", std::process::id()));
@@ -91,17 +78,11 @@ pub fn instructions_and_first_switch(
     let bytes = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
     let mut at = 0;
-    let mut first: Option<u32> = None;
-    let mut alone = None;
     while at < bytes.len() {
         match bytes[at] {
             b'T' => {
                 current = u32::from_le_bytes(bytes[at + 1..at + 5].try_into().unwrap());
                 at += 5;
-                let first = *first.get_or_insert(current);
-                if current != first && alone.is_none() {
-                    alone = Some(threads.get(&first).map_or(0, Vec::len));
-                }
             }
             b'I' => {
                 let address = u64::from_le_bytes(bytes[at + 1..at + 9].try_into().unwrap());
@@ -115,6 +96,5 @@ pub fn instructions_and_first_switch(
             other => panic!("imarks log: tag {other:#x} at {at}"),
         }
     }
-    let alone = alone.unwrap_or_else(|| first.and_then(|f| threads.get(&f)).map_or(0, Vec::len));
-    (threads, alone, output)
+    (threads, output)
 }
