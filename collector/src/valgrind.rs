@@ -66,6 +66,8 @@ pub enum LogRecord<'a> {
     Mapping { start: u64, length: u64, offset: u64, prot: u8, path: &'a [u8] },
     /// The instruction limit was reached: the tool ended the program.
     Limit,
+    /// The log is process `pid`'s (right after the magic).
+    Process(u32),
 }
 
 /// A log that cannot be read on from `offset`.
@@ -76,6 +78,32 @@ pub struct LogError {
     pub offset: usize,
     /// What is wrong there.
     pub what: String,
+}
+
+const KNOWN_TAGS: &[u8] = b"BEeXGTSQMLP";
+
+/// One record at the start of `bytes`.
+#[derive(Debug)]
+pub enum Parsed<'a> {
+    /// The record and its length.
+    Record(LogRecord<'a>, usize),
+    /// `bytes` ends inside a record (or is empty): more is needed.
+    Incomplete,
+    /// Not a record: an unknown tag.
+    Bad(String),
+}
+
+/// Reads the record at the start of `bytes` (a log after its magic).
+pub fn parse_record(bytes: &[u8]) -> Parsed<'_> {
+    let Some(&tag) = bytes.first() else { return Parsed::Incomplete };
+    if !KNOWN_TAGS.contains(&tag) {
+        return Parsed::Bad(format!("unknown record tag {tag:#04x}"));
+    }
+    let mut reader = LogReader { log: bytes, at: 0, failed: false };
+    match reader.record() {
+        Some(record) => Parsed::Record(record, reader.at),
+        None => Parsed::Incomplete,
+    }
 }
 
 /// The records of a log, in order; a damaged or cut record ends the
@@ -111,7 +139,7 @@ impl<'a> Iterator for LogRecords<'a> {
         if record.is_none() {
             self.reader.failed = true;
             let tag = self.reader.log[start];
-            let what = if b"BEeXGTSQML".contains(&tag) { format!("record '{}' cut short", tag as char) } else { format!("unknown record tag {tag:#04x}") };
+            let what = if KNOWN_TAGS.contains(&tag) { format!("record '{}' cut short", tag as char) } else { format!("unknown record tag {tag:#04x}") };
             return Some(Err(LogError { offset: start, what }));
         }
         record.map(Ok)
@@ -175,6 +203,7 @@ impl<'a> LogReader<'a> {
                 LogRecord::Mapping { start, length, offset, prot, path: self.bytes(n as usize)? }
             }
             b'L' => LogRecord::Limit,
+            b'P' => LogRecord::Process(self.u32()?),
             _ => return None,
         })
     }
@@ -404,6 +433,12 @@ impl LogConverter {
         self.limited
     }
 
+    fn into_converted(self, warnings: Vec<String>) -> ConvertedLog {
+        let limited = self.limited;
+        let (image, undecodable) = self.finish();
+        ConvertedLog { image, undecodable, warnings, limited }
+    }
+
     /// Instructions converted so far, all threads.
     pub fn instructions(&self) -> u64 {
         self.threads.values().map(|t| t.writer.instructions()).sum()
@@ -503,6 +538,7 @@ impl LogConverter {
                 self.mappings.push((start, length, offset, prot, String::from_utf8_lossy(path).into_owned()));
             }
             LogRecord::Limit => self.limited = true,
+            LogRecord::Process(_) => {}
         }
         Ok(())
     }
@@ -571,6 +607,82 @@ pub fn convert_log(log: &[u8], psb_period: usize, keep_instruction_log: bool, li
     let limited = converter.limited();
     let (image, undecodable) = converter.finish();
     ConvertedLog { image, undecodable, warnings, limited }
+}
+
+/// Converts a log read from `input` as it arrives (a program image's TCP
+/// connection from the tool), in bounded memory: the records a read
+/// completes are converted, a record cut by the read waits for the next.
+/// Returns the process id the log names and the conversion; a log whose
+/// process `wanted` refuses is read to its end and not converted.
+pub fn convert_stream(
+    input: &mut impl std::io::Read,
+    psb_period: usize,
+    keep_instruction_log: bool,
+    limit: Option<u64>,
+    wanted: impl Fn(u32) -> bool,
+) -> std::io::Result<(Option<u32>, ConvertedLog)> {
+    let mut converter = LogConverter::new(psb_period, keep_instruction_log).with_limit(limit);
+    let mut warnings = Vec::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let (mut filled, mut offset) = (0usize, 0usize);
+    let mut pid = None;
+    let mut started = false;
+    let mut broken = false;
+    loop {
+        if filled == buffer.len() {
+            buffer.resize(buffer.len() * 2, 0);
+        }
+        let n = input.read(&mut buffer[filled..])?;
+        filled += n;
+        let mut at = 0;
+        if !started && filled >= LOG_MAGIC.len() {
+            started = true;
+            if &buffer[..LOG_MAGIC.len()] != LOG_MAGIC {
+                warnings.push(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG1)".into() }.to_string());
+                broken = true;
+            }
+            at = LOG_MAGIC.len();
+        }
+        while started && !broken {
+            match parse_record(&buffer[at..filled]) {
+                Parsed::Record(record, length) => {
+                    if let LogRecord::Process(number) = record {
+                        pid = Some(number);
+                        if !wanted(number) {
+                            std::io::copy(input, &mut std::io::sink())?;
+                            return Ok((pid, LogConverter::new(psb_period, false).into_converted(Vec::new())));
+                        }
+                    }
+                    if let Err(what) = converter.feed(record) {
+                        warnings.push(what);
+                        broken = true;
+                    }
+                    at += length;
+                }
+                Parsed::Incomplete => break,
+                Parsed::Bad(what) => {
+                    warnings.push(LogError { offset: offset + at, what }.to_string());
+                    broken = true;
+                }
+            }
+        }
+        if broken {
+            // Drain the rest: the program must not block on a full socket.
+            std::io::copy(input, &mut std::io::sink())?;
+            break;
+        }
+        buffer.copy_within(at..filled, 0);
+        filled -= at;
+        offset += at;
+        if n == 0 {
+            if filled > 0 {
+                let tag = buffer[0];
+                warnings.push(LogError { offset, what: format!("record '{}' cut short", tag as char) }.to_string());
+            }
+            break;
+        }
+    }
+    Ok((pid, converter.into_converted(warnings)))
 }
 
 /// Why recording under Valgrind failed.
@@ -696,20 +808,67 @@ impl Default for ValgrindOptions {
 pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> Result<Recording, ValgrindError> {
     let folder = tool_folder()?;
     let valgrind = valgrind_binary().expect("checked by tool_folder");
-    let logs = tempfile_dir()?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("listening for the tool"))?;
+    let address = listener.local_addr().map_err(io("listening for the tool"))?;
+    listener.set_nonblocking(true).map_err(io("listening for the tool"))?;
+    let done = Arc::new(AtomicBool::new(false));
+    let main_pid = Arc::new(std::sync::OnceLock::<u32>::new());
+    // Each connection is one program image's log (or a forked child's,
+    // drained): converted on a thread of its own as the program runs.
+    let acceptor = {
+        let (done, main_pid, options) = (done.clone(), main_pid.clone(), options.clone());
+        std::thread::spawn(move || -> Vec<std::thread::JoinHandle<std::io::Result<(Option<u32>, ConvertedLog)>>> {
+            let mut handlers = Vec::new();
+            loop {
+                match listener.accept() {
+                    Ok((mut stream, _)) => {
+                        let _ = stream.set_nonblocking(false);
+                        let (main_pid, options) = (main_pid.clone(), options.clone());
+                        handlers.push(std::thread::spawn(move || {
+                            // A forked child's log (it exec'd under Valgrind) is not kept.
+                            let is_main = |pid: u32| loop {
+                                if let Some(main) = main_pid.get() {
+                                    break *main == pid;
+                                }
+                                std::thread::sleep(Duration::from_millis(1));
+                            };
+                            let (pid, converted) = convert_stream(&mut stream, options.psb_period, options.keep_instruction_log, options.max_instructions, |pid| is_main(pid))?;
+                            Ok((pid.filter(|&pid| is_main(pid)), converted))
+                        }));
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                        if done.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(_) => break,
+                }
+            }
+            handlers
+        })
+    };
     let start = Instant::now();
-    let mut child = std::process::Command::new(&valgrind)
+    let spawned = std::process::Command::new(&valgrind)
         .env_remove(VALGRIND_LIB_VARIABLE)
         .env("VALGRIND_LIB", &folder)
         .args(VALGRIND_OPTIONS)
         .arg("--tool=retrace")
-        .arg(format!("--retrace-out={}", logs.join("log").display()))
+        .arg(format!("--retrace-server={address}"))
         .args(options.max_instructions.map(|n| format!("--retrace-max-insns={n}")))
         .arg(program)
         .args(args)
-        .spawn()
-        .map_err(io(format!("running {}", valgrind.display())))?;
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) => {
+            done.store(true, Ordering::Relaxed);
+            let _ = acceptor.join();
+            return Err(io(format!("running {}", valgrind.display()))(error));
+        }
+    };
     let pid = child.id();
+    let _ = main_pid.set(pid);
     let status = loop {
         if let Some(status) = child.try_wait().map_err(io("waiting for Valgrind"))? {
             break status;
@@ -721,15 +880,15 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
         std::thread::sleep(Duration::from_millis(20));
     };
     let elapsed = start.elapsed();
-    // This process's images, in exec order (log.<pid>.<n>).
+    done.store(true, Ordering::Relaxed);
+    let handlers = acceptor.join().expect("the acceptor does not panic");
+    // This process's images, in the order they connected (exec order).
     let mut images = Vec::new();
     let mut undecodable = 0;
     let mut warnings = Vec::new();
     let mut limited = false;
-    for n in 0.. {
-        let path = logs.join(format!("log.{pid}.{n}"));
-        let Ok(log) = std::fs::read(&path) else { break };
-        let mut converted = convert_log(&log, options.psb_period, options.keep_instruction_log, options.max_instructions);
+    for handler in handlers {
+        let (Some(_), mut converted) = handler.join().expect("a conversion does not panic").map_err(io("reading the tool's log"))? else { continue };
         undecodable += converted.undecodable;
         warnings.append(&mut converted.warnings);
         limited |= converted.limited;
@@ -737,7 +896,6 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
             images.push(converted.image);
         }
     }
-    let _ = std::fs::remove_dir_all(&logs);
     let outcome = if options.stop.load(Ordering::Relaxed) {
         Outcome::Interrupted
     } else if limited {
@@ -750,16 +908,9 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
         Outcome::Signaled { signal, at: None }
     };
     if images.is_empty() {
-        return Err(ValgrindError::Unavailable(format!("Valgrind ran but its log is empty ({})", warnings.join("; "))));
+        return Err(ValgrindError::Unavailable(format!("Valgrind ran but sent no log ({})", warnings.join("; "))));
     }
     Ok(Recording { pid, images, outcome, elapsed, undecodable, tsc_conversion: None, warnings })
-}
-
-fn tempfile_dir() -> Result<PathBuf, ValgrindError> {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!("retrace-valgrind-logs-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-    Ok(dir)
 }
 
 #[cfg(test)]
@@ -841,6 +992,47 @@ mod tests {
             })
             .collect();
         assert_eq!(decoded, vec![0x1000, 0x1002, 0x1000, 0x1002, 0x1000, 0x1002, 0x1004, 0x1006]);
+    }
+
+    /// A reader handing out `step` bytes at a time.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.step.min(out.len()).min(self.bytes.len());
+            out[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_log_read_piece_by_piece_converts_as_a_whole() {
+        let mut log = loop_log();
+        log.splice(8..8, [b'P', 7, 0, 0, 0]);
+        let whole = convert_log(&log, DEFAULT_PSB_PERIOD, true, None);
+        for step in [1, 2, 3, 7, 64, 4096] {
+            let (pid, streamed) = convert_stream(&mut Trickle { bytes: &log, step }, DEFAULT_PSB_PERIOD, true, None, |_| true).unwrap();
+            assert_eq!(pid, Some(7));
+            assert!(streamed.warnings.is_empty(), "{:?}", streamed.warnings);
+            assert_eq!(streamed.image.threads[0].trace, whole.image.threads[0].trace, "step {step}");
+            assert_eq!(streamed.image.threads[0].instruction_log, whole.image.threads[0].instruction_log);
+        }
+        // Cut short and damaged: the error names the offset.
+        let (_, cut) = convert_stream(&mut Trickle { bytes: &log[..log.len() - 3], step: 5 }, DEFAULT_PSB_PERIOD, false, None, |_| true).unwrap();
+        assert_eq!(cut.warnings.len(), 1);
+        assert!(cut.warnings[0].contains("cut short"), "{:?}", cut.warnings);
+        let mut damaged = log.clone();
+        damaged[8 + 5 + 9] = 0x99;
+        let (_, bad) = convert_stream(&mut Trickle { bytes: &damaged, step: 3 }, DEFAULT_PSB_PERIOD, false, None, |_| true).unwrap();
+        assert_eq!(bad.warnings, vec!["Valgrind log at byte 22: unknown record tag 0x99".to_string()]);
+        // Another process's log is read through and left out.
+        let (pid, other) = convert_stream(&mut Trickle { bytes: &log, step: 4 }, DEFAULT_PSB_PERIOD, false, None, |pid| pid != 7).unwrap();
+        assert_eq!(pid, Some(7));
+        assert!(other.image.threads.is_empty());
     }
 
     #[test]

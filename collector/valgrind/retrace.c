@@ -23,8 +23,12 @@
  *                        a file mapped into the program;
  *   'L'                  --retrace-max-insns was reached: the program is
  *                        ended (the log holds at least that many).
- * The log starts with "RTVGLOG1". The tool keeps to instrumentation and
- * the log: everything else is Rust.
+ * The log starts with "RTVGLOG1" and a 'P' u32 pid record. With
+ * --retrace-server=127.0.0.1:PORT each program image's log is a TCP
+ * connection to retrace (which converts it while the program runs; a
+ * full socket makes the program wait, so memory stays bounded), with
+ * --retrace-out=PATH a file PATH.<pid>.<n>. A forked child logs nothing.
+ * The tool keeps to instrumentation and the log: everything else is Rust.
  */
 
 #include "pub_tool_basics.h"
@@ -42,7 +46,13 @@
 #include "pub_tool_vkiscnums.h"
 #include "pub_tool_mallocfree.h"
 
+/* Exported by Valgrind's core (its --log-socket and its own files use
+   them) though not declared in the tool headers. */
+extern Int VG_(connect_via_socket)(const HChar* str);
+extern Int VG_(safe_fd)(Int oldfd);
+
 static const HChar* out_format = NULL;
+static const HChar* server = NULL;
 static ULong max_instructions = 0;
 static ULong instructions = 0;
 /* Instructions of each superblock, by id (for --retrace-max-insns). */
@@ -68,6 +78,10 @@ static Bool in_foreign_code = False;
 static void flush(void)
 {
    UInt done = 0;
+   if (log_fd < 0) {
+      used = 0;
+      return;
+   }
    while (done < used && log_fd >= 0) {
       Int n = VG_(write)(log_fd, buffer + done, used - done);
       if (n <= 0) {
@@ -92,11 +106,29 @@ static inline void put_u16(UShort v) { put(&v, 2); }
 static inline void put_u32(UInt v) { put(&v, 4); }
 static inline void put_u64(ULong v) { put(&v, 8); }
 
-/* Opens <out>.<pid>.<n>, the first n not taken (an exec keeps the pid). */
+/* Connects to retrace, or opens <out>.<pid>.<n>, the first n not taken
+   (an exec keeps the pid). */
 static void open_log(void)
 {
    HChar path[4096];
    Int n;
+   if (server != NULL) {
+      Int fd = VG_(connect_via_socket)(server);
+      if (fd < 0) {
+         VG_(umsg)("retrace: cannot connect to retrace at %s\n", server);
+         VG_(exit)(1);
+      }
+      /* Out of the program's way (Valgrind's reserved descriptors) and
+         closed by an exec, so retrace sees each image's log end. */
+      log_fd = VG_(safe_fd)(fd);
+      if (VG_(write)(log_fd, "RTVGLOG1", 8) != 8) {
+         VG_(umsg)("retrace: cannot write to retrace at %s\n", server);
+         VG_(exit)(1);
+      }
+      put_u8('P');
+      put_u32((UInt)VG_(getpid)());
+      return;
+   }
    for (n = 0; n < 1000; n++) {
       VG_(snprintf)(path, sizeof path, "%s.%d.%d", out_format, VG_(getpid)(), n);
       SysRes res = VG_(open)(path, VKI_O_WRONLY | VKI_O_CREAT | VKI_O_EXCL, 0600);
@@ -238,9 +270,12 @@ static void post_syscall(ThreadId tid, UInt syscallno, UWord* args, UInt nArgs, 
 
 static void at_fork_child(ThreadId tid)
 {
-   /* The parent's buffered records are the parent's. */
+   /* The parent's buffered records are the parent's; a forked child is
+      not recorded (as with retrace's other backends). */
    used = 0;
-   open_log();
+   if (log_fd >= 0)
+      VG_(close)(log_fd);
+   log_fd = -1;
    running_slot = VG_INVALID_THREADID;
 }
 
@@ -351,6 +386,9 @@ static Bool process_option(const HChar* arg)
    if (VG_STR_CLO(arg, "--retrace-out", out_format)) {
       return True;
    }
+   if (VG_STR_CLO(arg, "--retrace-server", server)) {
+      return True;
+   }
    if (VG_INT_CLO(arg, "--retrace-max-insns", max_instructions)) {
       return True;
    }
@@ -359,6 +397,7 @@ static Bool process_option(const HChar* arg)
 
 static void print_usage(void)
 {
+   VG_(printf)("    --retrace-server=IP:PORT   send each image's log to retrace there\n");
    VG_(printf)("    --retrace-out=PATH   write the log to PATH.<pid>.<n>\n");
    VG_(printf)("    --retrace-max-insns=N   end the program after about N instructions\n");
 }
@@ -369,8 +408,8 @@ static void print_debug_usage(void)
 
 static void post_clo_init(void)
 {
-   if (out_format == NULL) {
-      VG_(umsg)("retrace: --retrace-out=PATH is required (retrace record --backend valgrind passes it)\n");
+   if (out_format == NULL && server == NULL) {
+      VG_(umsg)("retrace: --retrace-server=IP:PORT or --retrace-out=PATH is required (retrace record --backend valgrind passes it)\n");
       VG_(exit)(1);
    }
    open_log();
