@@ -220,6 +220,10 @@ struct Instruction {
     /// Needs no packet and continues at the next instruction (a run of
     /// them is counted at once).
     plain: bool,
+    /// Where the run of plain instructions starting here ends (the index
+    /// of the first instruction after it that is not plain; its own index
+    /// when it is not plain).
+    run_end: u16,
 }
 
 fn instruction(ip: u64, bytes: &[u8]) -> Instruction {
@@ -227,7 +231,7 @@ fn instruction(ip: u64, bytes: &[u8]) -> Instruction {
     let decoded = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE).decode();
     let rep = (decoded.has_rep_prefix() || decoded.has_repne_prefix()) && decoded.is_string_instruction();
     let plain = !rep && info.is_some_and(|i| i.kind == FlowKind::Other);
-    Instruction { ip, info, rep, plain }
+    Instruction { ip, info, rep, plain, run_end: 0 }
 }
 
 /// One thread's conversion.
@@ -275,9 +279,8 @@ impl ThreadState {
                     self.writer.executed(previous.ip, &info, Some(insn.ip), 0);
                 }
                 let start = i;
-                while i + 1 < instructions.len() && instructions[i].plain {
-                    i += 1;
-                }
+                // The run, but not the last instruction executed.
+                i = (insn.run_end as usize).min(instructions.len() - 1);
                 self.writer.executed_plain(insn.ip, (i - start) as u64, 0);
                 if let Some(log) = self.log.as_mut() {
                     log.extend(instructions[start..i].iter().map(|x| x.ip));
@@ -373,6 +376,9 @@ struct Superblock {
     instructions: Arc<[Instruction]>,
     /// Where it goes when it runs to its end, if one address.
     next: Option<u64>,
+    /// The superblock there, once looked up (and the translation
+    /// generation it is good for).
+    next_id: std::cell::Cell<Option<(u32, u32)>>,
 }
 
 /// Turns one log (one program image of one process) into per-thread Intel
@@ -384,8 +390,15 @@ pub struct LogConverter {
     by_address: HashMap<u64, u32, AddressHasher>,
     /// Where the program goes next, when one address (as the tool predicts).
     predicted: Option<u64>,
-    threads: BTreeMap<u32, ThreadState>,
-    current: Option<u32>,
+    threads: Vec<ThreadState>,
+    /// Index in `threads` by the tool's thread number.
+    numbers: BTreeMap<u32, usize>,
+    current: Option<usize>,
+    /// The superblock whose `next` is `predicted` (its successor's id is
+    /// cached in it).
+    predicted_by: Option<u32>,
+    /// Bumped when an address is translated again (cached successors go).
+    generation: u32,
     /// The superblock entered last (its id), until its end is known.
     open: Option<u32>,
     mappings: Vec<(u64, u64, u64, u8, String)>,
@@ -408,8 +421,11 @@ impl LogConverter {
             superblocks: Vec::new(),
             by_address: HashMap::default(),
             predicted: None,
-            threads: BTreeMap::new(),
+            threads: Vec::new(),
+            numbers: BTreeMap::new(),
             current: None,
+            predicted_by: None,
+            generation: 0,
             open: None,
             mappings: Vec::new(),
             psb_period,
@@ -441,18 +457,39 @@ impl LogConverter {
 
     /// Instructions converted so far, all threads.
     pub fn instructions(&self) -> u64 {
-        self.threads.values().map(|t| t.writer.instructions()).sum()
+        self.threads.iter().map(|t| t.writer.instructions()).sum()
     }
 
     fn thread(&mut self) -> Option<&mut ThreadState> {
-        self.threads.get_mut(&self.current?)
+        self.threads.get_mut(self.current?)
     }
 
     fn enter(&mut self, id: u32) -> Result<(), String> {
         let superblock = self.superblocks.get(id as usize).and_then(Option::as_ref).ok_or_else(|| format!("superblock {id} entered before it was translated"))?;
         self.open = Some(id);
         self.predicted = superblock.next;
+        self.predicted_by = Some(id);
         Ok(())
+    }
+
+    /// The superblock at the predicted address (cached in the superblock
+    /// that predicted it).
+    fn enter_predicted(&mut self) -> Result<(), String> {
+        let at = self.predicted.ok_or("a superblock entered as predicted where nothing was")?;
+        if let Some(by) = self.predicted_by {
+            if let Some(Some(superblock)) = self.superblocks.get(by as usize) {
+                if let Some((id, generation)) = superblock.next_id.get() {
+                    if generation == self.generation {
+                        return self.enter(id);
+                    }
+                }
+            }
+        }
+        let id = *self.by_address.get(&at).ok_or_else(|| format!("no superblock translated at {at:#x}"))?;
+        if let Some(Some(superblock)) = self.predicted_by.and_then(|by| self.superblocks.get(by as usize)) {
+            superblock.next_id.set(Some((id, self.generation)));
+        }
+        self.enter(id)
     }
 
     /// Runs the open superblock's instructions up to `last` (all of them
@@ -471,7 +508,7 @@ impl LogConverter {
         }
         self.converted += end as u64;
         let mut undecodable = 0;
-        if let Some(thread) = self.current.and_then(|number| self.threads.get_mut(&number)) {
+        if let Some(thread) = self.current.and_then(|index| self.threads.get_mut(index)) {
             thread.run(&superblock[..end], &mut undecodable);
         }
         self.undecodable += undecodable;
@@ -485,53 +522,62 @@ impl LogConverter {
         if let LogRecord::LeftAt { index, to } = record {
             self.close(Some(index));
             self.predicted = (to != 0).then_some(to);
+            self.predicted_by = None;
             return Ok(());
         }
         self.close(None);
         match record {
             LogRecord::Superblock { id, entry, next, instructions } => {
-                let decoded: Arc<[Instruction]> = instructions.iter().map(|(ip, bytes)| instruction(*ip, bytes)).collect();
+                let mut decoded: Vec<Instruction> = instructions.iter().map(|(ip, bytes)| instruction(*ip, bytes)).collect();
+                let mut end = decoded.len();
+                for (i, insn) in decoded.iter_mut().enumerate().rev() {
+                    if !insn.plain {
+                        end = i;
+                    }
+                    insn.run_end = end as u16;
+                }
+                let decoded: Arc<[Instruction]> = decoded.into();
                 let index = id as usize;
                 if index >= self.superblocks.len() {
                     self.superblocks.resize(index + 1, None);
                 }
-                self.superblocks[index] = Some(Superblock { instructions: decoded, next: (next != 0).then_some(next) });
-                self.by_address.insert(entry, id);
+                self.superblocks[index] = Some(Superblock { instructions: decoded, next: (next != 0).then_some(next), next_id: Default::default() });
+                if self.by_address.insert(entry, id).is_some() {
+                    self.generation += 1;
+                }
             }
             LogRecord::Entered(id) => self.enter(id)?,
-            LogRecord::EnteredNext => {
-                let at = self.predicted.ok_or("a superblock entered as predicted where nothing was")?;
-                let id = *self.by_address.get(&at).ok_or_else(|| format!("no superblock translated at {at:#x}"))?;
-                self.enter(id)?;
-            }
+            LogRecord::EnteredNext => self.enter_predicted()?,
             LogRecord::LeftAt { .. } => unreachable!("handled above"),
             LogRecord::Foreign => {
                 self.predicted = None;
+                self.predicted_by = None;
                 if let Some(thread) = self.thread() {
                     thread.interrupted(None);
                 }
             }
             LogRecord::Thread { number, tid } => {
                 let (psb_period, keep) = (self.psb_period, self.keep_instruction_log);
-                let thread = self.threads.entry(number).or_insert_with(|| ThreadState {
-                    tid,
-                    writer: ThreadPtWriter::new(psb_period).without_timestamps(),
-                    pending: None,
-                    log: keep.then(Vec::new),
+                let threads = &mut self.threads;
+                let index = *self.numbers.entry(number).or_insert_with(|| {
+                    threads.push(ThreadState { tid, writer: ThreadPtWriter::new(psb_period).without_timestamps(), pending: None, log: keep.then(Vec::new) });
+                    threads.len() - 1
                 });
-                thread.tid = tid;
-                self.current = Some(number);
+                self.threads[index].tid = tid;
+                self.current = Some(index);
                 self.predicted = None;
+                self.predicted_by = None;
             }
             LogRecord::Signal { ip, .. } => {
                 self.predicted = None;
+                self.predicted_by = None;
                 if let Some(thread) = self.thread() {
                     thread.interrupted(Some(ip));
                 }
             }
             LogRecord::ThreadEnd(number) => {
-                if let Some(thread) = self.threads.get_mut(&number) {
-                    thread.ended();
+                if let Some(&index) = self.numbers.get(&number) {
+                    self.threads[index].ended();
                 }
             }
             LogRecord::Mapping { start, length, offset, prot, path } => {
@@ -549,7 +595,7 @@ impl LogConverter {
     pub fn finish(mut self) -> (ImageRecording, u64) {
         self.close(None);
         let mut threads = Vec::new();
-        for (_, mut thread) in std::mem::take(&mut self.threads) {
+        for mut thread in std::mem::take(&mut self.threads) {
             thread.ended();
             let instructions = thread.writer.instructions();
             threads.push(ThreadRecording { tid: thread.tid, trace: thread.writer.into_bytes(), instructions, instruction_log: thread.log });
@@ -644,6 +690,15 @@ pub fn convert_stream(
             at = LOG_MAGIC.len();
         }
         while started && !broken {
+            // The most frequent record, one byte.
+            if at < filled && buffer[at] == b'e' {
+                if let Err(what) = converter.feed(LogRecord::EnteredNext) {
+                    warnings.push(what);
+                    broken = true;
+                }
+                at += 1;
+                continue;
+            }
             match parse_record(&buffer[at..filled]) {
                 Parsed::Record(record, length) => {
                     if let LogRecord::Process(number) = record {
