@@ -17,9 +17,11 @@
 //! | `G` | — | code that is not the program's ran (Valgrind's own text) |
 //! | `T` | u32 number, u32 tid | thread `number` (numbered by the tool: Valgrind reuses its slots) runs from now on |
 //! | `S` | u32 signal, u64 ip | a signal is delivered before the instruction at `ip` |
-//! | `Q` | u32 number | the thread ended |
+//! | `Q` | u32 number, u64 ip | the thread ended at `ip` (after its exit system call, or where a fatal signal stopped it) |
 //! | `M` | u64 start, u64 length, u64 offset, u8 prot, u16 n, n bytes of path | a file mapped into the program |
 //! | `L` | — | the instruction limit was reached; the tool ended the program |
+//! | `F` | u64 ip | the program ends with the running thread at `ip` (after its exit system call, or at the instruction a fatal signal stopped) |
+//! | `P` | u32 pid | the process the log is of (right after the magic) |
 //!
 //! What Valgrind runs that the program does not (its `freeres` at exit,
 //! its replacement of the vsyscall page) is either switched off or logged as
@@ -60,14 +62,16 @@ pub enum LogRecord<'a> {
     Thread { number: u32, tid: u32 },
     /// `signal` is delivered before the instruction at `ip`.
     Signal { signal: u32, ip: u64 },
-    /// Thread `number` ended.
-    ThreadEnd(u32),
+    /// Thread `number` ended at `ip`.
+    ThreadEnd { number: u32, ip: u64 },
     /// A file mapped into the program.
     Mapping { start: u64, length: u64, offset: u64, prot: u8, path: &'a [u8] },
     /// The instruction limit was reached: the tool ended the program.
     Limit,
     /// The log is process `pid`'s (right after the magic).
     Process(u32),
+    /// The program ends with the running thread at `ip`.
+    Final(u64),
 }
 
 /// A log that cannot be read on from `offset`.
@@ -80,7 +84,7 @@ pub struct LogError {
     pub what: String,
 }
 
-const KNOWN_TAGS: &[u8] = b"BEeXGTSQMLP";
+const KNOWN_TAGS: &[u8] = b"BEeXGTSQMLPF";
 
 /// One record at the start of `bytes`.
 #[derive(Debug)]
@@ -196,7 +200,7 @@ impl<'a> LogReader<'a> {
             b'G' => LogRecord::Foreign,
             b'T' => LogRecord::Thread { number: self.u32()?, tid: self.u32()? },
             b'S' => LogRecord::Signal { signal: self.u32()?, ip: self.u64()? },
-            b'Q' => LogRecord::ThreadEnd(self.u32()?),
+            b'Q' => LogRecord::ThreadEnd { number: self.u32()?, ip: self.u64()? },
             b'M' => {
                 let (start, length, offset, prot) = (self.u64()?, self.u64()?, self.u64()?, self.u8()?);
                 let n = self.u16()?;
@@ -204,10 +208,15 @@ impl<'a> LogReader<'a> {
             }
             b'L' => LogRecord::Limit,
             b'P' => LogRecord::Process(self.u32()?),
+            b'F' => LogRecord::Final(self.u64()?),
             _ => return None,
         })
     }
 }
+
+/// Signals a faulting instruction raises (SIGILL, SIGTRAP, SIGBUS, SIGFPE,
+/// SIGSEGV): delivered at that instruction, which did not complete.
+const SYNCHRONOUS_SIGNALS: [u32; 5] = [4, 5, 7, 8, 11];
 
 /// One guest instruction of a superblock.
 #[derive(Debug, Clone, Copy)]
@@ -525,6 +534,24 @@ impl LogConverter {
             self.predicted_by = None;
             return Ok(());
         }
+        // A fault stops a superblock at the faulting instruction: what
+        // follows it there never ran (and neither did it).
+        let stopped_at = match record {
+            LogRecord::Signal { signal, ip } if SYNCHRONOUS_SIGNALS.contains(&signal) => Some(ip),
+            LogRecord::Final(ip) => Some(ip),
+            LogRecord::ThreadEnd { number, ip } if self.numbers.get(&number).copied() == self.current && self.current.is_some() => Some(ip),
+            _ => None,
+        };
+        if let Some(ip) = stopped_at {
+            // (An exit system call does not fault: the end may name it.)
+            let faulted = |i: &Instruction| i.ip == ip && !i.info.is_some_and(|info| info.kind == FlowKind::Syscall);
+            if let Some(index) = self.open.and_then(|id| self.superblocks[id as usize].as_ref()).and_then(|sb| sb.instructions.iter().position(faulted)) {
+                match index.checked_sub(1) {
+                    Some(last) => self.close(Some(last as u16)),
+                    None => self.open = None,
+                }
+            }
+        }
         self.close(None);
         match record {
             LogRecord::Superblock { id, entry, next, instructions } => {
@@ -579,9 +606,15 @@ impl LogConverter {
                     thread.interrupted(Some(ip));
                 }
             }
-            LogRecord::ThreadEnd(number) => {
+            LogRecord::ThreadEnd { number, ip } => {
                 if let Some(&index) = self.numbers.get(&number) {
-                    self.threads[index].ended();
+                    let thread = &mut self.threads[index];
+                    let ends_it = thread.pending.and_then(|p| p.info).is_some_and(|i| matches!(i.kind, FlowKind::Syscall | FlowKind::FarTransfer));
+                    if ends_it {
+                        thread.ended();
+                    } else {
+                        thread.interrupted(Some(ip));
+                    }
                 }
             }
             LogRecord::Mapping { start, length, offset, prot, path } => {
@@ -589,6 +622,16 @@ impl LogConverter {
             }
             LogRecord::Limit => self.limited = true,
             LogRecord::Process(_) => {}
+            LogRecord::Final(ip) => {
+                // The running thread stopped before `ip` unless its last
+                // instruction ended it (an exit system call).
+                if let Some(thread) = self.thread() {
+                    let ends_it = thread.pending.and_then(|p| p.info).is_some_and(|i| matches!(i.kind, FlowKind::Syscall | FlowKind::FarTransfer));
+                    if !ends_it {
+                        thread.interrupted(Some(ip));
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -821,7 +864,8 @@ pub fn tool_folder() -> Result<PathBuf, ValgrindError> {
         None => std::env::temp_dir().join(format!("retrace-valgrind-{}-{stamp:016x}", nix::unistd::getuid())),
     };
     let tool = folder.join("retrace-amd64-linux");
-    if tool.metadata().is_ok_and(|m| m.len() == TOOL.len() as u64) {
+    // The same bytes, not just the same size (a rebuilt tool can keep it).
+    if tool.metadata().is_ok_and(|m| m.len() == TOOL.len() as u64) && std::fs::read(&tool).is_ok_and(|bytes| bytes == TOOL) {
         return Ok(folder);
     }
     std::fs::create_dir_all(&folder).map_err(io(format!("creating {}", folder.display())))?;
@@ -1025,6 +1069,7 @@ mod tests {
         log.extend(superblock(1, &[(0x1004, &[0xf3, 0xa4]), (0x1006, &[0x0f, 0x05])]));
         log.extend(entered(1)); // a second REP iteration, then the system call
         log.extend([b'Q', 1, 0, 0, 0]);
+        log.extend(0x1008u64.to_le_bytes());
         log
     }
 
@@ -1129,6 +1174,41 @@ mod tests {
             }
             assert_eq!(whole.warnings.len(), streamed.warnings.len(), "{:?} / {:?}", whole.warnings, streamed.warnings);
         }
+    }
+
+    #[test]
+    fn a_fault_ends_the_superblock_before_the_faulting_instruction() {
+        // nop; mov [rax], ecx (faults); nop — then the handler's nop.
+        let code: [(u64, &[u8]); 3] = [(0x1000, &[0x90]), (0x1001, &[0x89, 0x08]), (0x1003, &[0x90])];
+        let mut log = LOG_MAGIC.to_vec();
+        log.extend(thread(1, 5));
+        log.extend(superblock(0, &code));
+        log.extend(superblock(1, &[(0x2000, &[0x90])]));
+        log.extend(entered(0));
+        log.push(b'S');
+        log.extend(11u32.to_le_bytes());
+        log.extend(0x1001u64.to_le_bytes());
+        log.extend(entered(1));
+        let converted = convert_log(&log, DEFAULT_PSB_PERIOD, true, None);
+        assert_eq!(converted.image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x2000][..]));
+        // A signal sent from outside at the same place is not a fault: the
+        // superblock ran to its end first.
+        let mut sent = log.clone();
+        let at = sent.len() - 5 - 12;
+        sent[at + 1..at + 5].copy_from_slice(&10u32.to_le_bytes());
+        let converted = convert_log(&sent, DEFAULT_PSB_PERIOD, true, None);
+        assert_eq!(converted.image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1001, 0x1003, 0x2000][..]));
+        // A fatal fault: the log ends at the faulting instruction.
+        let mut crash = LOG_MAGIC.to_vec();
+        crash.extend(thread(1, 5));
+        crash.extend(superblock(0, &code));
+        crash.extend(entered(0));
+        crash.push(b'F');
+        crash.extend(0x1001u64.to_le_bytes());
+        let converted = convert_log(&crash, DEFAULT_PSB_PERIOD, true, None);
+        assert_eq!(converted.image.threads[0].instruction_log.as_deref(), Some(&[0x1000][..]));
+        let packets: Vec<_> = retrace_decoder::packet::PacketDecoder::new(&converted.image.threads[0].trace).collect();
+        assert!(format!("{packets:?}").contains("Fup"), "{packets:?}");
     }
 
     #[test]

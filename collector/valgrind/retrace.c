@@ -18,11 +18,15 @@
  *   'T' u32 number u32 tid   the thread `number` (numbered here: Valgrind
  *                        reuses its thread slots) runs from now on;
  *   'S' u32 signal u64 ip    a signal is delivered at ip (not executed yet);
- *   'Q' u32 number       the thread ended;
+ *   'Q' u32 number u64 ip   the thread ended at ip (after its exit system
+ *                        call, or where a fatal signal stopped it);
  *   'M' u64 start u64 length u64 offset u8 prot u16 n, n bytes of path
  *                        a file mapped into the program;
  *   'L'                  --retrace-max-insns was reached: the program is
- *                        ended (the log holds at least that many).
+ *                        ended (the log holds at least that many);
+ *   'F' u64 ip           the program ends (the last record) with the
+ *                        running thread at ip: after its exit system call,
+ *                        or at the instruction a fatal signal stopped.
  * The log starts with "RTVGLOG1" and a 'P' u32 pid record. With
  * --retrace-server=127.0.0.1:PORT each program image's log is a TCP
  * connection to retrace (which converts it while the program runs; a
@@ -67,6 +71,9 @@ static UInt next_superblock = 0;
 static UInt number_of_slot[MAX_SLOTS];
 static UInt next_number = 1;
 static ThreadId running_slot = VG_INVALID_THREADID;
+/* The thread that ran last (kept when it ends: a fatal signal ends every
+   thread before the tool's fini). */
+static ThreadId last_slot = VG_INVALID_THREADID;
 /* Each superblock's entry address and static next address, by id. */
 static Addr* entries = NULL;
 static Addr* nexts = NULL;
@@ -189,6 +196,7 @@ static void start_client_code(ThreadId slot, ULong blocks_done)
    if (slot == running_slot)
       return;
    running_slot = slot;
+   last_slot = slot;
    predicted = 0;
    put_u8('T');
    put_u32(thread_number(slot));
@@ -205,6 +213,7 @@ static void thread_exit(ThreadId slot)
 {
    put_u8('Q');
    put_u32(thread_number(slot));
+   put_u64(VG_(get_IP)(slot));
    number_of_slot[slot] = 0;
    if (running_slot == slot)
       running_slot = VG_INVALID_THREADID;
@@ -417,6 +426,10 @@ static void post_clo_init(void)
 
 static void fini(Int exitcode)
 {
+   if (last_slot != VG_INVALID_THREADID) {
+      put_u8('F');
+      put_u64(VG_(get_IP)(last_slot));
+   }
    flush();
 }
 

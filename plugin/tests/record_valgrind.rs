@@ -359,3 +359,58 @@ fn auto_takes_valgrind_where_intel_pt_is_missing_else_ptrace_branch_mode() {
     assert_eq!(retrace["backend"], "software");
     assert_eq!(retrace["mode"], "branch");
 }
+
+/// A faulting instruction does not complete: hardware PT ends the flow
+/// before it (FUP at it), and so must the Valgrind backend — the reference
+/// log names it (its IMark comes before it runs) and nothing after it in
+/// its superblock. `faults`: how many instructions of the reference
+/// faulted, each left out of ours.
+fn check_faults(name: &str, faults: usize, expect_status: Option<i32>) {
+    if !tools_present() {
+        return;
+    }
+    for (link, opt) in [("static", "-O0"), ("dynamic", "-O2")] {
+        let dir = common::work_dir("record-valgrind", &format!("{name}-{link}{opt}"));
+        let mut flags = vec![opt];
+        if link == "static" {
+            flags.push("-static");
+        }
+        let exe = build(name, &dir, &flags);
+        let what = format!("{name} {link} {opt}");
+        let bundle = dir.join("bundle");
+        let (summary, recorded) = record(&bundle, &exe, &[]);
+        let (truth, reference) = retrace_tests::valgrind::instructions(&folder(), &VALGRIND_OPTIONS, &ENV, &exe, &[]);
+        // A program killed by a signal: retrace exits 128 + its number, as a shell reports it.
+        use std::os::unix::process::ExitStatusExt;
+        let expected = reference.status.code().or(reference.status.signal().map(|s| 128 + s));
+        assert_eq!(recorded.status.code(), expected, "{what}");
+        assert_eq!(recorded.status.code(), expect_status, "{what}");
+        let ours = &lldb_threads(&bundle, 1)[0];
+        let truth = truth.values().next().unwrap();
+        assert_eq!(summary["instructions"].as_u64(), Some(ours.len() as u64), "{what}");
+        // Ours is the reference with `faults` single instructions taken out.
+        assert_eq!(ours.len() + faults, truth.len(), "{what}: {:?}", first_difference(ours, truth));
+        let (mut i, mut j, mut skipped) = (0, 0, 0);
+        while j < truth.len() {
+            if i < ours.len() && ours[i] == truth[j] {
+                i += 1;
+            } else {
+                skipped += 1;
+                assert!(skipped <= faults, "{what}: {}", first_difference(&ours[i..], &truth[j..]).unwrap_or_default());
+            }
+            j += 1;
+        }
+        assert_eq!((i, skipped), (ours.len(), faults), "{what}");
+    }
+}
+
+#[test]
+fn a_crash_ends_before_the_faulting_instruction() {
+    // Killed by SIGSEGV: 128 + 11.
+    check_faults("crash", 1, Some(139));
+}
+
+#[test]
+fn a_handled_fault_leaves_out_the_faulting_instruction() {
+    check_faults("segv_handler", 3, Some(3));
+}
