@@ -3,8 +3,9 @@
 //! natively, under `valgrind --tool=none`, and recorded by retrace under
 //! Valgrind; and, on a slice small enough for it (RETRACE_VG_BENCH_SLICE_KB,
 //! default 32 KB), recorded by the ptrace backend in branch mode and under
-//! Valgrind. Prints wall times, ratios, instructions per second, PT bytes
-//! per instruction and the recorder's peak RSS.
+//! Valgrind; then a python3 script and `sort` of 4 MiB natively, under
+//! `--tool=none` and recorded. Prints wall times, ratios, instructions per
+//! second, PT bytes per instruction and the recorder's peak RSS.
 //!
 //! cargo bench -p retrace-plugin --bench valgrind
 
@@ -62,6 +63,31 @@ fn record(dir: &Path, name: &str, backend: &[&str], input: &Path) -> (f64, serde
     (seconds, summary)
 }
 
+/// `command` natively (best of three), under `valgrind --tool=none` and
+/// recorded under Valgrind by retrace: one line each.
+fn compare(dir: &Path, name: &str, command: &[String]) {
+    let native = (0..3).map(|_| timed(Command::new(&command[0]).args(&command[1..])).0).fold(f64::INFINITY, f64::min);
+    let (none, _) = timed(Command::new("valgrind").args(["-q", "--tool=none"]).args(command));
+    let bundle = dir.join(name);
+    let _ = std::fs::remove_dir_all(&bundle);
+    let (ours, out) = timed(Command::new(env!("CARGO_BIN_EXE_retrace")).args(["record", "--backend", "valgrind", "--json", "-o"]).arg(&bundle).arg("--").args(command));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let instructions = summary["instructions"].as_u64().unwrap();
+    println!("{name} ({instructions} instructions recorded):");
+    println!("  native                       {native:8.2} s   1.0x");
+    println!("  valgrind --tool=none         {none:8.2} s  {:5.1}x", none / native);
+    println!(
+        "  retrace --backend valgrind   {ours:8.2} s  {:5.1}x  {:.0} M instructions/s  {:.3} PT bytes/instruction  peak RSS {} MiB  decode errors {}",
+        ours / native,
+        instructions as f64 / ours / 1e6,
+        summary["trace_bytes"].as_u64().unwrap() as f64 / instructions as f64,
+        summary["peak_rss_kib"].as_i64().unwrap_or(0) / 1024,
+        decode_errors(dir, name)
+    );
+}
+
 fn decode_errors(dir: &Path, name: &str) -> u64 {
     let out = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["dump", "info", "--json"]).arg(dir.join(name).join("trace.json")).output().unwrap();
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
@@ -113,4 +139,11 @@ fn main() {
         ours_rate / branch_rate,
         rate(instructions, ours) / branch_rate
     );
+    // A python3 script (the interpreter's start-up and a loop of dict and
+    // string work) and sort of 4 MiB of the text.
+    let script = "d = {}\nfor i in range(200000):\n    d[str(i) * 3] = i % 7\nprint(sum(d.values()))";
+    compare(&dir, "python3", &["/usr/bin/python3".into(), "-c".into(), script.into()]);
+    let sort_input = dir.join("sort-input");
+    std::fs::write(&sort_input, text(4 << 20)).unwrap();
+    compare(&dir, "sort", &["/usr/bin/sort".into(), sort_input.display().to_string()]);
 }
