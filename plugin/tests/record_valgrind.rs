@@ -414,3 +414,44 @@ fn a_crash_ends_before_the_faulting_instruction() {
 fn a_handled_fault_leaves_out_the_faulting_instruction() {
     check_faults("segv_handler", 3, Some(3));
 }
+
+/// A Valgrind bundle replays in retrace-stub as any other: GDB 13 goes
+/// back from the end of the history to a breakpoint on `main` at the
+/// address the program had under Valgrind (a PIE program at 0x108000).
+#[test]
+fn a_valgrind_bundle_replays_in_the_stub_for_gdb() {
+    if !tools_present() || !require("gdb", which("gdb").is_some()) {
+        return;
+    }
+    let dir = common::work_dir("record-valgrind", "replay");
+    let exe = build("loop_fnptr", &dir, &["-O0"]);
+    let bundle = dir.join("bundle");
+    let (summary, _) = record(&bundle, &exe, &[]);
+    let native = Command::new(&exe).status().unwrap().code().unwrap();
+    assert_eq!(summary["outcome"], format!("program exited with status {native}"));
+    let stub = common::build_stub();
+    let mut server = Command::new(stub)
+        .args(["--listen", "127.0.0.1:0", "--replay"])
+        .arg(bundle.join("trace.json"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    let port = line.rsplit(':').next().unwrap().trim().to_string();
+    let out = Command::new("gdb")
+        .args(["-q", "-batch", "-nx", "-ex", "set debuginfod enabled off", "-ex", &format!("target remote :{port}")])
+        .args(["-ex", "break main", "-ex", "reverse-continue", "-ex", "print $pc", "-ex", "info symbol $pc"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let _ = server.kill();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // main's breakpoint address under Valgrind: the link address + 0x108000.
+    let nm = Command::new("nm").arg(&exe).output().unwrap();
+    let main = String::from_utf8_lossy(&nm.stdout).lines().find(|l| l.ends_with(" T main")).map(|l| u64::from_str_radix(&l[..16], 16).unwrap()).unwrap();
+    assert!(text.contains("Breakpoint 1, main ()"), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let pc = text.lines().find_map(|l| l.split("(void (*)()) ").nth(1)).and_then(|v| v.split_whitespace().next()).map(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap());
+    assert!(pc.is_some_and(|pc| pc > 0x108000 + main && pc < 0x108000 + main + 0x20), "pc {pc:x?}, main at {:#x} + 0x108000\n{text}", main);
+}
