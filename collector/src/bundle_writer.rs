@@ -141,7 +141,19 @@ fn write_image(dir: &Path, up: &str, pid: u32, number: usize, image: &ImageRecor
         let stem = thread_file_stem(thread.tid, number);
         let name = format!("{stem}.intelpt_trace");
         let path = dir.join(&name);
-        io(&path, std::fs::write(&path, &thread.trace))?;
+        match &thread.trace_file {
+            // The stored beginning becomes the bundle's file (moved when on
+            // the same file system), the rest appended.
+            Some((stored, _)) => {
+                if std::fs::rename(stored, &path).is_err() {
+                    io(&path, std::fs::copy(stored, &path).map(drop))?;
+                    let _ = std::fs::remove_file(stored);
+                }
+                let mut file = io(&path, std::fs::OpenOptions::new().append(true).open(&path))?;
+                io(&path, std::io::Write::write_all(&mut file, &thread.trace))?;
+            }
+            None => io(&path, std::fs::write(&path, &thread.trace))?,
+        }
         if let Some(log) = &thread.instruction_log {
             let path = dir.join(format!("{stem}.insns"));
             let mut text = String::with_capacity(log.len() * 17);

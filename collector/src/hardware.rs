@@ -132,7 +132,7 @@ impl<T> OpenImage<T> {
         let threads = self
             .threads
             .into_iter()
-            .map(|(tid, _, trace)| ThreadRecording { tid: tid.as_raw() as u32, trace, instructions: 0, instruction_log: None })
+            .map(|(tid, _, trace)| ThreadRecording { tid: tid.as_raw() as u32, trace, trace_file: None, instructions: 0, instruction_log: None })
             .collect();
         ImageRecording { threads, modules: self.modules }
     }

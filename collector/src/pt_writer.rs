@@ -68,6 +68,8 @@ pub struct ThreadPtWriter {
     enabled: bool,
     started: bool,
     last_psb: usize,
+    /// Bytes handed out by [`Self::take_written`] (positions count them).
+    taken: usize,
     /// Where each PSB kept in the stream starts, oldest first.
     psbs: Vec<usize>,
     psb_period: usize,
@@ -92,6 +94,7 @@ impl ThreadPtWriter {
             enabled: false,
             started: false,
             last_psb: 0,
+            taken: 0,
             psbs: Vec::new(),
             psb_period,
             instructions: 0,
@@ -114,7 +117,7 @@ impl ThreadPtWriter {
 
     /// Bytes of trace so far.
     pub fn len(&self) -> usize {
-        self.encoder.len()
+        self.taken + self.encoder.len()
     }
 
     /// True before anything was written.
@@ -156,8 +159,8 @@ impl ThreadPtWriter {
 
     fn psb_plus(&mut self, tsc: u64, current_ip: Option<u64>) {
         self.flush_tnt();
-        self.last_psb = self.encoder.len();
-        self.psbs.push(self.last_psb);
+        self.last_psb = self.taken + self.encoder.len();
+        self.psbs.push(self.encoder.len());
         self.emit(Packet::Psb);
         if self.timestamps {
             self.emit(Packet::Tsc(tsc & ((1 << 56) - 1)));
@@ -236,7 +239,7 @@ impl ThreadPtWriter {
     /// after events makes LLDB append the last instruction a second time.
     /// Pending TNT bits count as a flow packet (the PSB+ flushes them).
     fn periodic_psb(&mut self, ip: u64, insn: &InsnInfo, tsc: u64) {
-        let since = self.encoder.len() - self.last_psb;
+        let since = self.taken + self.encoder.len() - self.last_psb;
         if since < self.psb_period || (self.awaiting_flow && self.tnt.len == 0) {
             return;
         }
@@ -337,6 +340,22 @@ impl ThreadPtWriter {
         }
         self.last_psb -= cut.min(self.last_psb);
         cut
+    }
+
+    /// The stream written so far (pending TNT bits stay: they are not
+    /// written yet), for the caller to store; the writer goes on as if it
+    /// still had them (PSB spacing counts them), and [`Self::into_bytes`]
+    /// returns what follows. Not for ring use: PSB offsets restart.
+    pub fn take_written(&mut self) -> Vec<u8> {
+        let bytes = self.encoder.take_bytes();
+        self.taken += bytes.len();
+        self.psbs.clear();
+        bytes
+    }
+
+    /// Bytes written and not yet taken.
+    pub fn unwritten_len(&self) -> usize {
+        self.encoder.len()
     }
 
     /// The finished stream. Call [`disable_async`](Self::disable_async) first

@@ -100,12 +100,22 @@ impl std::fmt::Display for Outcome {
 pub struct ThreadRecording {
     /// Thread id.
     pub tid: u32,
-    /// Its Intel PT stream.
+    /// Its Intel PT stream (after what `trace_file` holds).
     pub trace: Vec<u8>,
+    /// The stream's beginning, when a long recording stored it as it went
+    /// (the bundle writer moves it into the bundle), and its length.
+    pub trace_file: Option<(std::path::PathBuf, usize)>,
     /// Instructions recorded.
     pub instructions: u64,
     /// Every executed instruction's address, when asked for.
     pub instruction_log: Option<Vec<u64>>,
+}
+
+impl ThreadRecording {
+    /// Bytes of its trace (the stored beginning included).
+    pub fn trace_len(&self) -> usize {
+        self.trace_file.as_ref().map_or(0, |(_, len)| *len) + self.trace.len()
+    }
 }
 
 /// What the process ran between two `execve`s: one program image, its
@@ -153,7 +163,7 @@ impl Recording {
 
     /// Bytes of trace in all threads.
     pub fn trace_bytes(&self) -> usize {
-        self.threads().map(|t| t.trace.len()).sum()
+        self.threads().map(ThreadRecording::trace_len).sum()
     }
 }
 
@@ -486,7 +496,7 @@ impl Recorder<'_> {
             .map(|(tid, state)| {
                 let instructions = state.writer.instructions();
                 let trace = state.writer.into_bytes();
-                (state.order, ThreadRecording { tid: tid.as_raw() as u32, trace, instructions, instruction_log: state.log })
+                (state.order, ThreadRecording { tid: tid.as_raw() as u32, trace, trace_file: None, instructions, instruction_log: state.log })
             })
             .collect();
         threads.sort_by_key(|(order, _)| *order);

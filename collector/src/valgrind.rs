@@ -247,6 +247,11 @@ fn instruction(ip: u64, bytes: &[u8]) -> Instruction {
 struct ThreadState {
     tid: u32,
     writer: ThreadPtWriter,
+    /// Where the stream's beginning is stored as it grows (with a spill
+    /// folder), and the file.
+    stored: Option<(PathBuf, std::fs::File, usize)>,
+    /// Bytes taken from the writer that could not be stored (kept here).
+    kept: Vec<u8>,
     /// The last instruction, waiting for where control went after it.
     pending: Option<Instruction>,
     log: Option<Vec<u64>>,
@@ -420,6 +425,11 @@ pub struct LogConverter {
     converted: u64,
     /// The limit was reached (here or in the tool).
     limited: bool,
+    /// Where threads' streams are stored once they pass `spill_bytes`
+    /// (memory stays bounded however long the run).
+    spill: Option<(PathBuf, usize)>,
+    /// A stream that could not be stored.
+    spill_error: Option<String>,
 }
 
 impl LogConverter {
@@ -443,6 +453,45 @@ impl LogConverter {
             limit: None,
             converted: 0,
             limited: false,
+            spill: None,
+            spill_error: None,
+        }
+    }
+
+    /// Stores each thread's stream in `folder` whenever `bytes` of it are
+    /// in memory.
+    pub fn with_spill(mut self, folder: Option<PathBuf>, bytes: usize) -> Self {
+        self.spill = folder.map(|f| (f, bytes.max(1)));
+        self
+    }
+
+    fn store(&mut self, index: usize) {
+        let Some((folder, _)) = &self.spill else { return };
+        let thread = &mut self.threads[index];
+        let bytes = thread.writer.take_written();
+        if thread.stored.is_none() {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let path = folder.join(format!("{}.{}.pt", thread.tid, NEXT.fetch_add(1, Ordering::Relaxed)));
+            match std::fs::File::create(&path) {
+                Ok(file) => thread.stored = Some((path, file, 0)),
+                Err(error) => {
+                    self.spill_error.get_or_insert(format!("storing the trace in {}: {error}", path.display()));
+                    self.spill = None;
+                    thread.kept.extend(bytes);
+                    return;
+                }
+            }
+        }
+        let (path, file, len) = thread.stored.as_mut().expect("opened above");
+        *len += bytes.len();
+        if let Err(error) = std::io::Write::write_all(file, &bytes) {
+            // Back to what was stored whole; these bytes stay in memory.
+            *len -= bytes.len();
+            let _ = file.set_len(*len as u64);
+            // Nothing is lost: the rest stays in memory.
+            self.spill_error.get_or_insert(format!("storing the trace in {}: {error}", path.display()));
+            self.spill = None;
+            thread.kept.extend(bytes);
         }
     }
 
@@ -458,7 +507,8 @@ impl LogConverter {
         self.limited
     }
 
-    fn into_converted(self, warnings: Vec<String>) -> ConvertedLog {
+    fn into_converted(mut self, mut warnings: Vec<String>) -> ConvertedLog {
+        warnings.extend(self.spill_error.take());
         let limited = self.limited;
         let (image, undecodable) = self.finish();
         ConvertedLog { image, undecodable, warnings, limited }
@@ -517,8 +567,12 @@ impl LogConverter {
         }
         self.converted += end as u64;
         let mut undecodable = 0;
-        if let Some(thread) = self.current.and_then(|index| self.threads.get_mut(index)) {
+        if let Some(index) = self.current {
+            let thread = &mut self.threads[index];
             thread.run(&superblock[..end], &mut undecodable);
+            if self.spill.as_ref().is_some_and(|(_, at)| thread.writer.unwritten_len() >= *at) {
+                self.store(index);
+            }
         }
         self.undecodable += undecodable;
     }
@@ -591,7 +645,7 @@ impl LogConverter {
                 let (psb_period, keep) = (self.psb_period, self.keep_instruction_log);
                 let threads = &mut self.threads;
                 let index = *self.numbers.entry(number).or_insert_with(|| {
-                    threads.push(ThreadState { tid, writer: ThreadPtWriter::new(psb_period).without_timestamps(), pending: None, log: keep.then(Vec::new) });
+                    threads.push(ThreadState { tid, writer: ThreadPtWriter::new(psb_period).without_timestamps(), stored: None, kept: Vec::new(), pending: None, log: keep.then(Vec::new) });
                     threads.len() - 1
                 });
                 self.threads[index].tid = tid;
@@ -645,7 +699,9 @@ impl LogConverter {
         for mut thread in std::mem::take(&mut self.threads) {
             thread.ended();
             let instructions = thread.writer.instructions();
-            threads.push(ThreadRecording { tid: thread.tid, trace: thread.writer.into_bytes(), instructions, instruction_log: thread.log });
+            let mut trace = std::mem::take(&mut thread.kept);
+            trace.extend(thread.writer.into_bytes());
+            threads.push(ThreadRecording { tid: thread.tid, trace, trace_file: thread.stored.map(|(path, _, len)| (path, len)), instructions, instruction_log: thread.log });
         }
         let mut modules: Vec<LoadedModule> = Vec::new();
         for (start, _, offset, prot, path) in &self.mappings {
@@ -707,14 +763,7 @@ pub fn convert_log(log: &[u8], psb_period: usize, keep_instruction_log: bool, li
 /// completes are converted, a record cut by the read waits for the next.
 /// Returns the process id the log names and the conversion; a log whose
 /// process `wanted` refuses is read to its end and not converted.
-pub fn convert_stream(
-    input: &mut impl std::io::Read,
-    psb_period: usize,
-    keep_instruction_log: bool,
-    limit: Option<u64>,
-    wanted: impl Fn(u32) -> bool,
-) -> std::io::Result<(Option<u32>, ConvertedLog)> {
-    let mut converter = LogConverter::new(psb_period, keep_instruction_log).with_limit(limit);
+pub fn convert_stream(input: &mut impl std::io::Read, mut converter: LogConverter, wanted: impl Fn(u32) -> bool) -> std::io::Result<(Option<u32>, ConvertedLog)> {
     let mut warnings = Vec::new();
     let mut buffer = vec![0u8; 1 << 20];
     let (mut filled, mut offset) = (0usize, 0usize);
@@ -752,7 +801,7 @@ pub fn convert_stream(
                         pid = Some(number);
                         if !wanted(number) {
                             std::io::copy(input, &mut std::io::sink())?;
-                            return Ok((pid, LogConverter::new(psb_period, false).into_converted(Vec::new())));
+                            return Ok((pid, LogConverter::new(DEFAULT_PSB_PERIOD, false).into_converted(Vec::new())));
                         }
                     }
                     if let Err(what) = converter.feed(record) {
@@ -884,6 +933,10 @@ pub fn tool_folder() -> Result<PathBuf, ValgrindError> {
     Ok(folder)
 }
 
+/// A thread's trace in memory beyond which it is stored (with a spill
+/// folder).
+pub const SPILL_BYTES: usize = 8 << 20;
+
 /// Options for [`record`].
 #[derive(Clone)]
 pub struct ValgrindOptions {
@@ -894,6 +947,9 @@ pub struct ValgrindOptions {
     /// End the program after this many instructions (all threads of an
     /// image together).
     pub max_instructions: Option<u64>,
+    /// Where threads' traces are stored as they grow (the bundle writer
+    /// moves them into the bundle); without it they stay in memory.
+    pub spill_folder: Option<PathBuf>,
     /// Set from outside (Ctrl-C) to end the recording: the program is
     /// interrupted and the bundle holds what ran.
     pub stop: Arc<AtomicBool>,
@@ -901,7 +957,7 @@ pub struct ValgrindOptions {
 
 impl Default for ValgrindOptions {
     fn default() -> Self {
-        ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, max_instructions: None, stop: Arc::new(AtomicBool::new(false)) }
+        ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, max_instructions: None, spill_folder: None, stop: Arc::new(AtomicBool::new(false)) }
     }
 }
 
@@ -935,7 +991,10 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
                                 }
                                 std::thread::sleep(Duration::from_millis(1));
                             };
-                            let (pid, converted) = convert_stream(&mut stream, options.psb_period, options.keep_instruction_log, options.max_instructions, |pid| is_main(pid))?;
+                            let converter = LogConverter::new(options.psb_period, options.keep_instruction_log)
+                                .with_limit(options.max_instructions)
+                                .with_spill(options.spill_folder.clone(), SPILL_BYTES);
+                            let (pid, converted) = convert_stream(&mut stream, converter, |pid| is_main(pid))?;
                             Ok((pid.filter(|&pid| is_main(pid)), converted))
                         }));
                     }
@@ -1119,22 +1178,22 @@ mod tests {
         log.splice(8..8, [b'P', 7, 0, 0, 0]);
         let whole = convert_log(&log, DEFAULT_PSB_PERIOD, true, None);
         for step in [1, 2, 3, 7, 64, 4096] {
-            let (pid, streamed) = convert_stream(&mut Trickle { bytes: &log, step }, DEFAULT_PSB_PERIOD, true, None, |_| true).unwrap();
+            let (pid, streamed) = convert_stream(&mut Trickle { bytes: &log, step }, LogConverter::new(DEFAULT_PSB_PERIOD, true), |_| true).unwrap();
             assert_eq!(pid, Some(7));
             assert!(streamed.warnings.is_empty(), "{:?}", streamed.warnings);
             assert_eq!(streamed.image.threads[0].trace, whole.image.threads[0].trace, "step {step}");
             assert_eq!(streamed.image.threads[0].instruction_log, whole.image.threads[0].instruction_log);
         }
         // Cut short and damaged: the error names the offset.
-        let (_, cut) = convert_stream(&mut Trickle { bytes: &log[..log.len() - 3], step: 5 }, DEFAULT_PSB_PERIOD, false, None, |_| true).unwrap();
+        let (_, cut) = convert_stream(&mut Trickle { bytes: &log[..log.len() - 3], step: 5 }, LogConverter::new(DEFAULT_PSB_PERIOD, false), |_| true).unwrap();
         assert_eq!(cut.warnings.len(), 1);
         assert!(cut.warnings[0].contains("cut short"), "{:?}", cut.warnings);
         let mut damaged = log.clone();
         damaged[8 + 5 + 9] = 0x99;
-        let (_, bad) = convert_stream(&mut Trickle { bytes: &damaged, step: 3 }, DEFAULT_PSB_PERIOD, false, None, |_| true).unwrap();
+        let (_, bad) = convert_stream(&mut Trickle { bytes: &damaged, step: 3 }, LogConverter::new(DEFAULT_PSB_PERIOD, false), |_| true).unwrap();
         assert_eq!(bad.warnings, vec!["Valgrind log at byte 22: unknown record tag 0x99".to_string()]);
         // Another process's log is read through and left out.
-        let (pid, other) = convert_stream(&mut Trickle { bytes: &log, step: 4 }, DEFAULT_PSB_PERIOD, false, None, |pid| pid != 7).unwrap();
+        let (pid, other) = convert_stream(&mut Trickle { bytes: &log, step: 4 }, LogConverter::new(DEFAULT_PSB_PERIOD, false), |pid| pid != 7).unwrap();
         assert_eq!(pid, Some(7));
         assert!(other.image.threads.is_empty());
     }
@@ -1167,7 +1226,7 @@ mod tests {
                 }
             }
             let whole = convert_log(&damaged, 64, true, None);
-            let (_, streamed) = convert_stream(&mut Trickle { bytes: &damaged, step: 1 + (random() % 9) as usize }, 64, true, None, |_| true).unwrap();
+            let (_, streamed) = convert_stream(&mut Trickle { bytes: &damaged, step: 1 + (random() % 9) as usize }, LogConverter::new(64, true), |_| true).unwrap();
             assert_eq!(whole.image.threads.len(), streamed.image.threads.len());
             for (a, b) in whole.image.threads.iter().zip(&streamed.image.threads) {
                 assert_eq!(a.trace, b.trace);
@@ -1209,6 +1268,30 @@ mod tests {
         assert_eq!(converted.image.threads[0].instruction_log.as_deref(), Some(&[0x1000][..]));
         let packets: Vec<_> = retrace_decoder::packet::PacketDecoder::new(&converted.image.threads[0].trace).collect();
         assert!(format!("{packets:?}").contains("Fup"), "{packets:?}");
+    }
+
+    #[test]
+    fn a_stream_stored_as_it_grows_is_the_stream_kept_in_memory() {
+        // The loop many times over, stored every 16 bytes.
+        let mut log = LOG_MAGIC.to_vec();
+        log.extend(thread(1, 77));
+        log.extend(superblock(0, &[(0x1000, &[0xff, 0xc9]), (0x1002, &[0x75, 0xfc])]));
+        for _ in 0..3000 {
+            log.extend(entered(0));
+            log.extend(left_at(1, 0x1000));
+        }
+        let folder = std::env::temp_dir().join(format!("retrace-spill-test-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let whole = convert_log(&log, 256, false, None);
+        let (_, stored) = convert_stream(&mut Trickle { bytes: &log, step: 100 }, LogConverter::new(256, false).with_spill(Some(folder.clone()), 16), |_| true).unwrap();
+        let thread = &stored.image.threads[0];
+        let (file, _) = thread.trace_file.as_ref().expect("stored");
+        let mut bytes = std::fs::read(file).unwrap();
+        assert!(bytes.len() > 400 && thread.trace.len() < 64, "{} stored, {} kept", bytes.len(), thread.trace.len());
+        bytes.extend(&thread.trace);
+        assert_eq!(bytes, whole.image.threads[0].trace);
+        assert_eq!(thread.trace_len(), bytes.len());
+        std::fs::remove_dir_all(&folder).unwrap();
     }
 
     #[test]

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use retrace_collector::valgrind::{convert_log, convert_stream, LOG_MAGIC};
+use retrace_collector::valgrind::{convert_log, convert_stream, LogConverter, LOG_MAGIC};
 
 struct Pieces<'a> {
     bytes: &'a [u8],
@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
     let mut log = LOG_MAGIC.to_vec();
     log.extend_from_slice(rest);
     let whole = convert_log(&log, 256, true, None);
-    let (_, streamed) = convert_stream(&mut Pieces { bytes: &log, step: step as usize + 1 }, 256, true, None, |_| true).unwrap();
+    let (_, streamed) = convert_stream(&mut Pieces { bytes: &log, step: step as usize + 1 }, LogConverter::new(256, true), |_| true).unwrap();
     assert_eq!(whole.image.threads.len(), streamed.image.threads.len());
     for (a, b) in whole.image.threads.iter().zip(&streamed.image.threads) {
         assert_eq!(a.trace, b.trace);

@@ -219,7 +219,7 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
             "pid": recording.pid,
             "outcome": recording.outcome.to_string(),
             "threads": recording.images.iter().enumerate().flat_map(|(image, i)| i.threads.iter().map(move |t| serde_json::json!({
-                "tid": t.tid, "image": image, "instructions": t.instructions, "trace_bytes": t.trace.len()
+                "tid": t.tid, "image": image, "instructions": t.instructions, "trace_bytes": t.trace_len()
             }))).collect::<Vec<_>>(),
             "images": recording.images.len(),
             "warnings": recording.warnings,
@@ -238,7 +238,7 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 eprintln!("  image {number} ({program}):");
             }
             for thread in &image.threads {
-                eprintln!("  thread {}: {} instructions, {} bytes of trace", thread.tid, thread.instructions, thread.trace.len());
+                eprintln!("  thread {}: {} instructions, {} bytes of trace", thread.tid, thread.instructions, thread.trace_len());
             }
         }
         for warning in &recording.warnings {
@@ -298,10 +298,29 @@ fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
     let mut command = args.command.into_iter();
     let program = command.next().expect("clap requires a program");
     let rest: Vec<OsString> = command.collect();
-    let options = valgrind::ValgrindOptions { keep_instruction_log: args.insn_log, max_instructions: args.max_insns, stop, ..Default::default() };
-    let recording = valgrind::record(&program, &rest, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")))?;
+    // Traces are stored as they grow, beside the bundle (moved into it at
+    // the end): memory stays bounded however long the program runs.
+    let spill = args.output.with_file_name(format!(
+        ".{}.retrace-{}",
+        args.output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&spill).map_err(|e| CliError::Message(format!("creating {}: {e}", spill.display())))?;
+    let options = valgrind::ValgrindOptions {
+        keep_instruction_log: args.insn_log,
+        max_instructions: args.max_insns,
+        spill_folder: Some(spill.clone()),
+        stop,
+        ..Default::default()
+    };
+    let recorded = valgrind::record(&program, &rest, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")));
     let info = BundleInfo { backend: "valgrind".into(), mode: None, cpu_info: CpuInfo::software_recording(), cpu_info_is_synthetic: true };
-    let trace_json = write_bundle(&args.output, &recording, &info).map_err(|e| CliError::Message(e.to_string()))?;
+    let written = recorded.and_then(|recording| {
+        let trace_json = write_bundle(&args.output, &recording, &info).map_err(|e| CliError::Message(e.to_string()))?;
+        Ok((recording, trace_json))
+    });
+    let _ = std::fs::remove_dir_all(&spill);
+    let (recording, trace_json) = written?;
     let seconds = recording.elapsed.as_secs_f64();
     let instructions = recording.instructions();
     let rate = if seconds > 0.0 { instructions as f64 / seconds } else { 0.0 };
@@ -313,7 +332,7 @@ fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
             "pid": recording.pid,
             "outcome": recording.outcome.to_string(),
             "threads": recording.images.iter().enumerate().flat_map(|(image, i)| i.threads.iter().map(move |t| serde_json::json!({
-                "tid": t.tid, "image": image, "instructions": t.instructions, "trace_bytes": t.trace.len()
+                "tid": t.tid, "image": image, "instructions": t.instructions, "trace_bytes": t.trace_len()
             }))).collect::<Vec<_>>(),
             "images": recording.images.len(),
             "warnings": recording.warnings,
