@@ -210,12 +210,25 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     }
     let trace_json = write_bundle(&args.output, &recording, &info).map_err(|e| CliError::Message(e.to_string()))?;
 
+    report(&recording, &info, &trace_json, args.json);
+    let code = match recording.outcome {
+        Outcome::Exited(_) | Outcome::InstructionLimit => 0,
+        Outcome::Signaled { .. } | Outcome::Interrupted => 0,
+    };
+    Ok(ExitCode::from(code))
+}
+
+/// What `retrace record` says about a recording on stderr: the summary as
+/// one line of JSON, or the outcome, threads, counts and the bundle.
+fn report(recording: &retrace_collector::software::Recording, info: &BundleInfo, trace_json: &std::path::Path, json: bool) {
     let seconds = recording.elapsed.as_secs_f64();
     let instructions = recording.instructions();
     let rate = if seconds > 0.0 { instructions as f64 / seconds } else { 0.0 };
-    if args.json {
+    if json {
         let summary = serde_json::json!({
             "bundle": trace_json,
+            "backend": info.backend,
+            "peak_rss_kib": peak_rss_kib(),
             "pid": recording.pid,
             "outcome": recording.outcome.to_string(),
             "threads": recording.images.iter().enumerate().flat_map(|(image, i)| i.threads.iter().map(move |t| serde_json::json!({
@@ -251,8 +264,9 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 recording.threads().count()
             );
         } else {
+            let under = if info.backend == "valgrind" { " under Valgrind" } else { "" };
             eprintln!(
-                "recorded {instructions} instructions in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
+                "recorded {instructions} instructions{under} in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
                 recording.threads().count(),
                 recording.trace_bytes()
             );
@@ -263,11 +277,6 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
         eprintln!("bundle: {}", trace_json.display());
         eprintln!("  lldb-22 -o \"trace load {}\" -o \"thread trace dump instructions\"", trace_json.display());
     }
-    let code = match recording.outcome {
-        Outcome::Exited(_) | Outcome::InstructionLimit => 0,
-        Outcome::Signaled { .. } | Outcome::Interrupted => 0,
-    };
-    Ok(ExitCode::from(code))
 }
 
 /// The largest resident set this process has had, in KiB.
@@ -321,40 +330,7 @@ fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
     });
     let _ = std::fs::remove_dir_all(&spill);
     let (recording, trace_json) = written?;
-    let seconds = recording.elapsed.as_secs_f64();
-    let instructions = recording.instructions();
-    let rate = if seconds > 0.0 { instructions as f64 / seconds } else { 0.0 };
-    if args.json {
-        let summary = serde_json::json!({
-            "bundle": trace_json,
-            "backend": "valgrind",
-            "peak_rss_kib": peak_rss_kib(),
-            "pid": recording.pid,
-            "outcome": recording.outcome.to_string(),
-            "threads": recording.images.iter().enumerate().flat_map(|(image, i)| i.threads.iter().map(move |t| serde_json::json!({
-                "tid": t.tid, "image": image, "instructions": t.instructions, "trace_bytes": t.trace_len()
-            }))).collect::<Vec<_>>(),
-            "images": recording.images.len(),
-            "warnings": recording.warnings,
-            "instructions": instructions,
-            "trace_bytes": recording.trace_bytes(),
-            "seconds": seconds,
-            "instructions_per_second": rate,
-            "undecodable_instructions": recording.undecodable,
-        });
-        eprintln!("{summary}");
-    } else {
-        eprintln!("{}", recording.outcome);
-        for warning in &recording.warnings {
-            eprintln!("warning: {warning}");
-        }
-        eprintln!(
-            "recorded {instructions} instructions under Valgrind in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
-            recording.threads().count(),
-            recording.trace_bytes()
-        );
-        eprintln!("bundle: {}", trace_json.display());
-    }
+    report(&recording, &info, &trace_json, args.json);
     Ok(ExitCode::from(match recording.outcome {
         Outcome::Exited(code) => code as u8,
         Outcome::Signaled { signal, .. } => 128u8.wrapping_add(signal as u8),
