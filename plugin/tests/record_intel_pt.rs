@@ -27,7 +27,7 @@ use retrace_tests::lldb::dump_raw_instructions_of;
 use retrace_tests::recordings::{read_insn_log, record_summary};
 use retrace_tests::tools::which;
 
-const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs");
+use common::build;
 
 /// Why the hardware tests cannot run here, if they cannot.
 fn unavailable() -> Option<String> {
@@ -56,12 +56,6 @@ fn runs_here() -> bool {
     }
 }
 
-fn build(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
-    let exe = dir.join(name);
-    let out = Command::new("gcc").args(["-g", "-o"]).arg(&exe).arg(format!("{PROGRAMS}/{name}.c")).args(flags).output().unwrap();
-    assert!(out.status.success(), "gcc: {}", String::from_utf8_lossy(&out.stderr));
-    exe
-}
 
 fn record(backend: &[&str], bundle: &Path, program: &[&str]) -> serde_json::Value {
     let out: Output = Command::new(env!("CARGO_BIN_EXE_retrace"))

@@ -6,32 +6,19 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use retrace_tests::lldb::dump_raw_instructions;
 use retrace_tests::tools::{require, which};
 
-const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs");
+use common::{PROGRAMS, gcc, build};
 
 fn tools_present() -> bool {
     require("gcc", which("gcc").is_some()) && require("lldb-22 (Debian package lldb-22)", which("lldb-22").is_some())
 }
 
-fn gcc(args: &[&str]) {
-    let out = Command::new("gcc").args(args).output().expect("run gcc");
-    assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
 
-/// Builds `tests/programs/<name>.c` with `flags` into `dir`.
-fn build(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
-    let exe = dir.join(name);
-    let source = format!("{PROGRAMS}/{name}.c");
-    let mut args = vec!["-g", "-o", exe.to_str().unwrap(), &source];
-    args.extend_from_slice(flags);
-    gcc(&args);
-    exe
-}
 
 fn retrace_record(bundle: &Path, program: &Path, args: &[&str]) -> Output {
     retrace_record_mode("step", bundle, program, args)

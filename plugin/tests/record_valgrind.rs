@@ -15,7 +15,7 @@ use retrace_collector::valgrind::{VALGRIND_LIB_VARIABLE, VALGRIND_OPTIONS};
 use retrace_tests::lldb::dump_raw_instructions;
 use retrace_tests::tools::{require, which};
 
-const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs");
+use common::{PROGRAMS, gcc, build};
 
 fn tools_present() -> bool {
     require("gcc", which("gcc").is_some())
@@ -24,20 +24,7 @@ fn tools_present() -> bool {
         && require("retrace built with Valgrind's headers", retrace_collector::valgrind::availability().is_ok())
 }
 
-fn gcc(args: &[&str]) {
-    let out = Command::new("gcc").args(args).output().expect("run gcc");
-    assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
 
-/// Builds `tests/programs/<name>.c` with `flags` into `dir`.
-fn build(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
-    let exe = dir.join(name);
-    let source = format!("{PROGRAMS}/{name}.c");
-    let mut args = vec!["-g", "-o", exe.to_str().unwrap(), &source];
-    args.extend_from_slice(flags);
-    gcc(&args);
-    exe
-}
 
 /// One `VALGRIND_LIB` folder for retrace's tool and the imarks tool, so
 /// both runs show the program the same environment.
@@ -447,6 +434,7 @@ fn a_valgrind_bundle_replays_in_the_stub_for_gdb() {
         .output()
         .unwrap();
     let _ = server.kill();
+    let _ = server.wait();
     let text = String::from_utf8_lossy(&out.stdout);
     // main's breakpoint address under Valgrind: the link address + 0x108000.
     let nm = Command::new("nm").arg(&exe).output().unwrap();

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use retrace_tests::tools::{require, which};
 
-const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs");
+use common::{PROGRAMS, gcc};
 
 fn tools_present() -> bool {
     require("gcc", which("gcc").is_some())
@@ -20,10 +20,6 @@ fn tools_present() -> bool {
         && require("python3-lldb-22", Path::new("/usr/lib/python3/dist-packages/lldb").exists())
 }
 
-fn gcc(args: &[&str]) {
-    let out = Command::new("gcc").args(args).output().expect("run gcc");
-    assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
 
 /// Builds the native bridge next to the `retrace` binary (cargo does not
 /// build a cdylib for tests) and gives its path.

@@ -3,6 +3,28 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The C programs the tests build (`tests/programs`).
+#[allow(dead_code)] // not every test file builds programs
+pub const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs");
+
+/// Runs gcc with `args`; its errors fail the test.
+#[allow(dead_code)]
+pub fn gcc(args: &[&str]) {
+    let out = Command::new("gcc").args(args).output().expect("run gcc");
+    assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Builds `tests/programs/<name>.c` with debug info and `flags` into `dir`.
+#[allow(dead_code)]
+pub fn build(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
+    let exe = dir.join(name);
+    let source = format!("{PROGRAMS}/{name}.c");
+    let mut args = vec!["-g", "-o", exe.to_str().unwrap(), &source];
+    args.extend_from_slice(flags);
+    gcc(&args);
+    exe
+}
+
 /// An empty directory `<target tmp>/<group>/<name>` for one test.
 #[allow(dead_code)] // not every test file needs one
 pub fn work_dir(group: &str, name: &str) -> PathBuf {
