@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use retrace_decoder::history::AddressHasher;
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
 use crate::process::LoadedModule;
@@ -355,35 +356,6 @@ impl ThreadState {
     }
 }
 
-/// Hashes code addresses (multiplicative: they are not chosen by an
-/// adversary, and SipHash was a third of the conversion's time).
-#[derive(Default, Clone, Copy)]
-struct AddressHasher(u64);
-
-impl std::hash::Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = (value ^ (value >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-impl std::hash::BuildHasher for AddressHasher {
-    type Hasher = AddressHasher;
-
-    fn build_hasher(&self) -> AddressHasher {
-        AddressHasher(0)
-    }
-}
-
 /// A translated superblock.
 #[derive(Clone)]
 struct Superblock {
@@ -401,7 +373,7 @@ pub struct LogConverter {
     /// By id (the tool numbers them from 0).
     superblocks: Vec<Option<Superblock>>,
     /// The latest translation at each address.
-    by_address: HashMap<u64, u32, AddressHasher>,
+    by_address: HashMap<u64, u32, std::hash::BuildHasherDefault<AddressHasher>>,
     /// Where the program goes next, when one address (as the tool predicts).
     predicted: Option<u64>,
     threads: Vec<ThreadState>,
@@ -836,6 +808,10 @@ pub fn convert_stream(input: &mut impl std::io::Read, mut converter: LogConverte
     Ok((pid, converter.into_converted(warnings)))
 }
 
+/// One connection's log: the process it names (when it is the program's)
+/// and its conversion.
+type ImageLog = (Option<u32>, ConvertedLog);
+
 /// Why recording under Valgrind failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ValgrindError {
@@ -976,7 +952,7 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
     // drained): converted on a thread of its own as the program runs.
     let acceptor = {
         let (done, main_pid, options) = (done.clone(), main_pid.clone(), options.clone());
-        std::thread::spawn(move || -> Vec<std::thread::JoinHandle<std::io::Result<(Option<u32>, ConvertedLog)>>> {
+        std::thread::spawn(move || -> Vec<std::thread::JoinHandle<std::io::Result<ImageLog>>> {
             let mut handlers = Vec::new();
             loop {
                 match listener.accept() {
@@ -994,7 +970,7 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
                             let converter = LogConverter::new(options.psb_period, options.keep_instruction_log)
                                 .with_limit(options.max_instructions)
                                 .with_spill(options.spill_folder.clone(), SPILL_BYTES);
-                            let (pid, converted) = convert_stream(&mut stream, converter, |pid| is_main(pid))?;
+                            let (pid, converted) = convert_stream(&mut stream, converter, &is_main)?;
                             Ok((pid.filter(|&pid| is_main(pid)), converted))
                         }));
                     }
