@@ -7,35 +7,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const INCLUDE: &str = "/usr/include/valgrind";
-const LIBS: &str = "/usr/lib/x86_64-linux-gnu/valgrind";
+include!("../../collector/valgrind/build_tool.rs");
 
 /// Builds the imarks tool into `folder` (a `VALGRIND_LIB` folder retrace
 /// also uses, see `RETRACE_VALGRIND_LIB`), with links to the installed
 /// Valgrind's own files. `None` when Valgrind's headers are not here.
 pub fn prepare_folder(folder: &Path) -> Option<PathBuf> {
-    if !Path::new(INCLUDE).join("pub_tool_basics.h").exists() {
+    if !valgrind_tool_sdk_present() {
         return None;
     }
     std::fs::create_dir_all(folder).unwrap();
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/valgrind/imarks.c");
-    let object = folder.join("imarks.o");
-    let tool = folder.join("imarks-amd64-linux");
-    let run = |command: &mut Command| {
-        let out = command.output().expect("run gcc");
-        assert!(out.status.success(), "{command:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    run(Command::new("gcc")
-        .args(["-c", "-O2", "-I", INCLUDE, "-DVGA_amd64=1", "-DVGO_linux=1", "-DVGP_amd64_linux=1", "-DVGPV_amd64_linux_vanilla=1"])
-        .args(["-fno-stack-protector", "-fno-builtin", "-fno-strict-aliasing", "-fno-pie", source, "-o"])
-        .arg(&object));
-    run(Command::new("gcc")
-        .arg("-o")
-        .arg(&tool)
-        .arg(&object)
-        .args(["-static", "-nodefaultlibs", "-nostartfiles", "-u", "_start", "-Wl,--build-id=none", "-Wl,-Ttext-segment=0x58000000", "-no-pie"])
-        .args(["libcoregrind-amd64-linux.a", "libvex-amd64-linux.a", "libgcc-sup-amd64-linux.a"].map(|l| format!("{LIBS}/{l}")))
-        .arg("-lgcc"));
+    let source = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/valgrind/imarks.c"));
+    build_valgrind_tool(source, &folder.join("imarks-amd64-linux"), &[]).unwrap_or_else(|e| panic!("{e}"));
     for entry in std::fs::read_dir("/usr/libexec/valgrind").ok()?.flatten() {
         let link = folder.join(entry.file_name());
         if !link.exists() {
