@@ -84,6 +84,73 @@ pub struct ThreadPtWriter {
 /// Default distance between PSBs, in bytes.
 pub const DEFAULT_PSB_PERIOD: usize = 4096;
 
+/// Instructions that run one after another, each needing no packet but a
+/// conditional branch's TNT bit or a call's return address (a superblock's
+/// body, as the Valgrind backend sees it): what they write, computed once
+/// and written as often as they run
+/// ([`ThreadPtWriter::executed_straight`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StraightRun {
+    first: InsnInfo,
+    instructions: u32,
+    /// Conditional branches' outcomes, oldest in the most significant of
+    /// `tnt_len` bits.
+    tnt: u64,
+    tnt_len: u8,
+    /// Return addresses the calls push, in order.
+    returns: [u64; StraightRun::MAX_CALLS],
+    returns_len: u8,
+}
+
+impl StraightRun {
+    const MAX_CALLS: usize = 4;
+
+    /// The run of `steps` (address, instruction, the address run next), if
+    /// each is a plain instruction, a direct jump or call or a conditional
+    /// branch (at most 64 branches and 4 calls); `None` otherwise.
+    pub fn new(steps: impl IntoIterator<Item = (u64, InsnInfo, u64)>) -> Option<StraightRun> {
+        let mut run = StraightRun { first: InsnInfo { len: 1, kind: FlowKind::Other }, instructions: 0, tnt: 0, tnt_len: 0, returns: [0; Self::MAX_CALLS], returns_len: 0 };
+        for (ip, insn, next_ip) in steps {
+            if run.instructions == 0 {
+                run.first = insn;
+            }
+            run.instructions += 1;
+            let fallthrough = ip.wrapping_add(insn.len as u64);
+            match insn.kind {
+                FlowKind::Other | FlowKind::Jump { .. } => {}
+                FlowKind::CondBranch { .. } => {
+                    if run.tnt_len == 64 {
+                        return None;
+                    }
+                    run.tnt = run.tnt << 1 | (next_ip != fallthrough) as u64;
+                    run.tnt_len += 1;
+                }
+                FlowKind::Call { .. } => {
+                    if !insn.is_zero_length_call(ip) {
+                        if run.returns_len as usize == Self::MAX_CALLS {
+                            return None;
+                        }
+                        run.returns[run.returns_len as usize] = fallthrough;
+                        run.returns_len += 1;
+                    }
+                }
+                _ => return None,
+            }
+        }
+        Some(run)
+    }
+
+    /// How many instructions.
+    pub fn len(&self) -> usize {
+        self.instructions as usize
+    }
+
+    /// No instruction.
+    pub fn is_empty(&self) -> bool {
+        self.instructions == 0
+    }
+}
+
 impl ThreadPtWriter {
     /// A writer emitting a PSB+ about every `psb_period` bytes.
     pub fn new(psb_period: usize) -> Self {
@@ -250,6 +317,34 @@ impl ThreadPtWriter {
         let needs_packet = !matches!(insn.kind, FlowKind::Other | FlowKind::Jump { .. } | FlowKind::Call { .. });
         if !needs_packet || since >= 2 * self.psb_period {
             self.psb_plus(tsc, Some(ip));
+        }
+    }
+
+    /// The instructions of `run` ran, the first at `first_ip`: what
+    /// [`executed`](Self::executed) would write for each, at once (a
+    /// periodic PSB+ is only placed before the first).
+    pub fn executed_straight(&mut self, first_ip: u64, run: &StraightRun, tsc: u64) {
+        if run.instructions == 0 {
+            return;
+        }
+        self.periodic_psb(first_ip, &run.first, tsc);
+        if !self.enabled {
+            self.enable(first_ip, tsc);
+        }
+        self.instructions += run.instructions as u64;
+        let mut left = run.tnt_len;
+        while left > 0 {
+            let take = (6 - self.tnt.len).min(left);
+            let chunk = (run.tnt >> (left - take)) & ((1u64 << take) - 1);
+            self.tnt.bits = self.tnt.bits << take | chunk;
+            self.tnt.len += take;
+            left -= take;
+            if self.tnt.len == 6 {
+                self.flush_tnt();
+            }
+        }
+        for &address in &run.returns[..run.returns_len as usize] {
+            self.returns.push(address);
         }
     }
 

@@ -6,14 +6,14 @@
 //! turns that log into the same Intel PT streams the ptrace backend writes
 //! ([`ThreadPtWriter`]): every consumer decodes one format.
 //!
-//! The log (little-endian; after the magic `RTVGLOG1`), one record per tag:
+//! The log (little-endian; after the magic `RTVGLOG2`), one record per tag:
 //!
 //! | tag | fields | meaning |
 //! |---|---|---|
-//! | `B` | u32 id, u64 entry, u64 next, u16 n, n × (u64 address, u8 length, bytes) | a translated superblock: its instructions in execution order, and where it goes when it runs to its end if that is one address (else 0) |
-//! | `E` | u32 id | the current thread entered superblock `id` |
-//! | `e` | — | it entered the superblock at the address the last one went to (its `next`, or the side exit it took): one byte for most superblocks |
-//! | `X` | u16 index, u64 to | it left at the side exit of its instruction `index` for `to` (0: not one address); without `X` it ran to its end |
+//! | `B` | u32 id, u64 entry, u64 next, u16 n, n × (u64 address, u8 length, bytes), u16 m, m × (u16 index, u64 to) | a translated superblock: its instructions in execution order, where it goes when it runs to its end if that is one address (else 0), and its side exits: at its instruction `index`, for `to` (0: not one address) |
+//! | `E` | u32 id, u8 way | the current thread entered superblock `id` and left it by `way`: 0, its end (unless an `X` follows), k, its side exit k − 1 |
+//! | 0x80 \| way | — | it entered the superblock at the address the last one went to (its `next`, or the side exit it took), and left it by `way` (0–127): one byte for most superblocks run |
+//! | `X` | u16 exit | it left by its side exit `exit` (when the entry's byte could not say so) |
 //! | `G` | — | code that is not the program's ran (Valgrind's own text) |
 //! | `T` | u32 number, u32 tid | thread `number` (numbered by the tool: Valgrind reuses its slots) runs from now on |
 //! | `S` | u32 signal, u64 ip | a signal is delivered before the instruction at `ip` |
@@ -39,24 +39,28 @@ use retrace_decoder::history::AddressHasher;
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
 use crate::process::LoadedModule;
-use crate::pt_writer::{ThreadPtWriter, DEFAULT_PSB_PERIOD};
+use crate::pt_writer::{StraightRun, ThreadPtWriter, DEFAULT_PSB_PERIOD};
 use crate::software::{ImageRecording, Outcome, Recording, ThreadRecording};
 
 /// The magic at the start of every log.
-pub const LOG_MAGIC: &[u8; 8] = b"RTVGLOG1";
+pub const LOG_MAGIC: &[u8; 8] = b"RTVGLOG2";
 
 /// One record of the tool's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogRecord<'a> {
-    /// A translated superblock: `(address, bytes)` of each instruction.
-    Superblock { id: u32, entry: u64, next: u64, instructions: Vec<(u64, &'a [u8])> },
-    /// The current thread entered superblock `id`.
-    Entered(u32),
-    /// It entered the superblock at the address the last one went to.
-    EnteredNext,
-    /// The superblock just entered left at its instruction `index`'s side
-    /// exit, for `to` (0: not one address).
-    LeftAt { index: u16, to: u64 },
+    /// A translated superblock: `(address, bytes)` of each instruction, and
+    /// its side exits: `(index of the instruction, to)` (`to` 0: not one
+    /// address).
+    Superblock { id: u32, entry: u64, next: u64, instructions: Vec<(u64, &'a [u8])>, exits: Vec<(u16, u64)> },
+    /// The current thread entered superblock `id` and left it by `way`
+    /// (0: its end, unless a [`LogRecord::LeftAt`] follows; k: side exit
+    /// k − 1).
+    Entered { id: u32, way: u8 },
+    /// It entered the superblock at the address the last one went to, and
+    /// left it by `way` (as in [`LogRecord::Entered`]).
+    EnteredNext { way: u8 },
+    /// The superblock just entered left by its side exit `exit`.
+    LeftAt { exit: u16 },
     /// Code that is not the program's ran.
     Foreign,
     /// Thread `number` (its OS id `tid`) runs from now on.
@@ -85,7 +89,14 @@ pub struct LogError {
     pub what: String,
 }
 
-const KNOWN_TAGS: &[u8] = b"BEeXGTSQMLPF";
+const KNOWN_TAGS: &[u8] = b"BEXGTSQMLPF";
+
+/// The byte of a [`LogRecord::EnteredNext`]: this bit and the way.
+const ENTERED_NEXT: u8 = 0x80;
+
+fn is_tag(byte: u8) -> bool {
+    byte & ENTERED_NEXT != 0 || KNOWN_TAGS.contains(&byte)
+}
 
 /// One record at the start of `bytes`.
 #[derive(Debug)]
@@ -101,7 +112,7 @@ pub enum Parsed<'a> {
 /// Reads the record at the start of `bytes` (a log after its magic).
 pub fn parse_record(bytes: &[u8]) -> Parsed<'_> {
     let Some(&tag) = bytes.first() else { return Parsed::Incomplete };
-    if !KNOWN_TAGS.contains(&tag) {
+    if !is_tag(tag) {
         return Parsed::Bad(format!("unknown record tag {tag:#04x}"));
     }
     let mut reader = LogReader { log: bytes, at: 0, failed: false };
@@ -118,7 +129,7 @@ pub fn log_records(log: &[u8]) -> impl Iterator<Item = Result<LogRecord<'_>, Log
     let mut reader = LogReader { log, at: 0, failed: false };
     if !log.starts_with(LOG_MAGIC) {
         reader.failed = true;
-        return LogRecords { reader, first: Some(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG1)".into() }) };
+        return LogRecords { reader, first: Some(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG2)".into() }) };
     }
     reader.at = LOG_MAGIC.len();
     LogRecords { reader, first: None }
@@ -144,7 +155,7 @@ impl<'a> Iterator for LogRecords<'a> {
         if record.is_none() {
             self.reader.failed = true;
             let tag = self.reader.log[start];
-            let what = if KNOWN_TAGS.contains(&tag) { format!("record '{}' cut short", tag as char) } else { format!("unknown record tag {tag:#04x}") };
+            let what = if is_tag(tag) { format!("record '{}' cut short", tag as char) } else { format!("unknown record tag {tag:#04x}") };
             return Some(Err(LogError { offset: start, what }));
         }
         record.map(Ok)
@@ -193,11 +204,16 @@ impl<'a> LogReader<'a> {
                     let length = self.u8()?;
                     instructions.push((address, self.bytes(length as usize)?));
                 }
-                LogRecord::Superblock { id, entry, next, instructions }
+                let m = self.u16()?;
+                let mut exits = Vec::with_capacity(m as usize);
+                for _ in 0..m {
+                    exits.push((self.u16()?, self.u64()?));
+                }
+                LogRecord::Superblock { id, entry, next, instructions, exits }
             }
-            b'E' => LogRecord::Entered(self.u32()?),
-            b'e' => LogRecord::EnteredNext,
-            b'X' => LogRecord::LeftAt { index: self.u16()?, to: self.u64()? },
+            b'E' => LogRecord::Entered { id: self.u32()?, way: self.u8()? },
+            b'X' => LogRecord::LeftAt { exit: self.u16()? },
+            byte if byte & ENTERED_NEXT != 0 => LogRecord::EnteredNext { way: byte & !ENTERED_NEXT },
             b'G' => LogRecord::Foreign,
             b'T' => LogRecord::Thread { number: self.u32()?, tid: self.u32()? },
             b'S' => LogRecord::Signal { signal: self.u32()?, ip: self.u64()? },
@@ -307,6 +323,26 @@ impl ThreadState {
         }
     }
 
+    /// The instructions of one superblock run, in order, the run of all
+    /// but the last computed once (`straight`): the same as [`Self::run`]
+    /// for instructions that are all decoded, with no REP among them.
+    /// With `closed`, `straight` holds the last instruction too (where it
+    /// went is known): nothing is left pending.
+    fn run_straight(&mut self, instructions: &[Instruction], straight: &StraightRun, closed: bool) {
+        let (first, last) = (instructions[0], instructions[instructions.len() - 1]);
+        if let Some(previous) = self.pending.take() {
+            let info = previous.info.expect("pending instructions are decoded");
+            self.writer.executed(previous.ip, &info, Some(first.ip), 0);
+        }
+        self.writer.executed_straight(first.ip, straight, 0);
+        if let Some(log) = self.log.as_mut() {
+            log.extend(instructions.iter().map(|x| x.ip));
+        }
+        if !closed {
+            self.pending = Some(last);
+        }
+    }
+
     /// Control left the program's code after the pending instruction
     /// (a signal before `resume`, or code not the program's): the pending
     /// instruction completes towards `resume` when known, and tracing stops.
@@ -357,14 +393,62 @@ impl ThreadState {
 }
 
 /// A translated superblock.
-#[derive(Clone)]
 struct Superblock {
-    instructions: Arc<[Instruction]>,
-    /// Where it goes when it runs to its end, if one address.
-    next: Option<u64>,
+    /// Where it starts.
+    entry: u64,
+    instructions: Box<[Instruction]>,
+    /// The ways out: `[0]` its end, `[k]` its side exit k − 1.
+    ways: Box<[Way]>,
+}
+
+/// One way out of a superblock.
+struct Way {
+    /// How many of its instructions run when it leaves this way.
+    end: u16,
+    /// Where it goes then, if one address.
+    to: Option<u64>,
     /// The superblock there, once looked up (and the translation
     /// generation it is good for).
-    next_id: std::cell::Cell<Option<(u32, u32)>>,
+    to_id: std::cell::Cell<Option<(u32, u32)>>,
+    /// What the instructions before the last write, computed once (when
+    /// they are decoded, no REP among them, and need nothing but TNT bits).
+    straight: Option<StraightRun>,
+    /// The same for all of them, the last going to `to`: what the way
+    /// writes when the superblock there is entered next.
+    closed: Option<StraightRun>,
+}
+
+impl Superblock {
+    fn new(instructions: Vec<Instruction>, next: u64, exits: &[(u16, u64)]) -> Superblock {
+        let way = |end: usize, to: u64| {
+            let end = end.min(instructions.len());
+            let body = &instructions[..end];
+            let simple = body.iter().all(|i| i.info.is_some() && !i.rep);
+            let steps = body.windows(2).map(|pair| (pair[0].ip, pair[0].info.expect("checked"), pair[1].ip));
+            let straight = if simple { StraightRun::new(steps.clone()) } else { None };
+            let closed = match body.last() {
+                Some(last) if simple && to != 0 => StraightRun::new(steps.chain([(last.ip, last.info.expect("checked"), to)])),
+                _ => None,
+            };
+            Way { end: end as u16, to: (to != 0).then_some(to), to_id: Default::default(), straight, closed }
+        };
+        let mut ways = vec![way(instructions.len(), next)];
+        ways.extend(exits.iter().map(|&(index, to)| way(index as usize + 1, to)));
+        Superblock { entry: instructions.first().map_or(0, |i| i.ip), ways: ways.into(), instructions: instructions.into() }
+    }
+}
+
+/// How the open superblock is closed.
+#[derive(Debug, Clone, Copy)]
+enum Leaving {
+    /// By the way out it left by (its end unless the log said otherwise);
+    /// where it went is known later.
+    AsLeft,
+    /// By the way out it left by, into the superblock there (which the
+    /// log says was entered next).
+    IntoNext,
+    /// After its first this many instructions (before a fault).
+    After(usize),
 }
 
 /// Turns one log (one program image of one process) into per-thread Intel
@@ -380,13 +464,15 @@ pub struct LogConverter {
     /// Index in `threads` by the tool's thread number.
     numbers: BTreeMap<u32, usize>,
     current: Option<usize>,
-    /// The superblock whose `next` is `predicted` (its successor's id is
-    /// cached in it).
-    predicted_by: Option<u32>,
+    /// The superblock and its way out that `predicted` is where of (the
+    /// id there is cached in it).
+    predicted_by: Option<(u32, usize)>,
     /// Bumped when an address is translated again (cached successors go).
     generation: u32,
-    /// The superblock entered last (its id), until its end is known.
-    open: Option<u32>,
+    /// The superblock entered last (its id) and the way it left by (0 its
+    /// end, until the log says otherwise), until its instructions are
+    /// written.
+    open: Option<(u32, usize)>,
     mappings: Vec<(u64, u64, u64, u8, String)>,
     psb_period: usize,
     keep_instruction_log: bool,
@@ -402,6 +488,9 @@ pub struct LogConverter {
     spill: Option<(PathBuf, usize)>,
     /// A stream that could not be stored.
     spill_error: Option<String>,
+    /// Superblocks' straight runs are written at once (else instruction by
+    /// instruction, as tests compare).
+    fast: bool,
 }
 
 impl LogConverter {
@@ -427,6 +516,7 @@ impl LogConverter {
             limited: false,
             spill: None,
             spill_error: None,
+            fast: true,
         }
     }
 
@@ -497,51 +587,77 @@ impl LogConverter {
 
     fn enter(&mut self, id: u32) -> Result<(), String> {
         let superblock = self.superblocks.get(id as usize).and_then(Option::as_ref).ok_or_else(|| format!("superblock {id} entered before it was translated"))?;
-        self.open = Some(id);
-        self.predicted = superblock.next;
-        self.predicted_by = Some(id);
+        self.open = Some((id, 0));
+        self.predicted = superblock.ways[0].to;
+        self.predicted_by = Some((id, 0));
         Ok(())
     }
 
-    /// The superblock at the predicted address (cached in the superblock
-    /// that predicted it).
-    fn enter_predicted(&mut self) -> Result<(), String> {
+    /// The superblock at the predicted address (its id cached in the way
+    /// out that predicted it).
+    fn predicted_id(&mut self) -> Result<u32, String> {
         let at = self.predicted.ok_or("a superblock entered as predicted where nothing was")?;
-        if let Some(by) = self.predicted_by {
-            if let Some(Some(superblock)) = self.superblocks.get(by as usize) {
-                if let Some((id, generation)) = superblock.next_id.get() {
-                    if generation == self.generation {
-                        return self.enter(id);
-                    }
-                }
+        let way = self.predicted_by.and_then(|(by, way)| self.superblocks.get(by as usize)?.as_ref()?.ways.get(way));
+        if let Some((id, generation)) = way.and_then(|way| way.to_id.get()) {
+            if generation == self.generation {
+                return Ok(id);
             }
         }
         let id = *self.by_address.get(&at).ok_or_else(|| format!("no superblock translated at {at:#x}"))?;
-        if let Some(Some(superblock)) = self.predicted_by.and_then(|by| self.superblocks.get(by as usize)) {
-            superblock.next_id.set(Some((id, self.generation)));
+        if let Some(way) = way {
+            way.to_id.set(Some((id, self.generation)));
         }
-        self.enter(id)
+        Ok(id)
     }
 
-    /// Runs the open superblock's instructions up to `last` (all of them
-    /// without).
-    fn close(&mut self, last: Option<u16>) {
-        let Some(id) = self.open.take() else { return };
+    /// The open superblock leaves by its way out `way` (as the log says).
+    fn leave(&mut self, way: usize) -> Result<(), String> {
+        let Some((id, left)) = self.open.as_mut() else {
+            // (Nothing to leave: a damaged log; what follows cannot be
+            // predicted.)
+            self.predicted = None;
+            self.predicted_by = None;
+            return Ok(());
+        };
+        let id = *id;
+        let ways = self.superblocks[id as usize].as_ref().map_or(0, |sb| sb.ways.len());
+        if way >= ways || *left != 0 {
+            return Err(format!("superblock {id} left by its way out {way} of {ways}"));
+        }
+        *left = way;
+        self.predicted = self.superblocks[id as usize].as_ref().and_then(|sb| sb.ways[way].to);
+        self.predicted_by = Some((id, way));
+        Ok(())
+    }
+
+    /// The open superblock is closed: its instructions that ran are the
+    /// thread's.
+    fn close(&mut self, leaving: Leaving) {
+        let Some((id, way)) = self.open.take() else { return };
         let Some(superblock) = self.superblocks[id as usize].as_ref() else { return };
-        let superblock = &superblock.instructions;
-        let mut end = last.map_or(superblock.len(), |i| (i as usize + 1).min(superblock.len()));
+        let way = &superblock.ways[way];
+        let (mut end, mut run) = match leaving {
+            Leaving::AsLeft => (way.end as usize, way.straight.as_ref().map(|run| (run, false))),
+            Leaving::IntoNext => (way.end as usize, way.closed.as_ref().map(|run| (run, true)).or(way.straight.as_ref().map(|run| (run, false)))),
+            Leaving::After(end) => (end.min(superblock.instructions.len()), None),
+        };
         if let Some(limit) = self.limit {
             let room = limit.saturating_sub(self.converted);
             if (end as u64) >= room {
                 end = room as usize;
                 self.limited = true;
+                run = None;
             }
         }
         self.converted += end as u64;
         let mut undecodable = 0;
         if let Some(index) = self.current {
             let thread = &mut self.threads[index];
-            thread.run(&superblock[..end], &mut undecodable);
+            let instructions = &superblock.instructions[..end];
+            match run {
+                Some((run, closed)) if end > 0 && self.fast => thread.run_straight(instructions, run, closed),
+                _ => thread.run(instructions, &mut undecodable),
+            }
             if self.spill.as_ref().is_some_and(|(_, at)| thread.writer.unwritten_len() >= *at) {
                 self.store(index);
             }
@@ -549,16 +665,82 @@ impl LogConverter {
         self.undecodable += undecodable;
     }
 
+    /// Takes the one-byte records at the start of `bytes` (the superblock
+    /// at the predicted address was entered, and left as the byte says)
+    /// while each way out is a straight run into a superblock looked up
+    /// before: the loop most of a log is. Returns how many it took (the
+    /// rest, and anything else, goes through [`Self::feed`]).
+    pub fn entered_next_run(&mut self, bytes: &[u8]) -> usize {
+        let (Some((mut id, mut way)), Some(index), None, None, true, false) = (self.open, self.current, self.limit, &self.spill_error, self.fast, self.limited) else {
+            return 0;
+        };
+        if self.predicted_by != Some((id, way)) {
+            return 0;
+        }
+        let thread = &mut self.threads[index];
+        let spill_at = self.spill.as_ref().map_or(usize::MAX, |(_, at)| *at);
+        let mut taken = 0;
+        for &byte in bytes {
+            if byte & ENTERED_NEXT == 0 {
+                break;
+            }
+            let Some(superblock) = self.superblocks[id as usize].as_ref() else { break };
+            let out = &superblock.ways[way];
+            let (Some(run), Some((next, generation))) = (&out.closed, out.to_id.get()) else { break };
+            let next_way = (byte & !ENTERED_NEXT) as usize;
+            if generation != self.generation || self.superblocks[next as usize].as_ref().is_none_or(|sb| next_way >= sb.ways.len()) {
+                break;
+            }
+            if let Some(previous) = thread.pending.take() {
+                let info = previous.info.expect("pending instructions are decoded");
+                thread.writer.executed(previous.ip, &info, Some(superblock.entry), 0);
+            }
+            thread.writer.executed_straight(superblock.entry, run, 0);
+            if let Some(log) = thread.log.as_mut() {
+                log.extend(superblock.instructions[..out.end as usize].iter().map(|x| x.ip));
+            }
+            self.converted += out.end as u64;
+            (id, way) = (next, next_way);
+            taken += 1;
+            if thread.writer.unwritten_len() >= spill_at {
+                break;
+            }
+        }
+        if taken > 0 {
+            self.open = Some((id, way));
+            self.predicted = self.superblocks[id as usize].as_ref().and_then(|sb| sb.ways[way].to);
+            self.predicted_by = Some((id, way));
+            if self.threads[index].writer.unwritten_len() >= spill_at {
+                self.store(index);
+            }
+        }
+        taken
+    }
+
+    /// The most frequent record, one byte: the superblock at the predicted
+    /// address was entered and left by `way`.
+    pub fn entered_next(&mut self, way: u8) -> Result<(), String> {
+        if self.limited {
+            return Ok(());
+        }
+        let next = self.predicted_id()?;
+        self.close(Leaving::IntoNext);
+        self.enter(next)?;
+        if way != 0 {
+            self.leave(way as usize)?;
+        }
+        Ok(())
+    }
+
     /// Takes one record.
     pub fn feed(&mut self, record: LogRecord<'_>) -> Result<(), String> {
         if self.limited {
             return Ok(());
         }
-        if let LogRecord::LeftAt { index, to } = record {
-            self.close(Some(index));
-            self.predicted = (to != 0).then_some(to);
-            self.predicted_by = None;
-            return Ok(());
+        match record {
+            LogRecord::LeftAt { exit } => return self.leave(exit as usize + 1),
+            LogRecord::EnteredNext { way } => return self.entered_next(way),
+            _ => {}
         }
         // A fault stops a superblock at the faulting instruction: what
         // follows it there never ran (and neither did it).
@@ -571,16 +753,15 @@ impl LogConverter {
         if let Some(ip) = stopped_at {
             // (An exit system call does not fault: the end may name it.)
             let faulted = |i: &Instruction| i.ip == ip && !i.info.is_some_and(|info| info.kind == FlowKind::Syscall);
-            if let Some(index) = self.open.and_then(|id| self.superblocks[id as usize].as_ref()).and_then(|sb| sb.instructions.iter().position(faulted)) {
-                match index.checked_sub(1) {
-                    Some(last) => self.close(Some(last as u16)),
-                    None => self.open = None,
-                }
+            // (Only in a superblock that has not left yet.)
+            let open = self.open.filter(|&(_, way)| way == 0).and_then(|(id, _)| self.superblocks[id as usize].as_ref());
+            if let Some(index) = open.and_then(|sb| sb.instructions.iter().position(faulted)) {
+                self.close(Leaving::After(index));
             }
         }
-        self.close(None);
+        self.close(Leaving::AsLeft);
         match record {
-            LogRecord::Superblock { id, entry, next, instructions } => {
+            LogRecord::Superblock { id, entry, next, instructions, exits } => {
                 let mut decoded: Vec<Instruction> = instructions.iter().map(|(ip, bytes)| instruction(*ip, bytes)).collect();
                 let mut end = decoded.len();
                 for (i, insn) in decoded.iter_mut().enumerate().rev() {
@@ -589,7 +770,6 @@ impl LogConverter {
                     }
                     insn.run_end = end as u16;
                 }
-                let decoded: Arc<[Instruction]> = decoded.into();
                 // The tool numbers superblocks as it translates them.
                 let index = id as usize;
                 if index > self.superblocks.len() {
@@ -598,14 +778,18 @@ impl LogConverter {
                 if index == self.superblocks.len() {
                     self.superblocks.push(None);
                 }
-                self.superblocks[index] = Some(Superblock { instructions: decoded, next: (next != 0).then_some(next), next_id: Default::default() });
+                self.superblocks[index] = Some(Superblock::new(decoded, next, &exits));
                 if self.by_address.insert(entry, id).is_some() {
                     self.generation += 1;
                 }
             }
-            LogRecord::Entered(id) => self.enter(id)?,
-            LogRecord::EnteredNext => self.enter_predicted()?,
-            LogRecord::LeftAt { .. } => unreachable!("handled above"),
+            LogRecord::Entered { id, way } => {
+                self.enter(id)?;
+                if way != 0 {
+                    self.leave(way as usize)?;
+                }
+            }
+            LogRecord::LeftAt { .. } | LogRecord::EnteredNext { .. } => unreachable!("handled above"),
             LogRecord::Foreign => {
                 self.predicted = None;
                 self.predicted_by = None;
@@ -666,7 +850,7 @@ impl LogConverter {
     /// modules: every file mapped executable, at the address where its
     /// offset 0 is (or would be) mapped.
     pub fn finish(mut self) -> (ImageRecording, u64) {
-        self.close(None);
+        self.close(Leaving::AsLeft);
         let mut threads = Vec::new();
         for mut thread in std::mem::take(&mut self.threads) {
             thread.ended();
@@ -752,15 +936,16 @@ pub fn convert_stream(input: &mut impl std::io::Read, mut converter: LogConverte
         if !started && filled >= LOG_MAGIC.len() {
             started = true;
             if &buffer[..LOG_MAGIC.len()] != LOG_MAGIC {
-                warnings.push(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG1)".into() }.to_string());
+                warnings.push(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG2)".into() }.to_string());
                 broken = true;
             }
             at = LOG_MAGIC.len();
         }
         while started && !broken {
-            // The most frequent record, one byte.
-            if at < filled && buffer[at] == b'e' {
-                if let Err(what) = converter.feed(LogRecord::EnteredNext) {
+            // The most frequent record, one byte, most often many in a row.
+            at += converter.entered_next_run(&buffer[at..filled]);
+            if at < filled && buffer[at] & ENTERED_NEXT != 0 {
+                if let Err(what) = converter.entered_next(buffer[at] & !ENTERED_NEXT) {
                     warnings.push(what);
                     broken = true;
                 }
@@ -1056,6 +1241,11 @@ mod tests {
     use super::*;
 
     fn superblock(id: u32, instructions: &[(u64, &[u8])]) -> Vec<u8> {
+        superblock_with_exits(id, instructions, &[])
+    }
+
+    /// A superblock with side exits `(index of the instruction, to)`.
+    fn superblock_with_exits(id: u32, instructions: &[(u64, &[u8])], exits: &[(u16, u64)]) -> Vec<u8> {
         let mut out = vec![b'B'];
         out.extend(id.to_le_bytes());
         out.extend(instructions[0].0.to_le_bytes());
@@ -1066,19 +1256,24 @@ mod tests {
             out.push(bytes.len() as u8);
             out.extend(*bytes);
         }
+        out.extend((exits.len() as u16).to_le_bytes());
+        for (index, to) in exits {
+            out.extend(index.to_le_bytes());
+            out.extend(to.to_le_bytes());
+        }
         out
     }
 
     fn entered(id: u32) -> Vec<u8> {
         let mut out = vec![b'E'];
         out.extend(id.to_le_bytes());
+        out.push(0);
         out
     }
 
-    fn left_at(index: u16, to: u64) -> Vec<u8> {
+    fn left_at(exit: u16) -> Vec<u8> {
         let mut out = vec![b'X'];
-        out.extend(index.to_le_bytes());
-        out.extend(to.to_le_bytes());
+        out.extend(exit.to_le_bytes());
         out
     }
 
@@ -1095,11 +1290,10 @@ mod tests {
         let mut log = LOG_MAGIC.to_vec();
         log.extend(thread(1, 77));
         // dec ecx ; jnz -4 (0x75 0xfc) ; rep movsb ; syscall
-        log.extend(superblock(0, &[(0x1000, &[0xff, 0xc9]), (0x1002, &[0x75, 0xfc]), (0x1004, &[0xf3, 0xa4])]));
+        log.extend(superblock_with_exits(0, &[(0x1000, &[0xff, 0xc9]), (0x1002, &[0x75, 0xfc]), (0x1004, &[0xf3, 0xa4])], &[(1, 0x1000)]));
         log.extend(entered(0));
-        log.extend(left_at(1, 0x1000)); // left at the jnz (taken)
-        log.push(b'e'); // superblock 0 again, as predicted
-        log.extend(left_at(1, 0x1000));
+        log.extend(left_at(0)); // left at the jnz (taken)
+        log.push(0x81); // superblock 0 again, as predicted, and left there again
         log.extend(entered(0)); // ran through: the jnz fell through, one REP iteration
         log.extend(superblock(1, &[(0x1004, &[0xf3, 0xa4]), (0x1006, &[0x0f, 0x05])]));
         log.extend(entered(1)); // a second REP iteration, then the system call
@@ -1165,9 +1359,9 @@ mod tests {
         assert_eq!(cut.warnings.len(), 1);
         assert!(cut.warnings[0].contains("cut short"), "{:?}", cut.warnings);
         let mut damaged = log.clone();
-        damaged[8 + 5 + 9] = 0x99;
+        damaged[8 + 5 + 9] = 0x7e;
         let (_, bad) = convert_stream(&mut Trickle { bytes: &damaged, step: 3 }, LogConverter::new(DEFAULT_PSB_PERIOD, false), |_| true).unwrap();
-        assert_eq!(bad.warnings, vec!["Valgrind log at byte 22: unknown record tag 0x99".to_string()]);
+        assert_eq!(bad.warnings, vec!["Valgrind log at byte 22: unknown record tag 0x7e".to_string()]);
         // Another process's log is read through and left out.
         let (pid, other) = convert_stream(&mut Trickle { bytes: &log, step: 4 }, LogConverter::new(DEFAULT_PSB_PERIOD, false), |pid| pid != 7).unwrap();
         assert_eq!(pid, Some(7));
@@ -1211,6 +1405,141 @@ mod tests {
         }
     }
 
+    /// Random logs over superblocks of plain instructions, conditional
+    /// branches, calls, returns, REP and system calls, entered as predicted
+    /// and not, left by their ends and side exits, with thread switches,
+    /// signals and foreign code between: the straight runs computed once per
+    /// way out write exactly what converting instruction by instruction
+    /// writes (one PSB, so the bytes compare).
+    #[test]
+    fn straight_runs_write_what_single_instructions_write() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut random = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for round in 0..40 {
+            let mut log = LOG_MAGIC.to_vec();
+            log.extend(thread(1, 100));
+            // (entry, ways' targets)
+            let mut blocks: Vec<(u64, Vec<u64>)> = Vec::new();
+            let count = 2 + random(10) as usize;
+            let mut entries: Vec<u64> = (0..count as u64).map(|i| 0x10000 + i * 0x100).collect();
+            // Where calls return to (superblocks of their own, as after a
+            // return), found as the first superblocks are made.
+            let mut landings: Vec<u64> = Vec::new();
+            let mut returns_to: Vec<Vec<Option<u64>>> = Vec::new();
+            let mut id = 0;
+            loop {
+                if id == count {
+                    landings.sort();
+                    landings.dedup();
+                    entries.extend(&landings);
+                }
+                let Some(&entry) = entries.get(id) else { break };
+                let mut code: Vec<(u64, Vec<u8>)> = Vec::new();
+                let mut exits = Vec::new();
+                let mut ip = entry;
+                for i in 0..1 + random(8) {
+                    let last = i > 0 && random(4) == 0;
+                    let bytes: Vec<u8> = match random(if last { 9 } else { 5 }) {
+                        0 | 1 => vec![0x90],
+                        2 => vec![0x75, 0x10],
+                        3 => vec![0xe8, 0x10, 0, 0, 0],
+                        4 => vec![0xe8, 0, 0, 0, 0],
+                        5 => vec![0xc3],
+                        6 => vec![0x0f, 0x05],
+                        7 => vec![0xf3, 0xa4],
+                        _ => vec![0xff, 0xe0],
+                    };
+                    if bytes[0] == 0x75 {
+                        exits.push((code.len() as u16, entries[random(count as u64) as usize]));
+                    }
+                    let len = bytes.len() as u64;
+                    if bytes[0] == 0xe8 && id < count {
+                        landings.push(ip + len);
+                    }
+                    code.push((ip, bytes));
+                    ip += len;
+                    if last {
+                        break;
+                    }
+                }
+                let kind = code.last().unwrap().1[0];
+                let next = if matches!(kind, 0xc3 | 0x0f | 0xff) { 0 } else { entries[random(count as u64) as usize] };
+                let listed: Vec<(u64, &[u8])> = code.iter().map(|(ip, b)| (*ip, &b[..])).collect();
+                let mut out = superblock_with_exits(id as u32, &listed, &exits);
+                out[13..21].copy_from_slice(&next.to_le_bytes());
+                log.extend(out);
+                blocks.push((entry, std::iter::once(next).chain(exits.iter().map(|e| e.1)).collect()));
+                // The last call each way out runs, where it returns to.
+                let ends = std::iter::once(code.len()).chain(exits.iter().map(|e| e.0 as usize + 1));
+                returns_to.push(ends.map(|end| code[..end].iter().rev().find(|(_, b)| b[0] == 0xe8 && b[1] != 0).map(|(ip, _)| ip + 5)).collect::<Vec<_>>());
+                id += 1;
+            }
+            let all = entries.len() as u64;
+            let mut predicted: Option<u64> = None;
+            // Where the latest call returns to: most returns go there.
+            let mut call_returns_to: Option<u64> = None;
+            for _ in 0..2000 {
+                match random(40) {
+                    0 => {
+                        log.extend(thread(1 + random(2) as u32, 100));
+                        predicted = None;
+                    }
+                    1 => {
+                        log.push(b'S');
+                        log.extend(10u32.to_le_bytes());
+                        log.extend(entries[random(count as u64) as usize].to_le_bytes());
+                        predicted = None;
+                    }
+                    2 => {
+                        log.push(b'G');
+                        predicted = None;
+                    }
+                    _ => {
+                        let landing = call_returns_to.and_then(|at| blocks.iter().position(|b| b.0 == at));
+                        let id = match (predicted, landing) {
+                            (Some(at), _) if random(8) != 0 => blocks.iter().position(|b| b.0 == at).unwrap(),
+                            (None, Some(landing)) if random(4) != 0 => landing,
+                            _ => random(all) as usize,
+                        };
+                        let way = random(blocks[id].1.len() as u64) as usize;
+                        let in_byte = random(5) != 0;
+                        match predicted {
+                            Some(at) if at == blocks[id].0 => log.push(ENTERED_NEXT | if in_byte { way as u8 } else { 0 }),
+                            _ => {
+                                log.extend(entered(id as u32));
+                                *log.last_mut().unwrap() = if in_byte { way as u8 } else { 0 };
+                            }
+                        }
+                        if !in_byte && way != 0 {
+                            log.extend(left_at(way as u16 - 1));
+                        }
+                        predicted = Some(blocks[id].1[way]).filter(|&to| to != 0);
+                        call_returns_to = returns_to[id][way].or(call_returns_to);
+                    }
+                }
+            }
+            let convert = |fast: bool| {
+                let mut converter = LogConverter::new(1 << 30, true);
+                converter.fast = fast;
+                convert_stream(&mut &log[..], converter, |_| true).unwrap().1
+            };
+            let (fast, slow) = (convert(true), convert(false));
+            assert!(fast.warnings.is_empty() && slow.warnings.is_empty(), "{:?} {:?}", fast.warnings, slow.warnings);
+            assert_eq!(fast.image.threads.len(), slow.image.threads.len());
+            for (a, b) in fast.image.threads.iter().zip(&slow.image.threads) {
+                assert_eq!(a.instructions, b.instructions, "round {round}");
+                assert_eq!(a.instruction_log, b.instruction_log, "round {round}");
+                assert_eq!(a.trace, b.trace, "round {round}");
+            }
+            assert!(fast.image.threads.iter().map(|t| t.instructions).sum::<u64>() > 1000);
+        }
+    }
+
     #[test]
     fn a_fault_ends_the_superblock_before_the_faulting_instruction() {
         // nop; mov [rax], ecx (faults); nop — then the handler's nop.
@@ -1251,10 +1580,10 @@ mod tests {
         // The loop many times over, stored every 16 bytes.
         let mut log = LOG_MAGIC.to_vec();
         log.extend(thread(1, 77));
-        log.extend(superblock(0, &[(0x1000, &[0xff, 0xc9]), (0x1002, &[0x75, 0xfc])]));
+        log.extend(superblock_with_exits(0, &[(0x1000, &[0xff, 0xc9]), (0x1002, &[0x75, 0xfc])], &[(1, 0x1000)]));
         for _ in 0..3000 {
             log.extend(entered(0));
-            log.extend(left_at(1, 0x1000));
+            log.extend(left_at(0));
         }
         let folder = std::env::temp_dir().join(format!("retrace-spill-test-{}", std::process::id()));
         std::fs::create_dir_all(&folder).unwrap();
@@ -1293,10 +1622,10 @@ mod tests {
         assert!(errors[0].what.contains("cut short"), "{errors:?}");
         assert_eq!(convert_log(cut, DEFAULT_PSB_PERIOD, false, None).warnings.len(), 1);
         let mut damaged = log.clone();
-        damaged[8 + 9] = 0x99; // the first superblock's tag
+        damaged[8 + 9] = 0x7e; // the first superblock's tag
         let errors: Vec<LogError> = log_records(&damaged).filter_map(Result::err).collect();
-        assert_eq!(errors, vec![LogError { offset: 17, what: "unknown record tag 0x99".into() }]);
-        assert_eq!(log_records(b"nonsense").next(), Some(Err(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG1)".into() })));
+        assert_eq!(errors, vec![LogError { offset: 17, what: "unknown record tag 0x7e".into() }]);
+        assert_eq!(log_records(b"nonsense").next(), Some(Err(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG2)".into() })));
     }
 
     #[test]

@@ -4,15 +4,21 @@
  * there and in docs/ARCHITECTURE.md).
  *
  * What is logged (all little-endian):
- *   'B' u32 id u64 entry u64 next u16 n, n x (u64 address, u8 length, bytes)
+ *   'B' u32 id u64 entry u64 next u16 n, n x (u64 address, u8 length, bytes),
+ *        u16 m, m x (u16 index, u64 to)
  *        a translated superblock: its guest instructions in execution order,
- *        and where it goes when it runs to its end if that is one address
- *        (a direct jump, call or fall-through; else 0);
- *   'E' u32 id           a superblock of the program's own code was entered;
- *   'e'                  the superblock at the address the last one goes to
- *                        (its `next`, or the side exit it took) was entered;
- *   'X' u16 index u64 to it left at the side exit of its instruction `index`,
- *                        for `to` (else it ran to its end);
+ *        where it goes when it runs to its end if that is one address (a
+ *        direct jump, call or fall-through; else 0), and its side exits: at
+ *        its instruction `index`, for `to` (0: not one address);
+ *   'E' u32 id u8 way    a superblock of the program's own code was entered
+ *                        (and left: way 0, by its end or as an 'X' says;
+ *                        way k, by its side exit k-1);
+ *   0x80 | way           the superblock at the address the last one goes to
+ *                        (its `next`, or the side exit it took) was entered,
+ *                        and left as `way` says (0..127): one byte for most
+ *                        superblocks run;
+ *   'X' u16 exit         it left by its side exit `exit` (when the byte of
+ *                        its entry could not say so);
  *   'G'                  code that is not the program's ran (Valgrind's own
  *                        text, e.g. the vsyscall page's redirection);
  *   'T' u32 number u32 tid   the thread `number` (numbered here: Valgrind
@@ -27,7 +33,7 @@
  *   'F' u64 ip           the program ends (the last record) with the
  *                        running thread at ip: after its exit system call,
  *                        or at the instruction a fatal signal stopped.
- * The log starts with "RTVGLOG1" and a 'P' u32 pid record. With
+ * The log starts with "RTVGLOG2" and a 'P' u32 pid record. With
  * --retrace-server=127.0.0.1:PORT each program image's log is a TCP
  * connection to retrace (which converts it while the program runs; a
  * full socket makes the program wait, so memory stays bounded), with
@@ -80,6 +86,11 @@ static Addr* nexts = NULL;
 static UInt tables_size = 0;
 /* Where the program goes next, when one address (0: not known). */
 static Addr predicted = 0;
+/* Where the byte saying how the superblock entered last was left is in
+   `buffer`, while nothing else was written after it (else -1), and the
+   largest way it can hold. */
+static Int way_slot = -1;
+static UInt way_slot_max = 0;
 static Bool in_foreign_code = False;
 
 static void flush(void)
@@ -87,6 +98,7 @@ static void flush(void)
    UInt done = 0;
    if (log_fd < 0) {
       used = 0;
+      way_slot = -1;
       return;
    }
    while (done < used && log_fd >= 0) {
@@ -98,10 +110,12 @@ static void flush(void)
       done += n;
    }
    used = 0;
+   way_slot = -1;
 }
 
 static inline void put(const void* bytes, UInt n)
 {
+   way_slot = -1;
    if (used + n > sizeof buffer)
       flush();
    VG_(memcpy)(buffer + used, bytes, n);
@@ -128,7 +142,7 @@ static void open_log(void)
       /* Out of the program's way (Valgrind's reserved descriptors) and
          closed by an exec, so retrace sees each image's log end. */
       log_fd = VG_(safe_fd)(fd);
-      if (VG_(write)(log_fd, "RTVGLOG1", 8) != 8) {
+      if (VG_(write)(log_fd, "RTVGLOG2", 8) != 8) {
          VG_(umsg)("retrace: cannot write to retrace at %s\n", server);
          VG_(exit)(1);
       }
@@ -142,7 +156,7 @@ static void open_log(void)
       if (!sr_isError(res)) {
          log_fd = sr_Res(res);
          /* Records made before (the startup mappings) follow the magic. */
-         if (VG_(write)(log_fd, "RTVGLOG1", 8) != 8) {
+         if (VG_(write)(log_fd, "RTVGLOG2", 8) != 8) {
             VG_(umsg)("retrace: cannot write the log at %s\n", path);
             VG_(exit)(1);
          }
@@ -231,11 +245,21 @@ static void deliver_signal(ThreadId slot, Int signal, Bool alt_stack)
 static VG_REGPARM(1) void entered(UWord id)
 {
    in_foreign_code = False;
+   if (used + 6 > sizeof buffer)
+      flush();
    if (predicted != 0 && predicted == entries[id]) {
-      put_u8('e');
+      buffer[used] = 0x80;
+      way_slot = (Int)used;
+      way_slot_max = 0x7f;
+      used += 1;
    } else {
-      put_u8('E');
-      put_u32((UInt)id);
+      UInt number = (UInt)id;
+      buffer[used] = 'E';
+      VG_(memcpy)(buffer + used + 1, &number, 4);
+      buffer[used + 5] = 0;
+      way_slot = (Int)used + 5;
+      way_slot_max = 0xff;
+      used += 6;
    }
    predicted = nexts[id];
    if (max_instructions != 0) {
@@ -248,11 +272,16 @@ static VG_REGPARM(1) void entered(UWord id)
    }
 }
 
-static VG_REGPARM(2) void left_at(UWord index, UWord to)
+/* The superblock entered last leaves by its side exit `exit`, for `to`. */
+static VG_REGPARM(2) void left_at(UWord exit, UWord to)
 {
-   put_u8('X');
-   put_u16((UShort)index);
-   put_u64(to);
+   if (way_slot >= 0 && exit + 1 <= way_slot_max) {
+      buffer[way_slot] = (UChar)(buffer[way_slot] | (exit + 1));
+   } else {
+      put_u8('X');
+      put_u16((UShort)exit);
+   }
+   way_slot = -1;
    predicted = to;
 }
 
@@ -299,13 +328,21 @@ static Bool is_client_code(Addr a)
    return seg != NULL && (seg->kind == SkFileC || seg->kind == SkAnonC || seg->kind == SkShmC);
 }
 
+/* Side exits that stay in the program's code (a conditional branch, a
+   REP instruction's next iteration) go to one address; others (0) are
+   not followed. */
+static Addr exit_target(IRStmt* st)
+{
+   return st->Ist.Exit.jk == Ijk_Boring ? (Addr)st->Ist.Exit.dst->Ico.U64 : 0;
+}
+
 static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayout* layout,
                         const VexGuestExtents* extents, const VexArchInfo* arch,
                         IRType guest_word, IRType host_word)
 {
    IRSB* out = deepCopyIRSBExceptStmts(in);
    Int i = 0;
-   Int marks = 0;
+   Int exits = 0;
    UInt id;
    Addr entry;
    Bool ours;
@@ -367,6 +404,23 @@ static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayo
             put((const void*)a, len);
          }
       }
+      {
+         UShort m = 0;
+         Int marks_seen = 0;
+         for (j = i; j < in->stmts_used; j++)
+            if (in->stmts[j]->tag == Ist_Exit)
+               m++;
+         put_u16(m);
+         for (j = i; j < in->stmts_used; j++) {
+            IRStmt* st = in->stmts[j];
+            if (st->tag == Ist_IMark) {
+               marks_seen++;
+            } else if (st->tag == Ist_Exit) {
+               put_u16((UShort)(marks_seen - 1));
+               put_u64(exit_target(st));
+            }
+         }
+      }
    }
    {
       IRDirty* d = unsafeIRDirty_0_N(1, "entered", VG_(fnptr_to_fnentry)(&entered), mkIRExprVec_1(mkIRExpr_HWord(id)));
@@ -374,14 +428,10 @@ static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayo
    }
    for (; i < in->stmts_used; i++) {
       IRStmt* st = in->stmts[i];
-      if (st->tag == Ist_IMark) {
-         marks++;
-      } else if (st->tag == Ist_Exit) {
-         /* Side exits that stay in the program's code (a conditional
-            branch, a REP instruction's end): their target is one address. */
-         Addr to = st->Ist.Exit.jk == Ijk_Boring ? (Addr)st->Ist.Exit.dst->Ico.U64 : 0;
+      if (st->tag == Ist_Exit) {
          IRDirty* d = unsafeIRDirty_0_N(2, "left_at", VG_(fnptr_to_fnentry)(&left_at),
-                                        mkIRExprVec_2(mkIRExpr_HWord(marks - 1), mkIRExpr_HWord(to)));
+                                        mkIRExprVec_2(mkIRExpr_HWord(exits), mkIRExpr_HWord(exit_target(st))));
+         exits++;
          d->guard = st->Ist.Exit.guard;
          addStmtToIRSB(out, IRStmt_Dirty(d));
       }
