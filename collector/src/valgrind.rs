@@ -491,6 +491,9 @@ pub struct LogConverter {
     /// Superblocks' straight runs are written at once (else instruction by
     /// instruction, as tests compare).
     fast: bool,
+    /// Where instructions converted are counted for a progress display
+    /// (with how many of this converter's were counted there).
+    progress: Option<(Arc<std::sync::atomic::AtomicU64>, u64)>,
 }
 
 impl LogConverter {
@@ -517,6 +520,7 @@ impl LogConverter {
             spill: None,
             spill_error: None,
             fast: true,
+            progress: None,
         }
     }
 
@@ -554,6 +558,22 @@ impl LogConverter {
             self.spill_error.get_or_insert(format!("storing the trace in {}: {error}", path.display()));
             self.spill = None;
             thread.kept.extend(bytes);
+        }
+    }
+
+    /// Counts the instructions converted in `counter` as the log is read
+    /// (converters of several images can share one).
+    pub fn with_progress(mut self, counter: Option<Arc<std::sync::atomic::AtomicU64>>) -> Self {
+        self.progress = counter.map(|c| (c, 0));
+        self
+    }
+
+    /// Adds the instructions converted since the last call to the progress
+    /// counter.
+    fn publish_progress(&mut self) {
+        if let Some((counter, published)) = self.progress.as_mut() {
+            counter.fetch_add(self.converted - *published, Ordering::Relaxed);
+            *published = self.converted;
         }
     }
 
@@ -979,6 +999,7 @@ pub fn convert_stream(input: &mut impl std::io::Read, mut converter: LogConverte
             std::io::copy(input, &mut std::io::sink())?;
             break;
         }
+        converter.publish_progress();
         buffer.copy_within(at..filled, 0);
         filled -= at;
         offset += at;
@@ -1114,11 +1135,14 @@ pub struct ValgrindOptions {
     /// Set from outside (Ctrl-C) to end the recording: the program is
     /// interrupted and the bundle holds what ran.
     pub stop: Arc<AtomicBool>,
+    /// Called about five times a second with the instructions converted so
+    /// far (all images).
+    pub progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 }
 
 impl Default for ValgrindOptions {
     fn default() -> Self {
-        ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, max_instructions: None, spill_folder: None, stop: Arc::new(AtomicBool::new(false)) }
+        ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, max_instructions: None, spill_folder: None, stop: Arc::new(AtomicBool::new(false)), progress: None }
     }
 }
 
@@ -1133,17 +1157,18 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
     listener.set_nonblocking(true).map_err(io("listening for the tool"))?;
     let done = Arc::new(AtomicBool::new(false));
     let main_pid = Arc::new(std::sync::OnceLock::<u32>::new());
+    let converted = options.progress.as_ref().map(|_| Arc::new(std::sync::atomic::AtomicU64::new(0)));
     // Each connection is one program image's log (or a forked child's,
     // drained): converted on a thread of its own as the program runs.
     let acceptor = {
-        let (done, main_pid, options) = (done.clone(), main_pid.clone(), options.clone());
+        let (done, main_pid, options, converted) = (done.clone(), main_pid.clone(), options.clone(), converted.clone());
         std::thread::spawn(move || -> Vec<std::thread::JoinHandle<std::io::Result<ImageLog>>> {
             let mut handlers = Vec::new();
             loop {
                 match listener.accept() {
                     Ok((mut stream, _)) => {
                         let _ = stream.set_nonblocking(false);
-                        let (main_pid, options) = (main_pid.clone(), options.clone());
+                        let (main_pid, options, converted) = (main_pid.clone(), options.clone(), converted.clone());
                         handlers.push(std::thread::spawn(move || {
                             // A forked child's log (it exec'd under Valgrind) is not kept.
                             let is_main = |pid: u32| loop {
@@ -1154,7 +1179,8 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
                             };
                             let converter = LogConverter::new(options.psb_period, options.keep_instruction_log)
                                 .with_limit(options.max_instructions)
-                                .with_spill(options.spill_folder.clone(), SPILL_BYTES);
+                                .with_spill(options.spill_folder.clone(), SPILL_BYTES)
+                                .with_progress(converted);
                             let (pid, converted) = convert_stream(&mut stream, converter, &is_main)?;
                             Ok((pid.filter(|&pid| is_main(pid)), converted))
                         }));
@@ -1192,9 +1218,16 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
     };
     let pid = child.id();
     let _ = main_pid.set(pid);
+    let mut shown = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().map_err(io("waiting for Valgrind"))? {
             break status;
+        }
+        if let (Some(progress), Some(converted)) = (&options.progress, &converted) {
+            if shown.elapsed() >= Duration::from_millis(200) {
+                progress(converted.load(Ordering::Relaxed));
+                shown = Instant::now();
+            }
         }
         if options.stop.load(Ordering::Relaxed) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT);

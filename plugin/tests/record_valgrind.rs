@@ -443,3 +443,32 @@ fn a_valgrind_bundle_replays_in_the_stub_for_gdb() {
     let pc = text.lines().find_map(|l| l.split("(void (*)()) ").nth(1)).and_then(|v| v.split_whitespace().next()).map(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap());
     assert!(pc.is_some_and(|pc| pc > 0x108000 + main && pc < 0x108000 + main + 0x20), "pc {pc:x?}, main at {:#x} + 0x108000\n{text}", main);
 }
+
+/// On a terminal, a long recording shows its progress on stderr: the
+/// instructions converted so far, growing; the program's own output and the
+/// summary are unchanged. (`script`, from util-linux, gives it a terminal.)
+#[test]
+fn a_long_recording_shows_its_progress_on_a_terminal() {
+    if !tools_present() || !require("script (Debian package bsdutils)", which("script").is_some()) {
+        return;
+    }
+    let dir = common::work_dir("record-valgrind", "progress");
+    // About a second of gzip under Valgrind.
+    let input = dir.join("input");
+    let text: Vec<u8> = (0..12_000_000u32).map(|i| b"time travel debugger records the program\n"[(i % 41) as usize] ^ ((i / 4096) as u8 & 1)).collect();
+    std::fs::write(&input, text).unwrap();
+    let bundle = dir.join("bundle");
+    let typescript = dir.join("typescript");
+    let command = format!("{} record --backend valgrind -o {} -- /bin/gzip -1 -c {} > /dev/null", env!("CARGO_BIN_EXE_retrace"), bundle.display(), input.display());
+    let out = Command::new("script").args(["-qec", &command]).arg(&typescript).env(VALGRIND_LIB_VARIABLE, folder()).stdin(std::process::Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).replace('\r', "\n");
+    let counts: Vec<u64> = shown
+        .lines()
+        .filter_map(|line| line.split("recording: ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(counts.iter().any(|&n| n > 0), "no progress shown:\n{shown}");
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    let recorded: u64 = shown.lines().find_map(|line| line.strip_prefix("recorded ")?.split(' ').next()?.parse().ok()).expect("the summary line");
+    assert!(counts.iter().all(|&n| n <= recorded), "{counts:?} against {recorded}");
+}

@@ -166,14 +166,7 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     launch_options.pin_cpu = Some(current_cpu());
     let tracee = launch(&launch_options).map_err(|e| CliError::Message(e.to_string()))?;
 
-    let progress = with_interrupts_blocked(|| {
-        std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new_spinner();
-            bar.set_style(indicatif::ProgressStyle::with_template("{spinner} recording: {msg} instructions ({elapsed})").unwrap());
-            bar.enable_steady_tick(std::time::Duration::from_millis(200));
-            bar
-        })
-    });
+    let progress = progress_spinner();
     let options = RecordOptions {
         mode: match mode {
             Mode::Step => StepMode::Step,
@@ -182,9 +175,7 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
         max_instructions: args.max_insns,
         keep_instruction_log: args.insn_log,
         stop,
-        progress: progress.clone().map(|bar| {
-            Arc::new(move |n: u64| bar.set_message(n.to_string())) as Arc<dyn Fn(u64) + Send + Sync>
-        }),
+        progress: progress.clone().map(show_instructions),
         ..RecordOptions::default()
     };
     let (recording, info) = if let Some(mut source) = hardware {
@@ -294,6 +285,24 @@ fn lowercase_first(text: &str) -> String {
     chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()
 }
 
+/// A spinner on stderr while recording, when stderr is a terminal (its
+/// ticker thread does not take the program's Ctrl-C).
+fn progress_spinner() -> Option<indicatif::ProgressBar> {
+    with_interrupts_blocked(|| {
+        std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_style(indicatif::ProgressStyle::with_template("{spinner} recording: {msg} instructions ({elapsed})").unwrap());
+            bar.enable_steady_tick(std::time::Duration::from_millis(200));
+            bar
+        })
+    })
+}
+
+/// A progress callback showing the instructions recorded on `bar`.
+fn show_instructions(bar: indicatif::ProgressBar) -> Arc<dyn Fn(u64) + Send + Sync> {
+    Arc::new(move |n: u64| bar.set_message(n.to_string()))
+}
+
 /// `--backend valgrind`: the program runs under Valgrind with retrace's
 /// tool; its stdin, stdout and stderr are untouched and its exit status is
 /// `retrace record`'s.
@@ -315,14 +324,19 @@ fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
         std::process::id()
     ));
     std::fs::create_dir_all(&spill).map_err(|e| CliError::Message(format!("creating {}: {e}", spill.display())))?;
+    let progress = progress_spinner();
     let options = valgrind::ValgrindOptions {
         keep_instruction_log: args.insn_log,
         max_instructions: args.max_insns,
         spill_folder: Some(spill.clone()),
         stop,
+        progress: progress.clone().map(show_instructions),
         ..Default::default()
     };
     let recorded = valgrind::record(&program, &rest, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")));
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
     let info = BundleInfo { backend: "valgrind".into(), mode: None, cpu_info: CpuInfo::software_recording(), cpu_info_is_synthetic: true };
     let written = recorded.and_then(|recording| {
         let trace_json = write_bundle(&args.output, &recording, &info).map_err(|e| CliError::Message(e.to_string()))?;
