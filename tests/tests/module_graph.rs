@@ -8,6 +8,8 @@
 //! `super::` is the file itself, and what only tests use is not a
 //! dependency of the code.
 //!
+//! No module of the stub's targets reaches a protocol module.
+//!
 //! `cargo test -p retrace-tests --test module_graph -- --nocapture` prints it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -217,6 +219,57 @@ fn check(crate_dir: &str) {
     print(&format!("{crate_dir}: top-level modules"), &modules);
     assert_eq!(circle(&files), None, "{crate_dir}: an import circle between files");
     assert_eq!(circle(&modules), None, "{crate_dir}: an import circle between top-level modules");
+}
+
+/// Every module `from` reaches through its imports, itself left out.
+fn reached(graph: &Graph, from: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut next = vec![from.to_string()];
+    while let Some(module) = next.pop() {
+        for edge in graph.get(&module).into_iter().flatten() {
+            if seen.insert(edge.clone()) {
+                next.push(edge.clone());
+            }
+        }
+    }
+    seen.remove(from);
+    seen
+}
+
+/// `(target module, protocol module)` pairs where a module under `targets`
+/// reaches one under `protocol`: the protocol (packets, reply text) sits
+/// above the targets, which return typed values.
+fn protocol_reached_from_targets(graph: &Graph, targets: &str, protocol: &str) -> Vec<(String, String)> {
+    let under = |module: &str, top: &str| module == top || module.starts_with(&format!("{top}::"));
+    graph
+        .keys()
+        .filter(|m| under(m, targets))
+        .flat_map(|m| reached(graph, m).into_iter().filter(|r| under(r, protocol)).map(move |r| (m.clone(), r)))
+        .collect()
+}
+
+#[test]
+fn no_stub_target_module_reaches_the_protocol() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stub/src");
+    let files = graph(&src);
+    assert!(files.keys().any(|m| m.starts_with("target::")) && files.keys().any(|m| m.starts_with("protocol::")), "{:?}", files.keys());
+    assert_eq!(protocol_reached_from_targets(&files, "target", "protocol"), Vec::<(String, String)>::new());
+}
+
+#[test]
+fn a_protocol_module_reached_through_another_is_found() {
+    let graph: Graph = [
+        ("target::live", vec!["arch"]),
+        ("arch", vec!["hex"]),
+        ("hex", vec!["protocol::framing"]),
+        ("protocol::framing", vec![]),
+        ("protocol", vec!["target"]),
+        ("target", vec![]),
+    ]
+    .into_iter()
+    .map(|(m, edges)| (m.to_string(), edges.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(protocol_reached_from_targets(&graph, "target", "protocol"), vec![("target::live".to_string(), "protocol::framing".to_string())]);
 }
 
 #[test]

@@ -29,6 +29,7 @@ pub mod inert;
 pub mod live;
 pub mod saved_trace;
 pub mod state_log;
+pub mod replay;
 pub mod timeline;
 
 /// A stop reason to report to the client (thread ids are Linux tids).

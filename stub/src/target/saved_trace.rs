@@ -13,7 +13,6 @@
 //! everything else is refused, never guessed.
 //! Nothing can be written.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -41,9 +40,10 @@ use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 
 use super::frames::{flows_by_address, frame_history, history_text, Executed};
 use super::live::libraries::{library_list_xml, memory_region_info, LinkMapEntry};
+use super::replay::{boundary, Breakpoints, Forward, Replayer};
 use super::timeline::{RecordedThread, Timeline};
 use crate::arch::{RegNumber, Regs};
-use crate::target::{copy_window, Armed, GotoTarget, HistoryCommand, Inferior, StopReason, ARMED_STOP_NOTE};
+use crate::target::{copy_window, GotoTarget, HistoryCommand, Inferior, StopReason, ARMED_STOP_NOTE};
 
 /// A module of the saved process, as its ELF file says it was laid out.
 #[derive(Debug, Clone)]
@@ -122,19 +122,14 @@ pub struct SavedTrace {
     /// The page at [`RENDEZVOUS_PAGE`], for a dynamically linked program
     /// ([`rendezvous_page`]).
     rendezvous: Option<Vec<u8>>,
-    position: u64,
-    sw_breakpoints: BTreeSet<u64>,
-    hw_breakpoints: BTreeSet<u64>,
+    /// Where the program stands in the timeline, and the moves.
+    replayer: Replayer,
+    breakpoints: Breakpoints,
     /// The thread the last resume actions single-step, if one steps.
     step: Option<u64>,
-    /// Where the next resume stops, armed by `monitor goto`.
-    armed: Option<Armed>,
     stop: Option<StopReason>,
     /// Words for the next stop reply ([`Inferior::take_stop_note`]).
     stop_note: Option<&'static str>,
-    /// The last stop was an armed continue that did not move
-    /// ([`Inferior::take_stood_still`]).
-    stood_still: bool,
     killed: bool,
 }
 
@@ -325,14 +320,11 @@ impl SavedTrace {
             auxv,
             libraries,
             rendezvous,
-            position,
-            sw_breakpoints: BTreeSet::new(),
-            hw_breakpoints: BTreeSet::new(),
+            replayer: Replayer::at(position),
+            breakpoints: Breakpoints::default(),
             step: None,
-            armed: None,
             stop: None,
             stop_note: None,
-            stood_still: false,
             killed: false,
         })
     }
@@ -345,12 +337,12 @@ impl SavedTrace {
     /// Stands the program at its first instruction (before a client
     /// connects): it runs forwards from there as it ran.
     pub fn go_to_start(&mut self) {
-        self.position = 0;
+        self.replayer.move_to(0);
     }
 
     /// The current position in the timeline.
     pub fn position(&self) -> u64 {
-        self.position
+        self.replayer.position()
     }
 
     fn tid_at(&self, position: u64) -> Tid {
@@ -358,115 +350,20 @@ impl SavedTrace {
         Tid::new(tid as usize).expect("tids are not 0")
     }
 
-    fn is_breakpoint(&self, ip: u64) -> bool {
-        self.sw_breakpoints.contains(&ip) || self.hw_breakpoints.contains(&ip)
-    }
-
-    /// The stop for arriving at `position` because a breakpoint is there.
-    fn breakpoint_stop(&self, position: u64) -> StopReason {
-        let ip = self.timeline.at(position).map_or(0, |i| i.ip);
-        let tid = self.tid_at(position);
-        if self.sw_breakpoints.contains(&ip) {
-            StopReason::SwBreak(tid)
-        } else {
-            StopReason::HwBreak(tid)
-        }
-    }
-
-    fn boundary(&self, position: u64, pos: ReplayLogPosition) -> StopReason {
-        StopReason::ReplayLog { tid: Some(self.tid_at(position)), pos }
-    }
-
-    /// Runs backwards to the latest earlier instruction at a breakpoint, or
-    /// the start of history.
-    fn run_backwards(&mut self) -> StopReason {
-        match self.timeline.search_back(self.position, |ip| self.is_breakpoint(ip)) {
-            Some(at) => {
-                self.position = at;
-                self.breakpoint_stop(at)
-            }
-            None => {
-                self.position = 0;
-                self.boundary(0, ReplayLogPosition::Begin)
-            }
-        }
-    }
-
-    /// Un-executes the last instruction of thread `tid`.
-    fn step_backwards(&mut self, tid: u64) -> StopReason {
-        let Some(thread) = self.timeline.thread_of(tid) else {
-            return self.boundary(self.position, ReplayLogPosition::Begin);
-        };
-        match self.timeline.previous_of_thread(self.position, thread) {
-            Some(at) => {
-                self.position = at;
-                StopReason::SignalWithThread { tid: self.tid_at(at), signal: GdbSignal::SIGTRAP }
-            }
-            None => self.boundary(self.position, ReplayLogPosition::Begin),
-        }
-    }
-
-    /// Replays forwards: one instruction of `step` (others running along
-    /// until then), or on to the next breakpoint; the end of history stops.
-    fn run_forwards(&mut self, step: Option<u64>) -> StopReason {
-        let here = self.timeline.at(self.position);
-        if let Some(here) = here {
-            // An inserted breakpoint at the PC traps before anything runs,
-            // as on the real processor (LLDB relies on it after a reverse
-            // stop, reverse-execution.md §5.1).
-            if self.is_breakpoint(here.ip) && step.is_none_or(|t| t == here.tid) {
-                return self.breakpoint_stop(self.position);
-            }
-        }
-        let target = match step {
-            Some(tid) => match self.timeline.thread_of(tid).and_then(|t| self.timeline.next_of_thread(self.position, t)) {
-                Some(at) => Some(at),
-                None => return self.boundary(self.position, ReplayLogPosition::End),
-            },
-            None => None,
-        };
-        let mut at = self.position;
-        let found = self.timeline.search_forward(self.position, |ip| {
-            at += 1;
-            Some(at) == target || self.is_breakpoint(ip)
-        });
-        match found {
-            // The step is done (onto a breakpoint too: a step stop, as a
-            // processor reports it).
-            Some(found) if Some(found) == target => {
-                self.position = found;
-                StopReason::SignalWithThread { tid: self.tid_at(found), signal: GdbSignal::SIGTRAP }
-            }
-            Some(found) => {
-                self.position = found;
-                self.breakpoint_stop(found)
-            }
-            None => {
-                self.position = self.timeline.len() - 1;
-                self.boundary(self.position, ReplayLogPosition::End)
-            }
-        }
-    }
-
     /// A resume armed by `monitor goto` goes there, whatever it asked
     /// (`stepping`: a single step).
     fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
-        let position = Armed::take(&mut self.armed, stepping)?;
-        self.stood_still = !stepping && position == self.position;
-        self.position = position;
-        // Arriving where a breakpoint is: its stop, as on the processor
-        // (and a debugger then steps off it before it runs on).
-        if self.timeline.at(position).is_some_and(|i| self.is_breakpoint(i.ip)) {
-            return Some(self.breakpoint_stop(position));
+        let arrival = self.replayer.take_armed(&self.timeline, &self.breakpoints, stepping)?;
+        if !arrival.at_breakpoint {
+            self.stop_note = Some(ARMED_STOP_NOTE);
         }
-        self.stop_note = Some(ARMED_STOP_NOTE);
-        Some(StopReason::SignalWithThread { tid: self.tid_at(position), signal: GdbSignal::SIGTRAP })
+        Some(arrival.stop)
     }
 
     /// `monitor record status`.
     fn status(&self, json: bool) -> String {
-        let here = self.timeline.at(self.position).expect("the position is in the timeline");
-        let id = self.timeline.item_id(self.position).unwrap_or(0);
+        let here = self.timeline.at(self.position()).expect("the position is in the timeline");
+        let id = self.timeline.item_id(self.position()).unwrap_or(0);
         let trace_bytes: usize = self.traces.iter().map(|(_, trace)| trace.len()).sum();
         let threads: Vec<serde_json::Value> = self
             .timeline
@@ -481,7 +378,7 @@ impl SavedTrace {
                 "instructions": self.timeline.len(),
                 "traceBytes": trace_bytes,
                 "threads": threads,
-                "position": {"tid": here.tid, "id": id, "pc": here.ip, "index": self.position},
+                "position": {"tid": here.tid, "id": id, "pc": here.ip, "index": self.position()},
             });
             return format!("{value}\n");
         }
@@ -493,7 +390,7 @@ impl SavedTrace {
             "Position: instruction {id} of thread {} (pc {:#x}); {} of {} in the history.",
             here.tid,
             here.ip,
-            self.position + 1,
+            self.position() + 1,
             self.timeline.len()
         );
         text
@@ -505,11 +402,11 @@ impl SavedTrace {
             GotoTarget::Begin => 0,
             GotoTarget::End => self.timeline.len() - 1,
             GotoTarget::Instruction { id, tid } => {
-                let tid = tid.unwrap_or_else(|| self.timeline.at(self.position).map_or(0, |i| i.tid));
+                let tid = tid.unwrap_or_else(|| self.timeline.at(self.position()).map_or(0, |i| i.tid));
                 self.timeline.position_of_item(tid, id)?
             }
         };
-        self.armed = Some(Armed { position, hold });
+        self.replayer.arm(position, hold);
         let here = self.timeline.at(position).expect("a position of the timeline");
         Ok(format!("The next resume stops at instruction {} of thread {} (pc {:#x}).\n", self.timeline.item_id(position).unwrap_or(0), here.tid, here.ip))
     }
@@ -517,7 +414,7 @@ impl SavedTrace {
     /// `monitor history [TID] [--before ID] [--max N]`. (Signal handler
     /// entries are not marked: a trace shows them as plain branches.)
     fn history(&self, tid: Option<u64>, before: Option<u64>, max: usize, stops: &[u64]) -> Result<String, String> {
-        let here = self.timeline.at(self.position).expect("the position is in the timeline");
+        let here = self.timeline.at(self.position()).expect("the position is in the timeline");
         let tid = tid.unwrap_or(here.tid);
         let thread = self.timeline.thread_of(tid).ok_or_else(|| format!("no thread {tid} in the history"))?;
         let history = &self.timeline.threads()[thread].history;
@@ -525,7 +422,7 @@ impl SavedTrace {
         let index = match before {
             Some(item) => self.timeline.at(self.timeline.position_of_item(tid, item)?).map_or(0, |i| i.index),
             None if here.thread == thread => here.index,
-            None => self.timeline.next_of_thread(self.position, thread).and_then(|p| self.timeline.at(p)).map_or(history.instructions(), |i| i.index),
+            None => self.timeline.next_of_thread(self.position(), thread).and_then(|p| self.timeline.at(p)).map_or(history.instructions(), |i| i.index),
         };
         let id = history.cursor_at(index).map_or(history.items_len(), |c| c.item_id());
         let mut cursor = index.checked_sub(1).and_then(|last| history.cursor_at(last));
@@ -580,7 +477,7 @@ impl Inferior for SavedTrace {
     }
 
     fn take_stood_still(&mut self) -> bool {
-        std::mem::take(&mut self.stood_still)
+        self.replayer.take_stood_still()
     }
 
     fn shared_library_info_address(&self) -> Option<u64> {
@@ -596,7 +493,7 @@ impl Inferior for SavedTrace {
     }
 
     fn any_thread(&self) -> Option<u64> {
-        self.timeline.at(self.position).map(|i| i.tid)
+        self.timeline.at(self.position()).map(|i| i.tid)
     }
 
     fn stop_events(&self) -> Option<BorrowedFd<'_>> {
@@ -609,7 +506,7 @@ impl Inferior for SavedTrace {
 
     fn interrupt(&mut self) {
         if self.stop.is_none() {
-            self.stop = Some(StopReason::SignalWithThread { tid: self.tid_at(self.position), signal: GdbSignal::SIGINT });
+            self.stop = Some(StopReason::SignalWithThread { tid: self.tid_at(self.position()), signal: GdbSignal::SIGINT });
         }
     }
 
@@ -664,7 +561,7 @@ impl Inferior for SavedTrace {
     }
 
     fn register_available(&mut self, tid: u64, n: usize) -> bool {
-        self.timeline.thread_of(tid).and_then(|t| self.timeline.next_pc_of_thread(self.position, t)).is_some() && n == 16
+        self.timeline.thread_of(tid).and_then(|t| self.timeline.next_pc_of_thread(self.position(), t)).is_some() && n == 16
     }
 
     fn monitor_command(&mut self, command: &str) -> Result<String, String> {
@@ -677,7 +574,7 @@ crate::target::offer_capabilities!(SavedTrace);
 impl MultiThreadBase for SavedTrace {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {
         let index = self.timeline.thread_of(tid(thread)).ok_or(TargetError::NonFatal)?;
-        *regs = match self.timeline.next_pc_of_thread(self.position, index) {
+        *regs = match self.timeline.next_pc_of_thread(self.position(), index) {
             Some(pc) => Regs::only_pc(pc),
             // It runs no more in the history: where it stands is not known.
             None => Regs { unavailable: u64::MAX, ..Regs::default() },
@@ -740,10 +637,10 @@ impl MultiThreadResume for SavedTrace {
     fn resume(&mut self) -> Result<(), Self::Error> {
         let stop = match self.take_armed(self.step.is_some()) {
             Some(stop) => stop,
-            None => {
-                let step = self.step;
-                self.run_forwards(step)
-            }
+            None => match self.replayer.run_forwards(&self.timeline, &self.breakpoints, self.step) {
+                Forward::Stopped(stop) => stop,
+                Forward::End => boundary(&self.timeline, self.position(), ReplayLogPosition::End),
+            },
         };
         self.stop = Some(stop);
         Ok(())
@@ -792,7 +689,7 @@ impl ReverseCont<Tid> for SavedTrace {
     fn reverse_cont(&mut self) -> Result<(), Self::Error> {
         let stop = match self.take_armed(false) {
             Some(stop) => stop,
-            None => self.run_backwards(),
+            None => self.replayer.run_backwards(&self.timeline, &self.breakpoints),
         };
         self.stop = Some(stop);
         Ok(())
@@ -803,7 +700,7 @@ impl ReverseStep<Tid> for SavedTrace {
     fn reverse_step(&mut self, thread: Tid) -> Result<(), Self::Error> {
         let stop = match self.take_armed(true) {
             Some(stop) => stop,
-            None => self.step_backwards(tid(thread)),
+            None => self.replayer.step_backwards(&self.timeline, tid(thread)),
         };
         self.stop = Some(stop);
         Ok(())
@@ -812,24 +709,24 @@ impl ReverseStep<Tid> for SavedTrace {
 
 impl SwBreakpoint for SavedTrace {
     fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.sw_breakpoints.insert(addr);
+        self.breakpoints.software.insert(addr);
         Ok(true)
     }
 
     fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.sw_breakpoints.remove(&addr);
+        self.breakpoints.software.remove(&addr);
         Ok(true)
     }
 }
 
 impl HwBreakpoint for SavedTrace {
     fn add_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.hw_breakpoints.insert(addr);
+        self.breakpoints.hardware.insert(addr);
         Ok(true)
     }
 
     fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.hw_breakpoints.remove(&addr);
+        self.breakpoints.hardware.remove(&addr);
         Ok(true)
     }
 }

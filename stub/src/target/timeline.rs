@@ -6,7 +6,10 @@
 //! address. No OS and no protocol here: the saved-trace target (and the
 //! recorded history of a live process) navigate with it.
 
-use retrace_decoder::history::{Cursor, History};
+use retrace_decoder::history::{Cursor, History as DecodedHistory};
+
+use super::replay::{History, Step};
+use crate::arch::Regs;
 
 /// One thread's decoded history.
 #[derive(Debug, Clone)]
@@ -14,7 +17,7 @@ pub struct RecordedThread {
     /// Linux thread id.
     pub tid: u64,
     /// What it executed.
-    pub history: History,
+    pub history: DecodedHistory,
 }
 
 /// Consecutive instructions of one thread in the global order.
@@ -241,6 +244,66 @@ impl Timeline {
     }
 }
 
+/// A saved trace's history: instruction addresses only, and the end is
+/// before the last instruction (after it no thread's PC is known).
+impl History for Timeline {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn end(&self) -> u64 {
+        self.len.saturating_sub(1)
+    }
+
+    fn step(&self, position: u64) -> Option<Step> {
+        self.at(position).map(|i| Step { tid: i.tid, pc: i.ip })
+    }
+
+    fn thread_at(&self, position: u64) -> u64 {
+        self.at(position).or_else(|| self.at(self.len.checked_sub(1)?)).map_or(0, |i| i.tid)
+    }
+
+    fn previous_of_thread(&self, tid: u64, before: u64) -> Option<u64> {
+        Timeline::previous_of_thread(self, before, self.thread_of(tid)?)
+    }
+
+    fn next_of_thread(&self, tid: u64, from: u64) -> Option<u64> {
+        let thread = self.thread_of(tid)?;
+        match self.at(from) {
+            Some(here) if here.thread == thread => Some(from),
+            _ => Timeline::next_of_thread(self, from, thread),
+        }
+    }
+
+    fn last_pc_before(&self, addresses: &[u64], before: u64) -> Option<u64> {
+        if addresses.is_empty() {
+            return None;
+        }
+        self.search_back(before, |ip| addresses.binary_search(&ip).is_ok())
+    }
+
+    fn first_pc_from(&self, addresses: &[u64], from: u64) -> Option<u64> {
+        if addresses.is_empty() {
+            return None;
+        }
+        let hit = |ip: u64| addresses.binary_search(&ip).is_ok();
+        match self.at(from) {
+            Some(here) if hit(here.ip) => Some(from),
+            Some(_) => self.search_forward(from, hit),
+            None => None,
+        }
+    }
+
+    fn registers_at(&self, tid: u64, position: u64) -> Option<Regs> {
+        let thread = self.thread_of(tid)?;
+        Some(match self.next_pc_of_thread(position, thread) {
+            Some(pc) => Regs::only_pc(pc),
+            // It runs no more in the history: where it stands is not known.
+            None => Regs { unavailable: u64::MAX, ..Regs::default() },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,7 +313,7 @@ mod tests {
 
     /// A history of straight-line code: `count` one-byte `nop`s at `start`,
     /// decoded by the decoder from a genuine trace of them.
-    fn nops(start: u64, count: usize) -> History {
+    fn nops(start: u64, count: usize) -> DecodedHistory {
         let mut image = Image::new();
         image.add_raw("code", start, vec![0x90u8; count + 1]);
         let mut trace = PacketEncoder::new();

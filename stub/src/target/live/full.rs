@@ -32,7 +32,6 @@ use std::ops::Range;
 
 use gdbstub::common::Signal as GdbSignal;
 use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
-use gdbstub::target::ext::breakpoints::WatchKind;
 use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory, Mnemonic, OpAccess};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -41,8 +40,9 @@ use retrace_collector::{emulate, process};
 use super::{read_all_registers, tid_of, ProcessTarget};
 use crate::arch::Regs;
 use crate::target::frames::{history_text, Flow};
+use crate::target::replay::{self, Breakpoints, Forward, History, Replayer, Step};
 use crate::target::state_log::{Overwritten, StateLog};
-use crate::target::{Armed, GotoTarget, HistoryCommand, StopReason, ARMED_STOP_NOTE};
+use crate::target::{GotoTarget, HistoryCommand, StopReason, ARMED_STOP_NOTE};
 
 /// What a recording keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,22 +135,20 @@ pub struct FullRecording {
     prepared: HashMap<Pid, Prepared>,
     /// `None`: the present (the live process).
     position: Option<u64>,
-    /// A `monitor goto` waiting for the next resume.
-    armed: Option<Armed>,
+    /// The moves through the history (a `monitor goto` waiting for the
+    /// next resume is armed there).
+    replayer: Replayer,
     info: InstructionInfoFactory,
     /// Instruction kinds by address.
     flows: HashMap<u64, Flow>,
     /// Code running in a past state, if any.
     diversion: Option<Diversion>,
-    /// The last stop was an armed continue that did not move
-    /// ([`crate::target::Inferior::take_stood_still`]).
-    stood_still: bool,
 }
 
 impl FullRecording {
     /// An empty recording of `pid` as it is now.
     pub fn new(pid: Pid, mode: RecordMode) -> Self {
-        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, armed: None, info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None, stood_still: false }
+        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, replayer: Replayer::default(), info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None }
     }
 }
 
@@ -365,7 +363,7 @@ impl ProcessTarget {
                 read_all_registers(*tid).is_ok_and(|now| now.gpr == then.gpr && now.rip == then.rip && now.eflags == then.eflags)
             })
         };
-        if forward && full.armed.is_none() && !back() {
+        if forward && !full.replayer.is_armed() && !back() {
             return;
         }
         let diversion = self.full.as_mut().expect("recording").diversion.take().expect("a diversion");
@@ -561,7 +559,7 @@ impl ProcessTarget {
             full.diversion = None;
             full.prepared.clear();
             full.position = None;
-            full.armed = None;
+            full.replayer.disarm();
         }
     }
 
@@ -620,139 +618,58 @@ impl ProcessTarget {
         }
     }
 
-    /// A breakpoint stop at `position` (the thread that stands there).
-    fn breakpoint_at(&self, position: u64) -> Option<StopReason> {
-        let full = self.full.as_ref()?;
-        let (tid, pc) = full.log.at(position)?;
-        let thread = tid_of(Pid::from_raw(tid as i32));
-        if self.breakpoints.contains_key(&pc) {
-            return Some(StopReason::SwBreak(thread));
-        }
-        let hardware = self.debug_slots.iter().flatten().any(|slot| slot.watch.is_none() && slot.address == pc);
-        hardware.then_some(StopReason::HwBreak(thread))
-    }
-
-    /// A watchpoint step `position` triggers: a write watchpoint whose
-    /// bytes it changed, a read one whose bytes its instruction read, an
-    /// access one whose bytes it read or wrote.
-    fn watch_triggered_by(&self, position: u64) -> Option<StopReason> {
-        let full = self.full.as_ref()?;
-        let (tid, _) = full.log.at(position)?;
-        for slot in self.debug_slots.iter().flatten() {
-            let Some(kind) = slot.watch else { continue };
-            let watched = slot.address..slot.address + slot.len;
-            if kind != WatchKind::Write && full.log.last_read_before(watched.clone(), position + 1) == Some(position) {
-                return Some(StopReason::Watch { tid: tid_of(Pid::from_raw(tid as i32)), kind, addr: slot.address });
-            }
-            if kind == WatchKind::Read {
-                continue;
-            }
-            let touches = full.log.overwritten_by(position).any(|(at, old)| at < watched.end && watched.start < at + old.len() as u64);
-            if !touches {
-                continue;
-            }
-            let mut before = vec![0u8; slot.len as usize];
-            let mut after = vec![0u8; slot.len as usize];
-            // (Position `len()` reads the present.)
-            let known_before = self.past_memory(position, slot.address, &mut before);
-            let known_after = self.past_memory(position + 1, slot.address, &mut after);
-            if known_before != known_after || before != after || kind == WatchKind::ReadWrite {
-                return Some(StopReason::Watch { tid: tid_of(Pid::from_raw(tid as i32)), kind, addr: slot.address });
-            }
-        }
-        None
-    }
-
     fn thread_at(&self, position: u64) -> u64 {
-        let full = self.full.as_ref().expect("recording");
-        full.log.at(position).or_else(|| full.log.at(position.saturating_sub(1))).map_or(self.pid.as_raw() as u64, |(tid, _)| tid)
+        LiveHistory { target: self }.thread_at(position)
     }
 
     fn boundary(&self, position: u64, pos: ReplayLogPosition) -> StopReason {
-        StopReason::ReplayLog { tid: Some(tid_of(Pid::from_raw(self.thread_at(position) as i32))), pos }
+        replay::boundary(&LiveHistory { target: self }, position, pos)
     }
 
-    fn moved_to(&mut self, position: u64) {
+    /// What can stop a move through the history: the breakpoints (software
+    /// and debug registers) and watchpoints set now.
+    fn breakpoint_table(&self) -> Breakpoints {
+        let mut table = Breakpoints { software: self.breakpoints.keys().copied().collect(), ..Default::default() };
+        for slot in self.debug_slots.iter().flatten() {
+            match slot.watch {
+                None => {
+                    table.hardware.insert(slot.address);
+                }
+                Some(kind) => table.watches.push((slot.address..slot.address + slot.len, kind)),
+            }
+        }
+        table
+    }
+
+    /// Runs `action` with the replayer standing where the debugger stands
+    /// (the end of the history at the present), over the recording; the
+    /// debugger stands where it leaves the replayer.
+    pub(super) fn replay<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> R {
         let full = self.full.as_mut().expect("recording");
-        full.position = (position < full.log.len()).then_some(position);
+        let mut replayer = std::mem::take(&mut full.replayer);
+        replayer.move_to(full.position.unwrap_or(full.log.len()));
+        let breakpoints = self.breakpoint_table();
+        let result = action(&mut replayer, &LiveHistory { target: self }, &breakpoints);
+        let full = self.full.as_mut().expect("recording");
+        full.position = (replayer.position() < full.log.len()).then_some(replayer.position());
+        full.replayer = replayer;
+        result
     }
 
     /// A resume armed by `monitor goto` goes there, whatever it asked
     /// (`stepping`: a single step).
     pub(super) fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
-        let full = self.full.as_mut()?;
-        let position = Armed::take(&mut full.armed, stepping)?;
-        full.stood_still = !stepping && position == full.position.unwrap_or(full.log.len());
-        self.moved_to(position);
-        // Arriving where a breakpoint is: its stop, as on the processor
-        // (and a debugger then steps off it before it runs on).
-        if let Some(stop) = self.breakpoint_at(position) {
-            return Some(stop);
+        self.full.as_ref()?;
+        let arrival = self.replay(|replayer, history, breakpoints| replayer.take_armed(history, breakpoints, stepping))?;
+        if !arrival.at_breakpoint {
+            self.stop_note = Some(ARMED_STOP_NOTE.to_string());
         }
-        self.stop_note = Some(ARMED_STOP_NOTE.to_string());
-        let tid = self.thread_at(position);
-        Some(StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP })
+        Some(arrival.stop)
     }
 
     /// See [`crate::target::Inferior::take_stood_still`].
     pub(super) fn take_stood_still(&mut self) -> bool {
-        self.full.as_mut().is_some_and(|full| std::mem::take(&mut full.stood_still))
-    }
-
-    /// The addresses of the breakpoints, software and hardware, sorted.
-    fn breakpoint_addresses(&self) -> Vec<u64> {
-        let hardware = self.debug_slots.iter().flatten().filter(|slot| slot.watch.is_none()).map(|slot| slot.address);
-        let mut addresses: Vec<u64> = self.breakpoints.keys().copied().chain(hardware).collect();
-        addresses.sort_unstable();
-        addresses.dedup();
-        addresses
-    }
-
-    /// The ranges watched for writes (a write watchpoint or an access
-    /// one) and for reads (a read watchpoint or an access one).
-    fn watched(&self) -> (Vec<Range<u64>>, Vec<Range<u64>>) {
-        let ranges = |wanted: WatchKind| {
-            let slots = self.debug_slots.iter().flatten().filter(move |slot| slot.watch.is_some_and(|kind| kind == wanted || kind == WatchKind::ReadWrite));
-            slots.map(|slot| slot.address..slot.address + slot.len).collect()
-        };
-        (ranges(WatchKind::Write), ranges(WatchKind::Read))
-    }
-
-    /// `bc`: back to the latest earlier breakpoint or watched change, or
-    /// the start of history. Only steps at a breakpoint's address or that
-    /// wrote or read a watched byte can stop it: the history's indexes find
-    /// them, latest first, without walking the steps between.
-    pub(super) fn run_backwards(&mut self) -> StopReason {
-        let full = self.full.as_ref().expect("recording");
-        let mut from = full.position.unwrap_or(full.log.len());
-        let (breakpoints, (written, read)) = (self.breakpoint_addresses(), self.watched());
-        loop {
-            let log = &self.full.as_ref().expect("recording").log;
-            let writes = written.iter().filter_map(|range| log.last_write_before(range.clone(), from));
-            let reads = read.iter().filter_map(|range| log.last_read_before(range.clone(), from));
-            let Some(position) = writes.chain(reads).chain(log.last_pc_before(&breakpoints, from)).max() else { break };
-            // The write is seen before the instruction that made it.
-            if let Some(stop) = self.watch_triggered_by(position).or_else(|| self.breakpoint_at(position)) {
-                self.moved_to(position);
-                return stop;
-            }
-            from = position;
-        }
-        self.moved_to(0);
-        self.boundary(0, ReplayLogPosition::Begin)
-    }
-
-    /// `bs`: un-executes thread `tid`'s last instruction.
-    pub(super) fn step_backwards(&mut self, tid: Pid) -> StopReason {
-        let full = self.full.as_ref().expect("recording");
-        let from = full.position.unwrap_or(full.log.len());
-        match full.log.previous_of_thread(tid.as_raw() as u64, from) {
-            Some(position) => {
-                self.moved_to(position);
-                StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP }
-            }
-            None => self.boundary(from, ReplayLogPosition::Begin),
-        }
+        self.full.as_mut().is_some_and(|full| full.replayer.take_stood_still())
     }
 
     /// Forwards in the past: one instruction of `step` (the others running
@@ -760,45 +677,12 @@ impl ProcessTarget {
     /// history stops there, or, for a client that expects it (LLDB), gives
     /// `None`: the live process is to run on.
     pub(super) fn replay_forwards(&mut self, step: Option<Pid>) -> Option<StopReason> {
-        let full = self.full.as_ref().expect("recording");
-        let len = full.log.len();
-        let from = full.position.unwrap_or(len);
-        let stepped_stands_here = step.is_some_and(|t| full.log.at(from).is_some_and(|(tid, _)| tid == t.as_raw() as u64));
-        let (breakpoints, (written, read)) = (self.breakpoint_addresses(), self.watched());
-        let mut position = from;
-        while position < len {
-            // An inserted breakpoint traps before its instruction runs,
-            // also where the resume starts and when the thread standing
-            // there is stepped, as on the processor (GDB and LLDB 22 step
-            // off a breakpoint first; reference §5 saw LLDB step with it
-            // inserted right after a reverse stop).
-            if step.is_none() || (position == from && stepped_stands_here) {
-                if let Some(stop) = self.breakpoint_at(position) {
-                    self.moved_to(position);
-                    return Some(stop);
-                }
-            }
-            let (tid, _) = self.full.as_ref().expect("recording").log.at(position).expect("in the history");
-            if let Some(stop) = self.watch_triggered_by(position) {
-                self.moved_to(position + 1);
-                return Some(stop);
-            }
-            if step.is_some_and(|t| t.as_raw() as u64 == tid) {
-                self.moved_to(position + 1);
-                return Some(StopReason::SignalWithThread { tid: tid_of(Pid::from_raw(tid as i32)), signal: GdbSignal::SIGTRAP });
-            }
-            // On to the next step that can stop: the stepped thread's, one
-            // at a breakpoint (when not stepping), one writing or reading a
-            // watched byte.
-            let log = &self.full.as_ref().expect("recording").log;
-            let next = position + 1;
-            let stepped = step.and_then(|t| log.next_of_thread(t.as_raw() as u64, next));
-            let breakpoint = if step.is_none() { log.first_pc_from(&breakpoints, next) } else { None };
-            let writes = written.iter().filter_map(|range| log.first_write_from(range.clone(), next));
-            let reads = read.iter().filter_map(|range| log.first_read_from(range.clone(), next));
-            position = writes.chain(reads).chain(stepped).chain(breakpoint).min().unwrap_or(len);
+        let step_tid = step.map(|t| t.as_raw() as u64);
+        match self.replay(|replayer, history, breakpoints| replayer.run_forwards(history, breakpoints, step_tid)) {
+            Forward::Stopped(stop) => return Some(stop),
+            Forward::End => {}
         }
-        self.moved_to(len);
+        let len = self.full.as_ref().expect("recording").log.len();
         if step.is_none() && len > 0 {
             // Arriving at the present where a breakpoint sits: the thread
             // that ran last stops there before running it, as on the
@@ -874,7 +758,7 @@ impl ProcessTarget {
             }
         };
         let pc = full.log.at(position).map(|(_, pc)| pc);
-        self.full.as_mut().expect("recording").armed = Some(Armed { position, hold });
+        self.full.as_mut().expect("recording").replayer.arm(position, hold);
         let tid = self.thread_at(position);
         let id = self.full.as_ref().expect("recording").log.steps_of_thread_before(tid, position);
         Ok(match pc {
@@ -903,5 +787,77 @@ impl ProcessTarget {
             HistoryCommand::Goto { target, hold } => self.record_goto(target, hold),
             HistoryCommand::History { tid, before, max, within, stops } => Ok(self.record_history(tid, before, max, &within, &stops)),
         }
+    }
+}
+
+/// The live recording as a [`History`]: its state log, read over the
+/// process (at the end of the history, the present).
+struct LiveHistory<'a> {
+    target: &'a ProcessTarget,
+}
+
+impl LiveHistory<'_> {
+    fn log(&self) -> &StateLog {
+        &self.target.full.as_ref().expect("recording").log
+    }
+}
+
+impl History for LiveHistory<'_> {
+    fn len(&self) -> u64 {
+        self.log().len()
+    }
+
+    fn step(&self, position: u64) -> Option<Step> {
+        self.log().at(position).map(|(tid, pc)| Step { tid, pc })
+    }
+
+    fn thread_at(&self, position: u64) -> u64 {
+        let log = self.log();
+        log.at(position).or_else(|| log.at(position.saturating_sub(1))).map_or(self.target.pid.as_raw() as u64, |(tid, _)| tid)
+    }
+
+    fn previous_of_thread(&self, tid: u64, before: u64) -> Option<u64> {
+        self.log().previous_of_thread(tid, before)
+    }
+
+    fn next_of_thread(&self, tid: u64, from: u64) -> Option<u64> {
+        self.log().next_of_thread(tid, from)
+    }
+
+    fn last_pc_before(&self, addresses: &[u64], before: u64) -> Option<u64> {
+        self.log().last_pc_before(addresses, before)
+    }
+
+    fn first_pc_from(&self, addresses: &[u64], from: u64) -> Option<u64> {
+        self.log().first_pc_from(addresses, from)
+    }
+
+    fn last_write_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
+        self.log().last_write_before(range, before)
+    }
+
+    fn first_write_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
+        self.log().first_write_from(range, from)
+    }
+
+    fn last_read_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
+        self.log().last_read_before(range, before)
+    }
+
+    fn first_read_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
+        self.log().first_read_from(range, from)
+    }
+
+    fn wrote(&self, position: u64, range: &Range<u64>) -> bool {
+        self.log().overwritten_by(position).any(|(at, old)| at < range.end && range.start < at + old.len() as u64)
+    }
+
+    fn registers_at(&self, tid: u64, position: u64) -> Option<Regs> {
+        self.target.past_registers(Pid::from_raw(tid as i32), position)
+    }
+
+    /// (Position `len()` reads the present.)
+    fn memory_at(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
+        self.target.past_memory(position, address, buf)
     }
 }

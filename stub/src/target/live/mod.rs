@@ -816,7 +816,7 @@ impl ReverseCont<Tid> for ProcessTarget {
         self.settle_diversion(false);
         let stop = match self.take_armed(false) {
             Some(stop) => stop,
-            None => self.refuse_history_move(Movement::ReverseContinue).unwrap_or_else(|| self.run_backwards()),
+            None => self.refuse_history_move(Movement::ReverseContinue).unwrap_or_else(|| self.replay(|replayer, history, breakpoints| replayer.run_backwards(history, breakpoints))),
         };
         self.stop_now = Some(stop);
         Ok(())
@@ -828,7 +828,7 @@ impl ReverseStep<Tid> for ProcessTarget {
         self.settle_diversion(false);
         let stop = match self.take_armed(true) {
             Some(stop) => stop,
-            None => self.refuse_history_move(Movement::ReverseStep).unwrap_or_else(|| self.step_backwards(pid_of(tid))),
+            None => self.refuse_history_move(Movement::ReverseStep).unwrap_or_else(|| self.replay(|replayer, history, _| replayer.step_backwards(history, tid.get() as u64))),
         };
         self.stop_now = Some(stop);
         Ok(())
