@@ -1,7 +1,6 @@
 //! The hardware backend: Intel PT through `perf_event_open` on the kernel's
 //! `intel_pt` PMU, one event and one AUX ring buffer per thread, configured
-//! and read the way lldb-server does (`docs/ARCHITECTURE.md`,
-//! `shared/reference/lldb-remote-trace.md` §11).
+//! and read the way lldb-server does (`docs/ARCHITECTURE.md`).
 //!
 //! The PMU description comes from sysfs (`type`, `format/*`); the AUX buffer
 //! is mapped read-only, which puts the kernel in overwrite (snapshot) mode:

@@ -109,7 +109,8 @@ mod tests {
 
     #[test]
     fn lldb_formula() {
-        // Values from a real machine (lldb-remote-trace.md §10).
+        // The conversion an Intel machine's perf event page gave (LLDB's
+        // `tscPerfZeroConversion` of a real trace).
         let c = TscConversion { time_mult: 1076264588, time_shift: 31, time_zero: 0 };
         let one_second_of_ticks = (1u64 << 31) * 1_000_000_000 / 1076264588;
         let ns = c.to_nanos(one_second_of_ticks);

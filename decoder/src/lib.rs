@@ -31,6 +31,7 @@ pub mod history;
 pub mod image;
 pub mod item;
 pub mod jitdump;
+pub mod leb128;
 pub mod packet;
 pub mod symbols;
 pub mod wallclock;

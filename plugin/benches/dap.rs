@@ -8,8 +8,8 @@
 //! `plugin/vscode/bench/step_back.js` times a `next` in the first and a
 //! `stepBack` in the second (each undone by an untimed `next`), from the
 //! request to the `stopped` event and the top frame's locals, as VS Code
-//! asks after a stop; it prints both medians and their ratio. Target
-//! (issue 17): stepBack ≤ 1.5× next.
+//! asks after a stop; it prints both medians and their ratio. Target:
+//! stepBack ≤ 1.5× next.
 
 use std::path::Path;
 use std::process::Command;

@@ -15,7 +15,8 @@
 //!   timeline). A run that passes `RETRACE_SCALE_LIMIT_S` seconds (default
 //!   300) or `RETRACE_SCALE_LIMIT_GIB` GiB of RSS (default 16) is stopped
 //!   and reported as such.
-//! Then it checks issue 18's targets on the python3 recording.
+//! Then it checks the scale targets (`docs/benchmarks.md`) on the python3
+//! recording.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -10,7 +10,7 @@
 //!   instructions -a -f -F FILE` (the native bridge built with `cargo build
 //!   --release -p retrace-python`), timed inside LLDB's Python around the
 //!   two commands (LLDB's own start-up left out).
-//! The two files must be identical. Target (issue 16): shim ≤ 1.2× CLI.
+//! The two files must be identical. Target: shim ≤ 1.2× CLI.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

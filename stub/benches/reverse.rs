@@ -1,5 +1,5 @@
 //! Recording for reverse execution, in one run, on the baseline workload
-//! (`tests/programs/bench_loop.c`, machine-baselines.md §1): GDB 13's own
+//! (`tests/programs/bench_loop.c`): GDB 13's own
 //! `record full` run natively from `bench_begin` to `bench_end` against
 //! `retrace-stub --record=full` (and `=branch`) over the same stretch
 //! driven by GDB 13 (the stub keeps itself and the program on one CPU;
@@ -198,7 +198,7 @@ fn main() {
     }
     let rate = |m: &Measured| m.instructions as f64 / m.seconds;
     let per = |m: &Measured| m.bytes / m.instructions as f64;
-    println!("full recording speed vs GDB record full: {:.2}x (goal >= 10x; the issue needs >= 3x)", rate(&full) / rate(&gdb));
+    println!("full recording speed vs GDB record full: {:.2}x (goal >= 10x; at least 3x needed)", rate(&full) / rate(&gdb));
     println!("full recording speed vs GDB record full pinned to one CPU: {:.2}x", rate(&full) / rate(&pinned));
     println!("full bytes per instruction vs GDB record full: {:.3}x (goal <= 0.1x)", per(&full) / per(&gdb));
     println!("full resident growth per instruction vs GDB record full: {:.3}x", (full.resident / full.instructions as f64) / per(&gdb));

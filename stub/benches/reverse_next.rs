@@ -5,7 +5,7 @@
 //! Builds `tests/programs/reverse_loop.c` and runs
 //! `stub/benches/reverse_next.py` in python3-lldb-22 against this
 //! (release) retrace-stub recording it; see that script for what is timed.
-//! Target (issue 16): a reverse-next over a loop of 1 million instructions
+//! Target: a reverse-next over a loop of 1 million instructions
 //! ≤ 2× one forward `next`.
 
 use std::process::Command;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use retrace_collector::process::{attach, launch, LaunchOptions};
 use retrace_stub::protocol::session::{serve, SessionEnd};
-use retrace_stub::target::live::{ProcessTarget, RecordMode, TraceRecorder};
-use retrace_stub::target::saved_trace::SavedTrace;
+use retrace_stub::inferior::live::{ProcessTarget, RecordMode, TraceRecorder};
+use retrace_stub::inferior::saved_trace::SavedTrace;
 
 /// A gdb-remote server for LLDB and GDB.
 ///

@@ -1,6 +1,6 @@
-//! retrace-stub under hostile and malformed input: every byte sequence of
-//! `shared/repro/stub-hostile-input.md` (measured against c049ea3, where
-//! each ended the session, panicked, hung or grew without bound) sent to a
+//! retrace-stub under hostile and malformed input: every byte sequence that
+//! once ended the session, panicked, hung or grew without bound (found
+//! against c049ea3) sent to a
 //! real stub. Each gets a reply (for `-`, the last packet again); then `?`
 //! is answered and the program is still there.
 

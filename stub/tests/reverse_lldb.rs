@@ -1,8 +1,10 @@
 //! LLDB 22 against `retrace-stub --record`: the assertions of LLDB's own
 //! `TestReverseContinueBreakpoints` and `TestReverseContinueWatchpoints`
-//! (reference reverse-execution.md §6), on their inferior written again
+//! (in LLVM's `lldb/test/API/functionalities/reverse-execution/`), on their
+//! inferior written again
 //! (`tests/programs/lldb_reverse.c`), in LLDB's synchronous and
-//! asynchronous modes, through `python3-lldb-22`; plus the quirks of §5: a
+//! asynchronous modes, through `python3-lldb-22`; plus the quirks measured
+//! against LLDB 22: a
 //! reverse continue issued on a breakpoint does not report it again, and a
 //! forward step right after a reverse stop at a breakpoint (LLDB 22 steps
 //! off it first here) lands on the next instruction.

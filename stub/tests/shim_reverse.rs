@@ -432,7 +432,7 @@ fn reverse_next_step_and_finish_land_where_gdbs_do_in_brotli() {
         let (gdb, shim, text) = both_walk(&program, &args, script);
         assert_lands_where_gdb_does(&gdb, &shim, &text, at_least);
         if script.len() == 8 {
-            // The case: reverse-next from the decoder's entry lands
+            // The case users met: reverse-next from the decoder's entry lands
             // in the inlined caller's line that called it, and
             // reverse-finish from there in DecompressFiles.
             assert_eq!((shim[1]["function"].as_str(), shim[1]["line"].as_u64()), (Some("DecompressFile"), Some(1310)), "{text}");

@@ -1,4 +1,4 @@
-/* The recorder benchmark's workload (machine-baselines.md): each iteration
+/* The recorder benchmark's workload: each iteration
  * calls a function with a conditional branch and a 3-trip inner loop. */
 #include <stdlib.h>
 volatile long sink;

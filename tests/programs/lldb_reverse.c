@@ -1,6 +1,6 @@
 /* The inferior of LLDB 22's own reverse-execution tests
- * (lldb/test/API/functionalities/reverse-execution/, reference
- * reverse-execution.md §6), written again: a watched variable on main's
+ * (lldb/test/API/functionalities/reverse-execution/ in LLVM's
+ * sources), written again: a watched variable on main's
  * stack set to 1, then 2 through a global pointer, between empty
  * functions the tests break on. */
 #include <stdio.h>

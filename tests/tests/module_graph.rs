@@ -8,7 +8,8 @@
 //! `super::` is the file itself, and what only tests use is not a
 //! dependency of the code.
 //!
-//! No module of the stub's targets reaches a protocol module.
+//! No module of the stub's inferiors (`inferior/`: what is debugged)
+//! reaches a protocol module.
 //!
 //! `cargo test -p retrace-tests --test module_graph -- --nocapture` prints it.
 
@@ -236,7 +237,7 @@ fn reached(graph: &Graph, from: &str) -> BTreeSet<String> {
     seen
 }
 
-/// `(target module, protocol module)` pairs where a module under `targets`
+/// `(inferior module, protocol module)` pairs where a module under `targets`
 /// reaches one under `protocol`: the protocol (packets, reply text) sits
 /// above the targets, which return typed values.
 fn protocol_reached_from_targets(graph: &Graph, targets: &str, protocol: &str) -> Vec<(String, String)> {
@@ -249,27 +250,27 @@ fn protocol_reached_from_targets(graph: &Graph, targets: &str, protocol: &str) -
 }
 
 #[test]
-fn no_stub_target_module_reaches_the_protocol() {
+fn no_stub_inferior_module_reaches_the_protocol() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stub/src");
     let files = graph(&src);
-    assert!(files.keys().any(|m| m.starts_with("target::")) && files.keys().any(|m| m.starts_with("protocol::")), "{:?}", files.keys());
-    assert_eq!(protocol_reached_from_targets(&files, "target", "protocol"), Vec::<(String, String)>::new());
+    assert!(files.keys().any(|m| m.starts_with("inferior::")) && files.keys().any(|m| m.starts_with("protocol::")), "{:?}", files.keys());
+    assert_eq!(protocol_reached_from_targets(&files, "inferior", "protocol"), Vec::<(String, String)>::new());
 }
 
 #[test]
 fn a_protocol_module_reached_through_another_is_found() {
     let graph: Graph = [
-        ("target::live", vec!["arch"]),
+        ("inferior::live", vec!["arch"]),
         ("arch", vec!["hex"]),
         ("hex", vec!["protocol::framing"]),
         ("protocol::framing", vec![]),
-        ("protocol", vec!["target"]),
-        ("target", vec![]),
+        ("protocol", vec!["inferior"]),
+        ("inferior", vec![]),
     ]
     .into_iter()
     .map(|(m, edges)| (m.to_string(), edges.into_iter().map(String::from).collect()))
     .collect();
-    assert_eq!(protocol_reached_from_targets(&graph, "target", "protocol"), vec![("target::live".to_string(), "protocol::framing".to_string())]);
+    assert_eq!(protocol_reached_from_targets(&graph, "inferior", "protocol"), vec![("inferior::live".to_string(), "protocol::framing".to_string())]);
 }
 
 #[test]

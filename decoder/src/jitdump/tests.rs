@@ -628,7 +628,7 @@ fn arbitrary_bytes_never_panic() {
     }
 }
 
-/// A file the fuzz target found (`../shared/repro`): two placements of one
+/// A file the fuzz target found: two placements of one
 /// region valid at the same time (MOVE timestamps out of order) made
 /// `region_at` return a region whose placement at that time does not cover
 /// the address. Every region found must cover the address at that time.

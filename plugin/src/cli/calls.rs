@@ -14,6 +14,7 @@ use retrace_decoder::history::{AddressHasher, BlockTable, Extra, History, Step};
 use std::hash::BuildHasherDefault;
 use serde_json::ser::{CompactFormatter, Formatter, PrettyFormatter};
 use retrace_decoder::image::Memory;
+use retrace_decoder::leb128;
 use retrace_decoder::symbols::{Placements, SymbolContext, Symbolizer};
 use retrace_decoder::x86::{call_effect, ExecMode};
 
@@ -522,13 +523,13 @@ impl CallLog {
                 bytes.push(if *nests { Self::NESTING_SEGMENT } else { Self::SEGMENT });
                 let (last_depth, last_id, last_ip) = state.last;
                 // Each value as a difference from one it is usually near.
-                put_signed(bytes, *depth as i64 - last_depth as i64);
-                put_signed(bytes, segment.first.wrapping_sub(last_id) as i64);
-                put(bytes, segment.last.wrapping_sub(segment.first));
-                put_signed(bytes, segment.first_ip.wrapping_sub(last_ip) as i64);
-                put_signed(bytes, segment.last_ip.wrapping_sub(segment.first_ip) as i64);
-                put(bytes, segment.tags.0 as u64);
-                put(bytes, segment.tags.1 as u64);
+                leb128::put_signed(bytes, *depth as i64 - last_depth as i64);
+                leb128::put_signed(bytes, segment.first.wrapping_sub(last_id) as i64);
+                leb128::put(bytes, segment.last.wrapping_sub(segment.first));
+                leb128::put_signed(bytes, segment.first_ip.wrapping_sub(last_ip) as i64);
+                leb128::put_signed(bytes, segment.last_ip.wrapping_sub(segment.first_ip) as i64);
+                leb128::put(bytes, segment.tags.0 as u64);
+                leb128::put(bytes, segment.tags.1 as u64);
                 state.last = (*depth, segment.last, segment.last_ip);
             }
         }
@@ -589,12 +590,12 @@ impl CallLog {
                 Self::TREE | Self::ERROR_TREE => CallEvent::Tree { is_error: kind == Self::ERROR_TREE },
                 Self::REROOT => CallEvent::Reroot,
                 _ => {
-                    let depth = (last.0 as i64 + get_signed(bytes, &mut at)) as u32;
-                    let first = last.1.wrapping_add(get_signed(bytes, &mut at) as u64);
-                    let last_id = first.wrapping_add(get(bytes, &mut at));
-                    let first_ip = last.2.wrapping_add(get_signed(bytes, &mut at) as u64);
-                    let last_ip = first_ip.wrapping_add(get_signed(bytes, &mut at) as u64);
-                    let tags = (get(bytes, &mut at) as u32, get(bytes, &mut at) as u32);
+                    let depth = (last.0 as i64 + leb128::get_signed(bytes, &mut at).expect("the spill's own records")) as u32;
+                    let first = last.1.wrapping_add(leb128::get_signed(bytes, &mut at).expect("the spill's own records") as u64);
+                    let last_id = first.wrapping_add(leb128::get(bytes, &mut at).expect("the spill's own records"));
+                    let first_ip = last.2.wrapping_add(leb128::get_signed(bytes, &mut at).expect("the spill's own records") as u64);
+                    let last_ip = first_ip.wrapping_add(leb128::get_signed(bytes, &mut at).expect("the spill's own records") as u64);
+                    let tags = (leb128::get(bytes, &mut at).expect("the spill's own records") as u32, leb128::get(bytes, &mut at).expect("the spill's own records") as u32);
                     last = (depth, last_id, last_ip);
                     let segment = Segment { first, last: last_id, first_ip, last_ip, tags, nested: None };
                     CallEvent::Segment { depth, segment, nests: kind == Self::NESTING_SEGMENT }
@@ -701,39 +702,6 @@ impl Drop for StopOnPanic<'_> {
             stop_workers(self.0, self.1, self.2);
         }
     }
-}
-
-/// LEB128.
-fn put(bytes: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        bytes.push(value as u8 | 0x80);
-        value >>= 7;
-    }
-    bytes.push(value as u8);
-}
-
-/// Zigzag, then LEB128.
-fn put_signed(bytes: &mut Vec<u8>, value: i64) {
-    put(bytes, ((value << 1) ^ (value >> 63)) as u64);
-}
-
-fn get(bytes: &[u8], at: &mut usize) -> u64 {
-    let mut value = 0u64;
-    let mut shift = 0;
-    loop {
-        let byte = bytes[*at];
-        *at += 1;
-        value |= ((byte & 0x7f) as u64) << shift;
-        if byte < 0x80 {
-            return value;
-        }
-        shift += 7;
-    }
-}
-
-fn get_signed(bytes: &[u8], at: &mut usize) -> i64 {
-    let value = get(bytes, at);
-    (value >> 1) as i64 ^ -((value & 1) as i64)
 }
 
 /// How each tree's roots chain, learnt in a first walk: per tree, for

@@ -17,7 +17,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 
 use libfuzzer_sys::fuzz_target;
 use retrace_stub::protocol::session::{serve, PACKET_SIZE};
-use retrace_stub::target::inert::InertTarget;
+use retrace_stub::inferior::inert::InertTarget;
 
 /// The packets in what the stub sent (acknowledgements between them).
 fn check_replies(bytes: &[u8]) {

@@ -16,7 +16,7 @@
 //! configuration.
 
 use super::threads::Selection;
-use crate::target::{CpuInfo, Inferior, TraceStart};
+use crate::inferior::{CpuInfo, Inferior, TraceStart};
 
 /// The features added to gdbstub's `qSupported` reply.
 pub(crate) const FEATURES: &str = ";Qbtrace:off+;Qbtrace:pt+;Qbtrace-conf:pt:size+;qXfer:btrace:read+;qXfer:btrace-conf:read+";

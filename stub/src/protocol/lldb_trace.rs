@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::framing::unescape;
 use crate::hex::hex;
-use crate::target::{Inferior, TraceStart, TraceStatus};
+use crate::inferior::{Inferior, TraceStart, TraceStatus};
 
 /// The only trace type served.
 const TRACE_TYPE: &str = "intel-pt";
@@ -207,7 +207,7 @@ fn state(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     });
     Ok(json!({
         "tracedThreads": threads,
-        "processBinaryData": [{"kind": "procfsCpuInfo", "size": crate::target::procfs_cpu_info(&target.trace_cpu()).len()}],
+        "processBinaryData": [{"kind": "procfsCpuInfo", "size": crate::inferior::procfs_cpu_info(&target.trace_cpu()).len()}],
         "cpus": null,
         "warnings": null,
         "tscPerfZeroConversion": conversion,
@@ -228,7 +228,7 @@ fn binary_data(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, Strin
             Some(tid) => target.trace_data(tid),
             None => Err("Trace data of kind iptTrace belongs to a thread: the request names none.".into()),
         },
-        "procfsCpuInfo" => Ok(crate::target::procfs_cpu_info(&target.trace_cpu()).into_bytes()),
+        "procfsCpuInfo" => Ok(crate::inferior::procfs_cpu_info(&target.trace_cpu()).into_bytes()),
         other => Err(format!("Unsupported trace binary data kind: {other}")),
     }
 }

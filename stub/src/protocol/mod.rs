@@ -1,6 +1,6 @@
 //! The protocol side: what the client sends and what it is answered, with
-//! no knowledge of how the program runs (that is the target's,
-//! [`crate::target`]).
+//! no knowledge of how the program runs (that is the inferior's,
+//! [`crate::inferior`]).
 //!
 //! * [`connection`] — the buffered client connection gdbstub writes to;
 //! * [`framing`] — packets cut out of the byte stream, replies framed;
@@ -8,6 +8,7 @@
 //! * [`gdb_btrace`] — GDB's branch-trace packets (`Qbtrace`, `qXfer:btrace`);
 //! * [`lldb_trace`] — LLDB's `jLLDBTrace*` packets;
 //! * [`threads`] — thread ids that name no thread, resumes that could not stop;
+//! * [`replies`] — the text of memory regions and stop notes;
 //! * [`session`] — the loop: bytes in, gdbstub's state machine, stops out.
 
 pub mod connection;
@@ -15,5 +16,6 @@ pub mod framing;
 pub mod gdb_btrace;
 pub mod grammar;
 pub mod lldb_trace;
+pub mod replies;
 pub mod session;
 pub mod threads;

@@ -24,7 +24,8 @@ use super::gdb_btrace::BtraceConfig;
 use super::grammar::malformed;
 use super::threads::Selection;
 use crate::hex::hex;
-use crate::target::{Inferior, Movement, StopReason};
+use super::replies::{memory_region_reply, stop_note_text};
+use crate::inferior::{Inferior, Movement, StopNote, StopReason};
 
 /// Acknowledges a packet the framer answers itself and sends `payload`.
 fn answer(conn: &mut BufferedConnection, no_ack: bool, payload: &[u8]) -> std::io::Result<()> {
@@ -75,7 +76,7 @@ fn intercept(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>> {
         _ if body.starts_with(b"qMemoryRegionInfo:") => {
             let address = std::str::from_utf8(&body[b"qMemoryRegionInfo:".len()..]).ok().and_then(|a| u64::from_str_radix(a, 16).ok());
             Some(match address {
-                Some(address) => target.memory_region_info(address),
+                Some(address) => memory_region_reply(&target.memory_region(address)),
                 None => b"E16".to_vec(),
             })
         }
@@ -361,7 +362,7 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
     let mut dialect = Dialect::default();
     let mut no_ack = false;
     // The last stop the client was told of, and the words added to it.
-    let mut last_stop: Option<(StopReason, Option<String>)> = None;
+    let mut last_stop: Option<(StopReason, Option<StopNote>)> = None;
     let stub = GdbStub::builder(conn).packet_buffer_size(PACKET_SIZE).build().map_err(|e| ServerError::Protocol(e.to_string()))?;
     let mut gdb = stub.run_state_machine(target).map_err(fatal)?;
     loop {
@@ -439,7 +440,7 @@ fn run<T: Inferior>(listener: &TcpListener, target: &mut T, client: &mut Client,
                         _ => (reason, note),
                     };
                     if let Some(note) = &note {
-                        inner.borrow_conn().extend_next_reply(note.as_bytes());
+                        inner.borrow_conn().extend_next_reply(stop_note_text(note).as_bytes());
                     }
                     last_stop = Some((reason, note));
                     inner.report_stop(target, reason).map_err(fatal)?

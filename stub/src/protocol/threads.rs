@@ -5,7 +5,7 @@
 //! a resume of thread 1, and ends its session on `s` after `Hc-1`, on `T-1`
 //! and on `Hg-1`.
 
-use crate::target::Inferior;
+use crate::inferior::Inferior;
 
 /// What a thread id in a packet names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

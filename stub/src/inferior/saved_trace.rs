@@ -39,11 +39,11 @@ use retrace_decoder::bundle::load::LoadedBundle;
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 
 use super::frames::{flows_by_address, frame_history, history_text, Executed};
-use super::live::libraries::{library_list_xml, memory_region_info, LinkMapEntry};
+use super::live::libraries::{library_list_xml, LinkMapEntry};
 use super::replay::{boundary, Breakpoints, Forward, Replayer};
 use super::timeline::{RecordedThread, Timeline};
 use crate::arch::{RegNumber, Regs};
-use crate::target::{copy_window, GotoTarget, HistoryCommand, Inferior, StopReason, ARMED_STOP_NOTE};
+use crate::inferior::{copy_window, GotoTarget, HistoryCommand, Inferior, MemoryRegion, StopNote, StopReason};
 
 /// A module of the saved process, as its ELF file says it was laid out.
 #[derive(Debug, Clone)]
@@ -109,11 +109,12 @@ pub struct SavedTrace {
     /// (LLDB's `thread trace dump`, GDB's `record instruction-history`).
     traces: Vec<(u64, Vec<u8>)>,
     /// The client asked for the trace (`process trace start`, `record
-    /// btrace pt`): until then none is offered, or GDB would switch to
-    /// replaying it itself (gdb-btrace-remote.md).
+    /// btrace pt`): until then none is offered, or GDB 13 would switch to
+    /// replaying it itself (it turns `record btrace` on by itself when
+    /// `qXfer:btrace-conf` already shows `<pt/>`).
     trace_served: bool,
     cpu: retrace_decoder::bundle::CpuInfo,
-    tsc_conversion: Option<crate::target::TscConversion>,
+    tsc_conversion: Option<crate::inferior::TscConversion>,
     /// What cannot have changed while the program ran.
     unchanging: Vec<ReadOnlyPages>,
     modules: Vec<Module>,
@@ -129,7 +130,7 @@ pub struct SavedTrace {
     step: Option<u64>,
     stop: Option<StopReason>,
     /// Words for the next stop reply ([`Inferior::take_stop_note`]).
-    stop_note: Option<&'static str>,
+    stop_note: Option<StopNote>,
     killed: bool,
 }
 
@@ -305,7 +306,7 @@ impl SavedTrace {
         };
         let position = timeline.len() - 1;
         let tsc_conversion = loaded.description.tsc_perf_zero_conversion.as_ref().and_then(|c| {
-            Some(crate::target::TscConversion { time_mult: c.time_mult, time_shift: c.time_shift, time_zero: c.time_zero.parse().ok()? })
+            Some(crate::inferior::TscConversion { time_mult: c.time_mult, time_shift: c.time_shift, time_zero: c.time_zero.parse().ok()? })
         });
         Ok(SavedTrace {
             pid,
@@ -355,7 +356,7 @@ impl SavedTrace {
     fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
         let arrival = self.replayer.take_armed(&self.timeline, &self.breakpoints, stepping)?;
         if !arrival.at_breakpoint {
-            self.stop_note = Some(ARMED_STOP_NOTE);
+            self.stop_note = Some(StopNote::ArrivedWhereArmed);
         }
         Some(arrival.stop)
     }
@@ -484,8 +485,8 @@ impl Inferior for SavedTrace {
         self.rendezvous.as_ref().map(|_| RENDEZVOUS_PAGE)
     }
 
-    fn take_stop_note(&mut self) -> Option<String> {
-        self.stop_note.take().map(str::to_string)
+    fn take_stop_note(&mut self) -> Option<StopNote> {
+        self.stop_note.take()
     }
 
     fn has_thread(&self, tid: u64) -> bool {
@@ -510,9 +511,9 @@ impl Inferior for SavedTrace {
         }
     }
 
-    fn memory_region_info(&self, address: u64) -> Vec<u8> {
+    fn memory_region(&self, address: u64) -> MemoryRegion {
         let mappings: Vec<Mapping> = self.unchanging.iter().map(|pages| pages.mapping.clone()).collect();
-        memory_region_info(&mappings, address).into_bytes()
+        MemoryRegion::of(&mappings, address)
     }
 
     fn kill(&mut self) {
@@ -523,7 +524,7 @@ impl Inferior for SavedTrace {
 
     /// The trace is recorded already: starting it again (LLDB's `process
     /// trace start`, GDB's `record btrace pt`) serves it.
-    fn trace_start(&mut self, request: &crate::target::TraceStart) -> Result<(), String> {
+    fn trace_start(&mut self, request: &crate::inferior::TraceStart) -> Result<(), String> {
         let () = match &request.threads {
             Some(threads) => match threads.iter().find(|&&t| !self.traces.iter().any(|(tid, _)| *tid == t)) {
                 Some(missing) => Err(format!("Thread {missing} was not recorded in the saved trace")),
@@ -544,9 +545,9 @@ impl Inferior for SavedTrace {
         Ok(())
     }
 
-    fn trace_state(&self) -> Result<crate::target::TraceState, String> {
+    fn trace_state(&self) -> Result<crate::inferior::TraceState, String> {
         let served = self.traces.iter().filter(|_| self.trace_served);
-        Ok(crate::target::TraceState {
+        Ok(crate::inferior::TraceState {
             threads: served.map(|(tid, trace)| (*tid, trace.len())).collect(),
             tsc_conversion: self.tsc_conversion,
         })
@@ -556,7 +557,7 @@ impl Inferior for SavedTrace {
         self.traces.iter().find(|(t, _)| *t == tid).map(|(_, trace)| trace.clone()).ok_or_else(|| format!("Thread {tid} not traced"))
     }
 
-    fn trace_cpu(&self) -> crate::target::CpuInfo {
+    fn trace_cpu(&self) -> crate::inferior::CpuInfo {
         self.cpu.clone()
     }
 
@@ -569,7 +570,7 @@ impl Inferior for SavedTrace {
     }
 }
 
-crate::target::offer_capabilities!(SavedTrace);
+crate::inferior::offer_capabilities!(SavedTrace);
 
 impl MultiThreadBase for SavedTrace {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {
@@ -761,4 +762,4 @@ impl LibrariesSvr4 for SavedTrace {
     }
 }
 
-crate::target::offer_fixed_extended_mode!(SavedTrace);
+crate::inferior::offer_fixed_extended_mode!(SavedTrace);

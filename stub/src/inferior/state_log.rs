@@ -41,8 +41,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
+use retrace_decoder::leb128;
+
 use crate::arch::{register_size, Regs, REGISTER_COUNT};
-use crate::target::frames::{Executed, Flow, FrameStep};
+use crate::inferior::frames::{Executed, Flow, FrameStep};
 
 /// A thread's steps per [`FrameBlock`].
 const FRAME_BLOCK: usize = 4096;
@@ -225,22 +227,6 @@ fn set_register_value(regs: &mut Regs, n: usize, value: u64) {
     let _ = regs.set_register(n, &value.to_le_bytes()[..size]);
 }
 
-fn put_leb128(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push(value as u8 | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-fn zigzag(value: i64) -> u64 {
-    ((value << 1) ^ (value >> 63)) as u64
-}
-
-fn unzigzag(value: u64) -> i64 {
-    (value >> 1) as i64 ^ -((value & 1) as i64)
-}
-
 /// Grows `vec` for `more` items by an eighth of its size at a time, not
 /// double (large vectors grow in place, by remapping).
 fn reserve<T>(vec: &mut Vec<T>, more: usize) {
@@ -260,17 +246,7 @@ struct Records<'a> {
 
 impl<'a> Records<'a> {
     fn leb128(&mut self) -> u64 {
-        let mut value = 0u64;
-        let mut shift = 0;
-        loop {
-            let byte = self.bytes[self.at];
-            self.at += 1;
-            value |= u64::from(byte & 0x7f) << shift.min(63);
-            shift += 7;
-            if byte < 0x80 {
-                return value;
-            }
-        }
+        leb128::get(self.bytes, &mut self.at).expect("the log's own records")
     }
 
     /// The next record: each changed register (its number and change),
@@ -281,7 +257,7 @@ impl<'a> Records<'a> {
             let n = self.bytes[self.at] as usize;
             self.at += 1;
             let change = match change_of(n) {
-                Change::Difference => RegisterChange::Difference(unzigzag(self.leb128())),
+                Change::Difference => RegisterChange::Difference(leb128::unzigzag(self.leb128())),
                 Change::Flipped => RegisterChange::Flipped(self.leb128()),
                 Change::Whole(size) => {
                     self.at += size;
@@ -291,7 +267,7 @@ impl<'a> Records<'a> {
             register(n, change);
         }
         for _ in 0..header >> 6 {
-            self.address = self.address.wrapping_add(unzigzag(self.leb128()) as u64);
+            self.address = self.address.wrapping_add(leb128::unzigzag(self.leb128()) as u64);
             let len = self.leb128() as usize;
             self.at += len;
             write(self.address, &self.bytes[self.at - len..self.at]);
@@ -521,8 +497,8 @@ impl StateLog {
                     let (old, new) = (register_value(before, n), register_value(after, n));
                     if old != new {
                         body.push(n as u8);
-                        let change = if change_of(n) == Change::Difference { zigzag(new.wrapping_sub(old) as i64) } else { old ^ new };
-                        put_leb128(&mut body, change);
+                        let change = if change_of(n) == Change::Difference { leb128::zigzag(new.wrapping_sub(old) as i64) } else { old ^ new };
+                        leb128::put(&mut body, change);
                         registers += 1;
                     }
                 }
@@ -553,13 +529,13 @@ impl StateLog {
                     }
                 }
             }
-            put_leb128(&mut body, zigzag(write.address.wrapping_sub(self.last_write) as i64));
-            put_leb128(&mut body, write.old.len() as u64);
+            leb128::put(&mut body, leb128::zigzag(write.address.wrapping_sub(self.last_write) as i64));
+            leb128::put(&mut body, write.old.len() as u64);
             body.extend_from_slice(&write.old);
             self.last_write = write.address;
         }
         reserve(&mut self.records, body.len() + 10);
-        put_leb128(&mut self.records, registers | writes << 6);
+        leb128::put(&mut self.records, registers | writes << 6);
         self.records.extend_from_slice(&body);
         if let Some(mappings) = mappings {
             self.mappings.push((position, mappings));
@@ -845,7 +821,7 @@ impl StateLog {
     }
 
     /// Thread `tid`'s steps before its step number `before`, newest first,
-    /// as [`crate::target::frames::frame_history`] reads them.
+    /// as [`crate::inferior::frames::frame_history`] reads them.
     pub fn executed_before(&self, tid: u64, before: u64) -> impl Iterator<Item = Executed> + '_ {
         let thread = self.threads.get(&tid);
         let count = thread.map_or(0, |t| t.count);
@@ -877,7 +853,7 @@ impl StateLog {
         (done < thread.count).then(|| thread.position(done))
     }
     /// Thread `tid`'s history seen from its step `before` (its count of
-    /// steps: the present): what [`crate::target::frames::frame_history`]
+    /// steps: the present): what [`crate::inferior::frames::frame_history`]
     /// lists from the same steps, found through the depth index instead of
     /// walking callees step by step.
     ///
@@ -1348,7 +1324,7 @@ mod tests {
     /// and `within` collapses the run it names to its earliest step.
     #[test]
     fn the_indexed_frame_history_lists_what_the_walk_lists() {
-        use crate::target::frames::frame_history;
+        use crate::inferior::frames::frame_history;
         for seed in [0x9e3779b97f4a7c15u64, 0x2545f4914f6cdd1d, 0x5851f42d4c957f2d] {
             let log = made_up_thread(seed, 30_000);
             let kind = |pc: u64| match pc {

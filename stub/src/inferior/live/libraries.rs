@@ -13,7 +13,6 @@
 
 use std::fmt::Write as _;
 
-use retrace_collector::process::Mapping;
 
 use libc::{AT_PHDR, AT_PHNUM};
 use object::elf::{PT_DYNAMIC, PT_PHDR};
@@ -215,26 +214,6 @@ pub fn library_list(auxv: &[u8], memory: &impl ReadMemory) -> Result<String, Lib
     Ok(library_list_xml(&link_map(r_debug, memory)?))
 }
 
-/// LLDB's `qMemoryRegionInfo` reply for `address`: the mapping containing
-/// it, or the unmapped gap up to the next mapping (no permissions).
-pub fn memory_region_info(maps: &[Mapping], address: u64) -> String {
-    if let Some(m) = maps.iter().find(|m| m.start <= address && address < m.end) {
-        let mut reply = format!("start:{:x};size:{:x};permissions:", m.start, m.end - m.start);
-        for (flag, letter) in [(m.readable, 'r'), (m.writable, 'w'), (m.executable, 'x')] {
-            if flag {
-                reply.push(letter);
-            }
-        }
-        reply.push_str(";flags:;");
-        if !m.path.is_empty() {
-            let _ = write!(reply, "name:{};", crate::hex::hex(&m.path));
-        }
-        return reply;
-    }
-    let start = maps.iter().map(|m| m.end).filter(|&end| end <= address).max().unwrap_or(0);
-    let end = maps.iter().map(|m| m.start).filter(|&s| s > address).min().unwrap_or(u64::MAX);
-    format!("start:{start:x};size:{:x};", end - start)
-}
 
 #[cfg(test)]
 mod tests {
@@ -349,21 +328,5 @@ mod tests {
         let (auxv, mut mem) = process(0x1000);
         mem.put_u64(0x1008, 0xdead_0000);
         assert_eq!(library_list(&auxv, &mem), Err(LibraryListError::Unreadable(0xdead_0000)));
-    }
-
-    #[test]
-    fn region_info_names_mappings_and_gaps() {
-        let maps = retrace_collector::process::parse_maps(
-            "555555554000-555555555000 r--p 00000000 08:01 123 /tmp/prog\n\
-             555555555000-555555556000 r-xp 00001000 08:01 123 /tmp/prog\n\
-             7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0 [stack]\n",
-        );
-        assert_eq!(
-            memory_region_info(&maps, 0x5555_5555_5010),
-            format!("start:555555555000;size:1000;permissions:rx;flags:;name:{};", crate::hex::hex("/tmp/prog"))
-        );
-        assert_eq!(memory_region_info(&maps, 0x1000), "start:0;size:555555554000;");
-        assert_eq!(memory_region_info(&maps, 0x5555_5555_6000), "start:555555556000;size:2aaaaaa88000;");
-        assert_eq!(memory_region_info(&maps, 0xffff_ffff_ff60_0000), "start:7ffffffff000;size:ffff800000000fff;");
     }
 }

@@ -38,8 +38,8 @@ use retrace_collector::control::Resume;
 use retrace_decoder::x86::{FlowKind, InsnInfo};
 
 use super::{tid_of, DebugSlot, ProcessTarget};
-use crate::target::frames::Flow;
-use crate::target::StopReason;
+use crate::inferior::frames::Flow;
+use crate::inferior::StopReason;
 
 /// System calls before which the stub's `int3`s are taken out: clone,
 /// fork, vfork, clone3 (a child copies or shares the memory), execve,

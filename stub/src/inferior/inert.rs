@@ -21,7 +21,7 @@ use gdbstub::target::ext::thread_extra_info::{ThreadExtraInfo, ThreadExtraInfoOp
 use gdbstub::target::{TargetError, TargetResult};
 
 use crate::arch::{RegNumber, Regs};
-use crate::target::{copy_window, Inferior, StopReason};
+use crate::inferior::{copy_window, Inferior, MemoryRegion, StopReason};
 
 /// Where the inert program's memory starts.
 pub const MEMORY_START: u64 = 0x5555_5555_4000;
@@ -106,10 +106,10 @@ impl Inferior for InertTarget {
         }
     }
 
-    fn memory_region_info(&self, address: u64) -> Vec<u8> {
+    fn memory_region(&self, address: u64) -> MemoryRegion {
         match self.window(address, 1) {
-            Some(_) => format!("start:{MEMORY_START:x};size:{:x};permissions:rx;", self.memory.len()).into_bytes(),
-            None => b"E01".to_vec(),
+            Some(_) => MemoryRegion::Mapped { start: MEMORY_START, end: MEMORY_START + self.memory.len() as u64, readable: true, writable: false, executable: true, name: String::new() },
+            None => MemoryRegion::Unknown,
         }
     }
 
@@ -120,7 +120,7 @@ impl Inferior for InertTarget {
     fn detach(&mut self) {}
 }
 
-crate::target::offer_capabilities!(InertTarget);
+crate::inferior::offer_capabilities!(InertTarget);
 
 impl MultiThreadBase for InertTarget {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {
@@ -282,4 +282,4 @@ impl LibrariesSvr4 for InertTarget {
     }
 }
 
-crate::target::offer_fixed_extended_mode!(InertTarget);
+crate::inferior::offer_fixed_extended_mode!(InertTarget);

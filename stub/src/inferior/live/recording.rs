@@ -27,7 +27,7 @@ use retrace_collector::trace_ring::{TraceRing, MIN_RING_SIZE};
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
 use super::{tid_of, ProcessTarget, INT3};
-use crate::target::{StopReason, ThreadTraceStatus, TraceStart, TraceState, TraceStatus};
+use crate::inferior::{StopNote, StopReason, ThreadTraceStatus, TraceStart, TraceState, TraceStatus};
 
 /// The largest trace kept per thread (`iptTraceSize`), 1 GiB: more is
 /// refused rather than risk the stub's memory.
@@ -624,7 +624,7 @@ impl ProcessTarget {
             Err(message) => {
                 tracing::warn!(tid = tid.as_raw(), message, "a new thread is not traced");
                 // The stop says so (lldb-server's `reason:processor trace`).
-                self.stop_note = Some(format!("reason:processor trace;description:{};", crate::hex::hex(&message)));
+                self.stop_note = Some(StopNote::Trace(message));
                 false
             }
         }

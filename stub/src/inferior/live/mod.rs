@@ -32,7 +32,7 @@ use retrace_collector::control::{Resume, TracedProcess};
 use retrace_collector::process;
 
 use crate::arch::{RegNumber, Regs};
-use crate::target::{copy_window, Inferior, Movement, StopReason};
+use crate::inferior::{copy_window, Inferior, MemoryRegion, Movement, StopNote, StopReason};
 
 mod block_runs;
 mod full;
@@ -92,7 +92,7 @@ pub struct ProcessTarget {
     /// Traced threads in a recorded continue (stepped one instruction at a time).
     recording: BTreeSet<Pid>,
     /// Text to add to the next stop reply (`reason:…;description:…;`).
-    stop_note: Option<String>,
+    stop_note: Option<StopNote>,
     /// A stop found while resuming (a recorded thread continued onto a
     /// breakpoint): the threads already started are stopped and it is reported.
     pending_stop: Option<StopReason>,
@@ -577,10 +577,10 @@ impl Inferior for ProcessTarget {
         self.interrupted = true;
     }
 
-    fn memory_region_info(&self, address: u64) -> Vec<u8> {
+    fn memory_region(&self, address: u64) -> MemoryRegion {
         match process::read_maps(self.pid) {
-            Ok(maps) => libraries::memory_region_info(&maps, address).into_bytes(),
-            Err(_) => b"E01".to_vec(),
+            Ok(maps) => MemoryRegion::of(&maps, address),
+            Err(_) => MemoryRegion::Unknown,
         }
     }
 
@@ -605,7 +605,7 @@ impl Inferior for ProcessTarget {
         }
     }
 
-    fn trace_start(&mut self, request: &crate::target::TraceStart) -> Result<(), String> {
+    fn trace_start(&mut self, request: &crate::inferior::TraceStart) -> Result<(), String> {
         self.start_tracing(request)
     }
 
@@ -613,7 +613,7 @@ impl Inferior for ProcessTarget {
         self.stop_tracing(threads)
     }
 
-    fn trace_state(&self) -> Result<crate::target::TraceState, String> {
+    fn trace_state(&self) -> Result<crate::inferior::TraceState, String> {
         Ok(self.tracing_state())
     }
 
@@ -621,7 +621,7 @@ impl Inferior for ProcessTarget {
         self.thread_trace(tid)
     }
 
-    fn take_stop_note(&mut self) -> Option<String> {
+    fn take_stop_note(&mut self) -> Option<StopNote> {
         self.stop_note.take()
     }
 
@@ -629,7 +629,7 @@ impl Inferior for ProcessTarget {
         ProcessTarget::take_stood_still(self)
     }
 
-    fn trace_status(&self) -> Result<crate::target::TraceStatus, String> {
+    fn trace_status(&self) -> Result<crate::inferior::TraceStatus, String> {
         Ok(self.tracing_status())
     }
 
@@ -666,7 +666,7 @@ impl Inferior for ProcessTarget {
     }
 }
 
-crate::target::offer_capabilities!(ProcessTarget);
+crate::inferior::offer_capabilities!(ProcessTarget);
 
 impl MultiThreadBase for ProcessTarget {
     fn read_registers(&mut self, regs: &mut Regs, tid: Tid) -> TargetResult<(), Self> {

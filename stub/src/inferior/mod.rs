@@ -165,11 +165,65 @@ pub enum Movement {
     ForwardContinue,
 }
 
-/// The stop-reply words of an armed resume's stop: LLDB's `trace` stop
-/// (what a single step ends with), so that it shows `stop reason = trace`
-/// rather than a signal, and, at the start of an inlined function, stands
-/// in its caller as after a step.
-pub const ARMED_STOP_NOTE: &str = "reason:trace;";
+/// What a stop says beyond gdbstub's stop reasons (the protocol writes it
+/// into the stop reply as lldb-server and gdbserver do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopNote {
+    /// A resume armed by `monitor goto` arrived: a stop as after a single
+    /// step (LLDB then shows `stop reason = trace` rather than a signal,
+    /// and, at the start of an inlined function, stands in its caller).
+    ArrivedWhereArmed,
+    /// A stop the trace or the history caused, with why (a move refused,
+    /// the trace limit reached).
+    Trace(String),
+    /// The program exec'd, for LLDB.
+    ExecForLldb,
+    /// The program exec'd this file, for GDB (which offered `exec-events`).
+    ExecForGdb(String),
+}
+
+/// A region of the program's address space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoryRegion {
+    /// Mapped from `start` to `end` (exclusive), with these permissions,
+    /// from the file `name` (empty: anonymous).
+    Mapped {
+        /// First address.
+        start: u64,
+        /// Past the last address.
+        end: u64,
+        /// Readable.
+        readable: bool,
+        /// Writable.
+        writable: bool,
+        /// Executable.
+        executable: bool,
+        /// The mapped file's path, if any.
+        name: String,
+    },
+    /// Nothing mapped from `start` to `end` (the gap around the address).
+    Unmapped {
+        /// First address of the gap.
+        start: u64,
+        /// Past its last address.
+        end: u64,
+    },
+    /// The program's mappings cannot be read.
+    Unknown,
+}
+
+impl MemoryRegion {
+    /// The region of `maps` (sorted or not) that holds `address`, or the
+    /// gap around it.
+    pub fn of(maps: &[retrace_collector::process::Mapping], address: u64) -> MemoryRegion {
+        if let Some(m) = maps.iter().find(|m| m.start <= address && address < m.end) {
+            return MemoryRegion::Mapped { start: m.start, end: m.end, readable: m.readable, writable: m.writable, executable: m.executable, name: m.path.clone() };
+        }
+        let start = maps.iter().map(|m| m.end).filter(|&end| end <= address).max().unwrap_or(0);
+        let end = maps.iter().map(|m| m.start).filter(|&s| s > address).min().unwrap_or(u64::MAX);
+        MemoryRegion::Unmapped { start, end }
+    }
+}
 
 impl Armed {
     /// The position a resume (`stepping` or not) goes to, if `armed`
@@ -325,8 +379,8 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
     /// [`Self::poll_stop`] reports it (SIGINT).
     fn interrupt(&mut self);
 
-    /// The body of the `qMemoryRegionInfo` reply for `address`.
-    fn memory_region_info(&self, address: u64) -> Vec<u8>;
+    /// The region of the address space that holds `address`.
+    fn memory_region(&self, address: u64) -> MemoryRegion;
 
     /// The client killed the program, or went away: it must not outlive
     /// the session.
@@ -381,10 +435,8 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
         Err(TRACING_UNSUPPORTED.into())
     }
 
-    /// Fields to add to the stop reply about to be sent (`key:value;`…),
-    /// for stop reasons gdbstub has no words for (lldb-server's
-    /// `reason:processor trace;description:…;`).
-    fn take_stop_note(&mut self) -> Option<String> {
+    /// What the stop about to be reported says beyond its reason.
+    fn take_stop_note(&mut self) -> Option<StopNote> {
         None
     }
 
@@ -495,7 +547,7 @@ macro_rules! offer_capabilities {
                 mut out: gdbstub::target::ext::monitor_cmd::ConsoleOutput<'_>,
             ) -> Result<(), Self::Error> {
                 let command = String::from_utf8_lossy(cmd);
-                match crate::target::Inferior::monitor_command(self, &command) {
+                match crate::inferior::Inferior::monitor_command(self, &command) {
                     // In `O` packets of a few KiB each (a trace's hex can be megabytes).
                     Ok(text) => {
                         for chunk in text.as_bytes().chunks(2048) {
@@ -546,31 +598,31 @@ macro_rules! offer_capabilities {
                 flags: gdbstub::target::ext::host_io::HostIoOpenFlags,
                 _mode: gdbstub::target::ext::host_io::HostIoOpenMode,
             ) -> gdbstub::target::ext::host_io::HostIoResult<u32, Self> {
-                crate::target::host_files::open(filename, flags)
+                crate::inferior::host_files::open(filename, flags)
             }
         }
 
         impl gdbstub::target::ext::host_io::HostIoClose for $target {
             fn close(&mut self, fd: u32) -> gdbstub::target::ext::host_io::HostIoResult<(), Self> {
-                crate::target::host_files::close(fd)
+                crate::inferior::host_files::close(fd)
             }
         }
 
         impl gdbstub::target::ext::host_io::HostIoPread for $target {
             fn pread(&mut self, fd: u32, count: usize, offset: u64, buf: &mut [u8]) -> gdbstub::target::ext::host_io::HostIoResult<usize, Self> {
-                crate::target::host_files::pread(fd, count, offset, buf)
+                crate::inferior::host_files::pread(fd, count, offset, buf)
             }
         }
 
         impl gdbstub::target::ext::host_io::HostIoFstat for $target {
             fn fstat(&mut self, fd: u32) -> gdbstub::target::ext::host_io::HostIoResult<gdbstub::target::ext::host_io::HostIoStat, Self> {
-                crate::target::host_files::fstat(fd)
+                crate::inferior::host_files::fstat(fd)
             }
         }
 
         impl gdbstub::target::ext::host_io::HostIoReadlink for $target {
             fn readlink(&mut self, filename: &[u8], buf: &mut [u8]) -> gdbstub::target::ext::host_io::HostIoResult<usize, Self> {
-                crate::target::host_files::readlink(filename, buf)
+                crate::inferior::host_files::readlink(filename, buf)
             }
         }
 

@@ -15,7 +15,7 @@ use retrace_collector::control::{ProcessEvent, Resume, Spawn, Wait};
 use super::recording::{rip, STEPS_IN_A_ROW};
 use super::{tid_of, triggered_slot, ExecEvents, ProcessTarget};
 use retrace_collector::process;
-use crate::target::StopReason;
+use crate::inferior::{StopNote, StopReason};
 
 /// The stop reply for the end of the process.
 fn process_end(event: ProcessEvent) -> Option<StopReason> {
@@ -206,8 +206,8 @@ impl ProcessTarget {
         self.history_restarts();
         self.stop_note = match self.exec_events {
             ExecEvents::Signal => None,
-            ExecEvents::Lldb => Some("reason:exec;".into()),
-            ExecEvents::Gdb => process::executable_path(tid).map(|path| format!("exec:{};", crate::hex::hex(&path.to_string_lossy()))),
+            ExecEvents::Lldb => Some(StopNote::ExecForLldb),
+            ExecEvents::Gdb => process::executable_path(tid).map(|path| StopNote::ExecForGdb(path.to_string_lossy().into_owned())),
         };
         StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP }
     }

@@ -19,7 +19,7 @@ use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use gdbstub::target::ext::breakpoints::WatchKind;
 
 use crate::arch::Regs;
-use crate::target::{Armed, StopReason};
+use crate::inferior::{Armed, StopReason};
 
 /// One step of a history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

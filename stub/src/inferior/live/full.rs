@@ -39,10 +39,10 @@ use retrace_collector::{emulate, process};
 
 use super::{read_all_registers, tid_of, ProcessTarget};
 use crate::arch::Regs;
-use crate::target::frames::{history_text, Flow};
-use crate::target::replay::{self, Breakpoints, Forward, History, Replayer, Step};
-use crate::target::state_log::{Overwritten, StateLog};
-use crate::target::{GotoTarget, HistoryCommand, StopReason, ARMED_STOP_NOTE};
+use crate::inferior::frames::{history_text, Flow};
+use crate::inferior::replay::{self, Breakpoints, Forward, History, Replayer, Step};
+use crate::inferior::state_log::{Overwritten, StateLog};
+use crate::inferior::{GotoTarget, HistoryCommand, StopNote, StopReason};
 
 /// What a recording keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,14 +279,14 @@ impl ProcessTarget {
     /// watchpoints a branch recording cannot honour): the stop where the
     /// debugger stands, saying why (LLDB shows the description as the stop reason;
     /// the signal 0 keeps it from taking the stop for a breakpoint's).
-    pub(super) fn refuse_history_move(&mut self, movement: crate::target::Movement) -> Option<StopReason> {
-        use crate::target::Inferior as _;
+    pub(super) fn refuse_history_move(&mut self, movement: crate::inferior::Movement) -> Option<StopReason> {
+        use crate::inferior::Inferior as _;
         let reason = self.history_move_refused(movement)?;
         let tid = match self.full.as_ref() {
             Some(full) => Pid::from_raw(self.thread_at(full.position.unwrap_or(full.log.len())) as i32),
             None => self.threads.first().copied().unwrap_or(self.pid),
         };
-        self.stop_note = Some(format!("reason:processor trace;description:{};", crate::hex::hex(reason)));
+        self.stop_note = Some(StopNote::Trace(reason.to_string()));
         Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal(0) })
     }
 
@@ -662,12 +662,12 @@ impl ProcessTarget {
         self.full.as_ref()?;
         let arrival = self.replay(|replayer, history, breakpoints| replayer.take_armed(history, breakpoints, stepping))?;
         if !arrival.at_breakpoint {
-            self.stop_note = Some(ARMED_STOP_NOTE.to_string());
+            self.stop_note = Some(StopNote::ArrivedWhereArmed);
         }
         Some(arrival.stop)
     }
 
-    /// See [`crate::target::Inferior::take_stood_still`].
+    /// See [`crate::inferior::Inferior::take_stood_still`].
     pub(super) fn take_stood_still(&mut self) -> bool {
         self.full.as_mut().is_some_and(|full| full.replayer.take_stood_still())
     }
