@@ -120,8 +120,7 @@ fn write_description(
             exec_images,
         }),
     };
-    let text = serde_json::to_string_pretty(&bundle).expect("bundle serialises");
-    io(path, std::fs::write(path, text + "\n"))
+    io(path, std::fs::write(path, bundle.to_json()))
 }
 
 /// The file stem of a thread's files in image `number`.

@@ -81,3 +81,51 @@ mod tests {
         assert_eq!(get(&[0xff; 11], &mut at), None, "more than 64 bits");
     }
 }
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+
+    /// `cargo test --release -p retrace-decoder --lib leb128::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn gimli_against_a_plain_loop() {
+        let mut bytes = Vec::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            put(&mut bytes, state >> (state % 64));
+        }
+        fn plain(bytes: &[u8], at: &mut usize) -> u64 {
+            let mut value = 0u64;
+            let mut shift = 0;
+            loop {
+                let byte = bytes[*at];
+                *at += 1;
+                value |= u64::from(byte & 0x7f) << shift.min(63);
+                shift += 7;
+                if byte < 0x80 {
+                    return value;
+                }
+            }
+        }
+        for round in 0..3 {
+            let start = std::time::Instant::now();
+            let (mut at, mut sum) = (0, 0u64);
+            while at < bytes.len() {
+                sum = sum.wrapping_add(get(&bytes, &mut at).unwrap());
+            }
+            let gimli = start.elapsed();
+            let start = std::time::Instant::now();
+            let (mut at, mut sum2) = (0, 0u64);
+            while at < bytes.len() {
+                sum2 = sum2.wrapping_add(plain(&bytes, &mut at));
+            }
+            let loop_time = start.elapsed();
+            assert_eq!(sum, sum2);
+            println!("round {round}: gimli {gimli:?}, plain loop {loop_time:?}");
+        }
+    }
+}

@@ -3,8 +3,9 @@
 //!
 //! The description lives here (no file I/O): the recorder writes bundles
 //! with it. [`load`] is the decoder's one file-reading edge: it reads a
-//! bundle from disk for every consumer (today the `retrace` CLI and the
-//! tests; the stub's replay and the LLDB shim are to use it too).
+//! bundle from disk for every consumer (the `retrace` CLI, the stub's
+//! replay, the LLDB shim's native bridge, the tests). Every writer (the
+//! recorder, the shim's `retrace save`) writes [`TraceBundle::to_json`].
 
 use serde::{Deserialize, Serialize};
 
@@ -181,4 +182,38 @@ pub struct TraceBundle {
     /// Provenance (retrace's extra key).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub retrace: Option<Recorder>,
+}
+
+impl TraceBundle {
+    /// The description as `trace.json` holds it: pretty JSON, one final
+    /// newline.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a bundle description serialises") + "\n"
+    }
+
+    /// A description read from JSON text; the error says what does not fit
+    /// the schema.
+    pub fn from_json(text: &str) -> Result<TraceBundle, String> {
+        serde_json::from_str(text).map_err(|e| format!("not an intel-pt trace description: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_description_reads_back_as_written_and_a_bad_one_says_why() {
+        let text = r#"{"type":"intel-pt","cpuInfo":{"vendor":"GenuineIntel","family":6,"model":134,"stepping":7},
+            "processes":[{"pid":7,"triple":"x86_64-unknown-linux-gnu","threads":[{"tid":7,"iptTrace":"threads/7.intelpt_trace"}],
+            "modules":[{"systemPath":"/bin/true","file":"/bin/true","loadAddress":"0x555555554000"}]}],
+            "tscPerfZeroConversion":{"timeMult":1,"timeShift":2,"timeZero":"3"}}"#;
+        let bundle = TraceBundle::from_json(text).unwrap();
+        assert_eq!(bundle.processes[0].modules[0].load_address, LoadAddress(0x5555_5555_4000));
+        let written = bundle.to_json();
+        assert!(written.ends_with("}\n") && written.contains("\"loadAddress\": \"0x555555554000\""), "{written}");
+        assert_eq!(TraceBundle::from_json(&written).unwrap(), bundle);
+        let error = TraceBundle::from_json(r#"{"type":"intel-pt","processes":[]}"#).unwrap_err();
+        assert!(error.contains("cpuInfo"), "{error}");
+    }
 }

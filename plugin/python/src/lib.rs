@@ -196,9 +196,20 @@ impl Bundle {
     }
 }
 
+/// Writes the bundle description `description` (JSON text, as LLDB's
+/// `trace.json` holds it) to `path` through the decoder's schema, the one
+/// every reader of bundles reads: what does not fit it is a `ValueError`,
+/// never a file LLDB would refuse.
+#[pyfunction]
+fn write_trace_json(path: PathBuf, description: &str) -> PyResult<()> {
+    let bundle = retrace_decoder::bundle::TraceBundle::from_json(description).map_err(PyValueError::new_err)?;
+    std::fs::write(&path, bundle.to_json()).map_err(|e| PyOSError::new_err(format!("writing {}: {e}", path.display())))
+}
+
 /// The module.
 #[pymodule]
 fn retrace_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Bundle>()?;
+    module.add_function(wrap_pyfunction!(write_trace_json, module)?)?;
     Ok(())
 }
