@@ -1,6 +1,6 @@
 /* retrace's Valgrind tool: writes, for each process it runs in, a binary log
  * of the program's own control flow, from which retrace-collector writes
- * genuine Intel PT (collector/src/valgrind.rs; the format is documented
+ * genuine Intel PT (collector/src/valgrind/; the format is documented
  * there and in docs/ARCHITECTURE.md).
  *
  * What is logged (all little-endian):

@@ -1,0 +1,801 @@
+//! The log turned into Intel PT: [`LogConverter`] replays each superblock
+//! run through the thread's [`ThreadPtWriter`], a way out's straight run
+//! written at once; [`convert_log`] and [`convert_stream`] feed it a whole
+//! log or one read as it arrives.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use retrace_decoder::history::AddressHasher;
+use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
+
+use super::log::{log_records, parse_record, LogError, LogRecord, Parsed, ENTERED_NEXT, LOG_MAGIC};
+use crate::process::LoadedModule;
+use crate::pt_writer::{StraightRun, ThreadPtWriter, DEFAULT_PSB_PERIOD};
+use crate::software::{ImageRecording, ThreadRecording};
+
+/// Signals a faulting instruction raises (SIGILL, SIGTRAP, SIGBUS, SIGFPE,
+/// SIGSEGV): delivered at that instruction, which did not complete.
+const SYNCHRONOUS_SIGNALS: [u32; 5] = [4, 5, 7, 8, 11];
+
+/// One guest instruction of a superblock.
+#[derive(Debug, Clone, Copy)]
+struct Instruction {
+    ip: u64,
+    /// `None`: bytes the decoder does not know (recorded as a gap).
+    info: Option<InsnInfo>,
+    /// A REP-prefixed string instruction (one superblock per iteration).
+    rep: bool,
+    /// Needs no packet and continues at the next instruction (a run of
+    /// them is counted at once).
+    plain: bool,
+    /// Where the run of plain instructions starting here ends (the index
+    /// of the first instruction after it that is not plain; its own index
+    /// when it is not plain).
+    run_end: u16,
+}
+
+fn instruction(ip: u64, bytes: &[u8]) -> Instruction {
+    let info = classify(bytes, ip, ExecMode::Bits64);
+    let decoded = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE).decode();
+    let rep = (decoded.has_rep_prefix() || decoded.has_repne_prefix()) && decoded.is_string_instruction();
+    let plain = !rep && info.is_some_and(|i| i.kind == FlowKind::Other);
+    Instruction { ip, info, rep, plain, run_end: 0 }
+}
+
+/// One thread's conversion.
+struct ThreadState {
+    tid: u32,
+    writer: ThreadPtWriter,
+    /// Where the stream's beginning is stored as it grows (with a spill
+    /// folder), and the file.
+    stored: Option<(PathBuf, std::fs::File, usize)>,
+    /// Bytes taken from the writer that could not be stored (kept here).
+    kept: Vec<u8>,
+    /// The last instruction, waiting for where control went after it.
+    pending: Option<Instruction>,
+    log: Option<Vec<u64>>,
+}
+
+impl ThreadState {
+    fn executed(&mut self, insn: Instruction, undecodable: &mut u64) {
+        if let Some(previous) = self.pending {
+            // Valgrind runs a REP string instruction one iteration per
+            // superblock; Intel PT counts the instruction once.
+            if insn.rep && previous.ip == insn.ip {
+                return;
+            }
+            self.pending = None;
+            let info = previous.info.expect("pending instructions are decoded");
+            self.writer.executed(previous.ip, &info, Some(insn.ip), 0);
+        }
+        if insn.info.is_none() {
+            *undecodable += 1;
+            self.writer.disable_async(insn.ip);
+            return;
+        }
+        if let Some(log) = self.log.as_mut() {
+            log.push(insn.ip);
+        }
+        self.pending = Some(insn);
+    }
+
+    /// The instructions of one superblock run, in order: runs of plain
+    /// instructions are counted at once (all but the last, which waits as
+    /// any last instruction does).
+    fn run(&mut self, instructions: &[Instruction], undecodable: &mut u64) {
+        let mut i = 0;
+        while i < instructions.len() {
+            let insn = instructions[i];
+            if insn.plain && i + 1 < instructions.len() {
+                if let Some(previous) = self.pending.take() {
+                    let info = previous.info.expect("pending instructions are decoded");
+                    self.writer.executed(previous.ip, &info, Some(insn.ip), 0);
+                }
+                let start = i;
+                // The run, but not the last instruction executed.
+                i = (insn.run_end as usize).min(instructions.len() - 1);
+                self.writer.executed_plain(insn.ip, (i - start) as u64, 0);
+                if let Some(log) = self.log.as_mut() {
+                    log.extend(instructions[start..i].iter().map(|x| x.ip));
+                }
+                continue;
+            }
+            self.executed(insn, undecodable);
+            i += 1;
+        }
+    }
+
+    /// The instructions of one superblock run, in order, the run of all
+    /// but the last computed once (`straight`): the same as [`Self::run`]
+    /// for instructions that are all decoded, with no REP among them.
+    /// With `closed`, `straight` holds the last instruction too (where it
+    /// went is known): nothing is left pending.
+    fn run_straight(&mut self, instructions: &[Instruction], straight: &StraightRun, closed: bool) {
+        let (first, last) = (instructions[0], instructions[instructions.len() - 1]);
+        if let Some(previous) = self.pending.take() {
+            let info = previous.info.expect("pending instructions are decoded");
+            self.writer.executed(previous.ip, &info, Some(first.ip), 0);
+        }
+        self.writer.executed_straight(first.ip, straight, 0);
+        if let Some(log) = self.log.as_mut() {
+            log.extend(instructions.iter().map(|x| x.ip));
+        }
+        if !closed {
+            self.pending = Some(last);
+        }
+    }
+
+    /// Control left the program's code after the pending instruction
+    /// (a signal before `resume`, or code not the program's): the pending
+    /// instruction completes towards `resume` when known, and tracing stops.
+    fn interrupted(&mut self, resume: Option<u64>) {
+        if let Some(previous) = self.pending.take() {
+            let info = previous.info.expect("pending instructions are decoded");
+            match resume {
+                Some(ip) => {
+                    self.writer.executed(previous.ip, &info, Some(ip), 0);
+                    self.writer.disable_async(ip);
+                }
+                None => self.end_with(previous, info),
+            }
+        }
+    }
+
+    /// The thread ended after its pending instruction (an `exit` system
+    /// call), or the recording did.
+    fn ended(&mut self) {
+        if let Some(previous) = self.pending.take() {
+            let info = previous.info.expect("pending instructions are decoded");
+            self.end_with(previous, info);
+        }
+    }
+
+    fn end_with(&mut self, previous: Instruction, info: InsnInfo) {
+        let fallthrough = previous.ip.wrapping_add(info.len as u64);
+        match info.kind {
+            FlowKind::Syscall | FlowKind::FarTransfer => self.writer.executed(previous.ip, &info, None, 0),
+            FlowKind::Other => {
+                self.writer.executed(previous.ip, &info, Some(fallthrough), 0);
+                self.writer.disable_async(fallthrough);
+            }
+            FlowKind::Jump { target } | FlowKind::Call { target } => {
+                self.writer.executed(previous.ip, &info, Some(target), 0);
+                self.writer.disable_async(target);
+            }
+            // Where it went is not known: it is left out (tracing stops
+            // before it), never guessed.
+            _ => {
+                if let Some(log) = self.log.as_mut() {
+                    log.pop();
+                }
+                self.writer.disable_async(previous.ip);
+            }
+        }
+    }
+}
+
+/// A translated superblock.
+struct Superblock {
+    /// Where it starts.
+    entry: u64,
+    instructions: Box<[Instruction]>,
+    /// The ways out: `[0]` its end, `[k]` its side exit k − 1.
+    ways: Box<[Way]>,
+}
+
+/// One way out of a superblock.
+struct Way {
+    /// How many of its instructions run when it leaves this way.
+    end: u16,
+    /// Where it goes then, if one address.
+    to: Option<u64>,
+    /// The superblock there, once looked up (and the translation
+    /// generation it is good for).
+    to_id: std::cell::Cell<Option<(u32, u32)>>,
+    /// What the instructions before the last write, computed once (when
+    /// they are decoded, no REP among them, and need nothing but TNT bits).
+    straight: Option<StraightRun>,
+    /// The same for all of them, the last going to `to`: what the way
+    /// writes when the superblock there is entered next.
+    closed: Option<StraightRun>,
+}
+
+impl Superblock {
+    fn new(instructions: Vec<Instruction>, next: u64, exits: &[(u16, u64)]) -> Superblock {
+        let way = |end: usize, to: u64| {
+            let end = end.min(instructions.len());
+            let body = &instructions[..end];
+            let simple = body.iter().all(|i| i.info.is_some() && !i.rep);
+            let steps = body.windows(2).map(|pair| (pair[0].ip, pair[0].info.expect("checked"), pair[1].ip));
+            let straight = if simple { StraightRun::new(steps.clone()) } else { None };
+            let closed = match body.last() {
+                Some(last) if simple && to != 0 => StraightRun::new(steps.chain([(last.ip, last.info.expect("checked"), to)])),
+                _ => None,
+            };
+            Way { end: end as u16, to: (to != 0).then_some(to), to_id: Default::default(), straight, closed }
+        };
+        let mut ways = vec![way(instructions.len(), next)];
+        ways.extend(exits.iter().map(|&(index, to)| way(index as usize + 1, to)));
+        Superblock { entry: instructions.first().map_or(0, |i| i.ip), ways: ways.into(), instructions: instructions.into() }
+    }
+}
+
+/// How the open superblock is closed.
+#[derive(Debug, Clone, Copy)]
+enum Leaving {
+    /// By the way out it left by (its end unless the log said otherwise);
+    /// where it went is known later.
+    AsLeft,
+    /// By the way out it left by, into the superblock there (which the
+    /// log says was entered next).
+    IntoNext,
+    /// After its first this many instructions (before a fault).
+    After(usize),
+}
+
+/// Turns one log (one program image of one process) into per-thread Intel
+/// PT streams and the modules the program mapped.
+pub struct LogConverter {
+    /// By id (the tool numbers them from 0).
+    superblocks: Vec<Option<Superblock>>,
+    /// The latest translation at each address.
+    by_address: HashMap<u64, u32, std::hash::BuildHasherDefault<AddressHasher>>,
+    /// Where the program goes next, when one address (as the tool predicts).
+    predicted: Option<u64>,
+    threads: Vec<ThreadState>,
+    /// Index in `threads` by the tool's thread number.
+    numbers: BTreeMap<u32, usize>,
+    current: Option<usize>,
+    /// The superblock and its way out that `predicted` is where of (the
+    /// id there is cached in it).
+    predicted_by: Option<(u32, usize)>,
+    /// Bumped when an address is translated again (cached successors go).
+    generation: u32,
+    /// The superblock entered last (its id) and the way it left by (0 its
+    /// end, until the log says otherwise), until its instructions are
+    /// written.
+    open: Option<(u32, usize)>,
+    mappings: Vec<(u64, u64, u64, u8, String)>,
+    psb_period: usize,
+    keep_instruction_log: bool,
+    undecodable: u64,
+    /// Instructions to convert at most (all threads together), and how many
+    /// were.
+    limit: Option<u64>,
+    converted: u64,
+    /// The limit was reached (here or in the tool).
+    limited: bool,
+    /// Where threads' streams are stored once they pass `spill_bytes`
+    /// (memory stays bounded however long the run).
+    spill: Option<(PathBuf, usize)>,
+    /// A stream that could not be stored.
+    spill_error: Option<String>,
+    /// Superblocks' straight runs are written at once (else instruction by
+    /// instruction, as tests compare).
+    pub(super) fast: bool,
+    /// Where instructions converted are counted for a progress display
+    /// (with how many of this converter's were counted there).
+    progress: Option<(Arc<std::sync::atomic::AtomicU64>, u64)>,
+}
+
+impl LogConverter {
+    /// A converter writing a PSB every `psb_period` bytes; with
+    /// `keep_instruction_log`, each thread's instruction addresses are kept.
+    pub fn new(psb_period: usize, keep_instruction_log: bool) -> Self {
+        LogConverter {
+            superblocks: Vec::new(),
+            by_address: HashMap::default(),
+            predicted: None,
+            threads: Vec::new(),
+            numbers: BTreeMap::new(),
+            current: None,
+            predicted_by: None,
+            generation: 0,
+            open: None,
+            mappings: Vec::new(),
+            psb_period,
+            keep_instruction_log,
+            undecodable: 0,
+            limit: None,
+            converted: 0,
+            limited: false,
+            spill: None,
+            spill_error: None,
+            fast: true,
+            progress: None,
+        }
+    }
+
+    /// Stores each thread's stream in `folder` whenever `bytes` of it are
+    /// in memory.
+    pub fn with_spill(mut self, folder: Option<PathBuf>, bytes: usize) -> Self {
+        self.spill = folder.map(|f| (f, bytes.max(1)));
+        self
+    }
+
+    fn store(&mut self, index: usize) {
+        let Some((folder, _)) = &self.spill else { return };
+        let thread = &mut self.threads[index];
+        let bytes = thread.writer.take_written();
+        if thread.stored.is_none() {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let path = folder.join(format!("{}.{}.pt", thread.tid, NEXT.fetch_add(1, Ordering::Relaxed)));
+            match std::fs::File::create(&path) {
+                Ok(file) => thread.stored = Some((path, file, 0)),
+                Err(error) => {
+                    self.spill_error.get_or_insert(format!("storing the trace in {}: {error}", path.display()));
+                    self.spill = None;
+                    thread.kept.extend(bytes);
+                    return;
+                }
+            }
+        }
+        let (path, file, len) = thread.stored.as_mut().expect("opened above");
+        *len += bytes.len();
+        if let Err(error) = std::io::Write::write_all(file, &bytes) {
+            // Back to what was stored whole; these bytes stay in memory.
+            *len -= bytes.len();
+            let _ = file.set_len(*len as u64);
+            // Nothing is lost: the rest stays in memory.
+            self.spill_error.get_or_insert(format!("storing the trace in {}: {error}", path.display()));
+            self.spill = None;
+            thread.kept.extend(bytes);
+        }
+    }
+
+    /// Counts the instructions converted in `counter` as the log is read
+    /// (converters of several images can share one).
+    pub fn with_progress(mut self, counter: Option<Arc<std::sync::atomic::AtomicU64>>) -> Self {
+        self.progress = counter.map(|c| (c, 0));
+        self
+    }
+
+    /// Adds the instructions converted since the last call to the progress
+    /// counter.
+    fn publish_progress(&mut self) {
+        if let Some((counter, published)) = self.progress.as_mut() {
+            counter.fetch_add(self.converted - *published, Ordering::Relaxed);
+            *published = self.converted;
+        }
+    }
+
+    /// Converts at most `limit` instructions (all threads together); the
+    /// rest of the log is left out.
+    pub fn with_limit(mut self, limit: Option<u64>) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// The instruction limit was reached.
+    pub fn limited(&self) -> bool {
+        self.limited
+    }
+
+    fn into_converted(mut self, mut warnings: Vec<String>) -> ConvertedLog {
+        warnings.extend(self.spill_error.take());
+        let limited = self.limited;
+        let (image, undecodable) = self.finish();
+        ConvertedLog { image, undecodable, warnings, limited }
+    }
+
+    /// Instructions converted so far, all threads.
+    pub fn instructions(&self) -> u64 {
+        self.threads.iter().map(|t| t.writer.instructions()).sum()
+    }
+
+    fn thread(&mut self) -> Option<&mut ThreadState> {
+        self.threads.get_mut(self.current?)
+    }
+
+    fn enter(&mut self, id: u32) -> Result<(), String> {
+        let superblock = self.superblocks.get(id as usize).and_then(Option::as_ref).ok_or_else(|| format!("superblock {id} entered before it was translated"))?;
+        self.open = Some((id, 0));
+        self.predicted = superblock.ways[0].to;
+        self.predicted_by = Some((id, 0));
+        Ok(())
+    }
+
+    /// The superblock at the predicted address (its id cached in the way
+    /// out that predicted it).
+    fn predicted_id(&mut self) -> Result<u32, String> {
+        let at = self.predicted.ok_or("a superblock entered as predicted where nothing was")?;
+        let way = self.predicted_by.and_then(|(by, way)| self.superblocks.get(by as usize)?.as_ref()?.ways.get(way));
+        if let Some((id, generation)) = way.and_then(|way| way.to_id.get()) {
+            if generation == self.generation {
+                return Ok(id);
+            }
+        }
+        let id = *self.by_address.get(&at).ok_or_else(|| format!("no superblock translated at {at:#x}"))?;
+        if let Some(way) = way {
+            way.to_id.set(Some((id, self.generation)));
+        }
+        Ok(id)
+    }
+
+    /// The open superblock leaves by its way out `way` (as the log says).
+    fn leave(&mut self, way: usize) -> Result<(), String> {
+        let Some((id, left)) = self.open.as_mut() else {
+            // (Nothing to leave: a damaged log; what follows cannot be
+            // predicted.)
+            self.predicted = None;
+            self.predicted_by = None;
+            return Ok(());
+        };
+        let id = *id;
+        let ways = self.superblocks[id as usize].as_ref().map_or(0, |sb| sb.ways.len());
+        if way >= ways || *left != 0 {
+            return Err(format!("superblock {id} left by its way out {way} of {ways}"));
+        }
+        *left = way;
+        self.predicted = self.superblocks[id as usize].as_ref().and_then(|sb| sb.ways[way].to);
+        self.predicted_by = Some((id, way));
+        Ok(())
+    }
+
+    /// The open superblock is closed: its instructions that ran are the
+    /// thread's.
+    fn close(&mut self, leaving: Leaving) {
+        let Some((id, way)) = self.open.take() else { return };
+        let Some(superblock) = self.superblocks[id as usize].as_ref() else { return };
+        let way = &superblock.ways[way];
+        let (mut end, mut run) = match leaving {
+            Leaving::AsLeft => (way.end as usize, way.straight.as_ref().map(|run| (run, false))),
+            Leaving::IntoNext => (way.end as usize, way.closed.as_ref().map(|run| (run, true)).or(way.straight.as_ref().map(|run| (run, false)))),
+            Leaving::After(end) => (end.min(superblock.instructions.len()), None),
+        };
+        if let Some(limit) = self.limit {
+            let room = limit.saturating_sub(self.converted);
+            if (end as u64) >= room {
+                end = room as usize;
+                self.limited = true;
+                run = None;
+            }
+        }
+        self.converted += end as u64;
+        let mut undecodable = 0;
+        if let Some(index) = self.current {
+            let thread = &mut self.threads[index];
+            let instructions = &superblock.instructions[..end];
+            match run {
+                Some((run, closed)) if end > 0 && self.fast => thread.run_straight(instructions, run, closed),
+                _ => thread.run(instructions, &mut undecodable),
+            }
+            if self.spill.as_ref().is_some_and(|(_, at)| thread.writer.unwritten_len() >= *at) {
+                self.store(index);
+            }
+        }
+        self.undecodable += undecodable;
+    }
+
+    /// Takes the one-byte records at the start of `bytes` (the superblock
+    /// at the predicted address was entered, and left as the byte says)
+    /// while each way out is a straight run into a superblock looked up
+    /// before: the loop most of a log is. Returns how many it took (the
+    /// rest, and anything else, goes through [`Self::feed`]).
+    pub fn entered_next_run(&mut self, bytes: &[u8]) -> usize {
+        let (Some((mut id, mut way)), Some(index), None, None, true, false) = (self.open, self.current, self.limit, &self.spill_error, self.fast, self.limited) else {
+            return 0;
+        };
+        if self.predicted_by != Some((id, way)) {
+            return 0;
+        }
+        let thread = &mut self.threads[index];
+        let spill_at = self.spill.as_ref().map_or(usize::MAX, |(_, at)| *at);
+        let mut taken = 0;
+        for &byte in bytes {
+            if byte & ENTERED_NEXT == 0 {
+                break;
+            }
+            let Some(superblock) = self.superblocks[id as usize].as_ref() else { break };
+            let out = &superblock.ways[way];
+            let (Some(run), Some((next, generation))) = (&out.closed, out.to_id.get()) else { break };
+            let next_way = (byte & !ENTERED_NEXT) as usize;
+            if generation != self.generation || self.superblocks[next as usize].as_ref().is_none_or(|sb| next_way >= sb.ways.len()) {
+                break;
+            }
+            if let Some(previous) = thread.pending.take() {
+                let info = previous.info.expect("pending instructions are decoded");
+                thread.writer.executed(previous.ip, &info, Some(superblock.entry), 0);
+            }
+            thread.writer.executed_straight(superblock.entry, run, 0);
+            if let Some(log) = thread.log.as_mut() {
+                log.extend(superblock.instructions[..out.end as usize].iter().map(|x| x.ip));
+            }
+            self.converted += out.end as u64;
+            (id, way) = (next, next_way);
+            taken += 1;
+            if thread.writer.unwritten_len() >= spill_at {
+                break;
+            }
+        }
+        if taken > 0 {
+            self.open = Some((id, way));
+            self.predicted = self.superblocks[id as usize].as_ref().and_then(|sb| sb.ways[way].to);
+            self.predicted_by = Some((id, way));
+            if self.threads[index].writer.unwritten_len() >= spill_at {
+                self.store(index);
+            }
+        }
+        taken
+    }
+
+    /// The most frequent record, one byte: the superblock at the predicted
+    /// address was entered and left by `way`.
+    pub fn entered_next(&mut self, way: u8) -> Result<(), String> {
+        if self.limited {
+            return Ok(());
+        }
+        let next = self.predicted_id()?;
+        self.close(Leaving::IntoNext);
+        self.enter(next)?;
+        if way != 0 {
+            self.leave(way as usize)?;
+        }
+        Ok(())
+    }
+
+    /// Takes one record.
+    pub fn feed(&mut self, record: LogRecord<'_>) -> Result<(), String> {
+        if self.limited {
+            return Ok(());
+        }
+        match record {
+            LogRecord::LeftAt { exit } => return self.leave(exit as usize + 1),
+            LogRecord::EnteredNext { way } => return self.entered_next(way),
+            _ => {}
+        }
+        // A fault stops a superblock at the faulting instruction: what
+        // follows it there never ran (and neither did it).
+        let stopped_at = match record {
+            LogRecord::Signal { signal, ip } if SYNCHRONOUS_SIGNALS.contains(&signal) => Some(ip),
+            LogRecord::Final(ip) => Some(ip),
+            LogRecord::ThreadEnd { number, ip } if self.numbers.get(&number).copied() == self.current && self.current.is_some() => Some(ip),
+            _ => None,
+        };
+        if let Some(ip) = stopped_at {
+            // (An exit system call does not fault: the end may name it.)
+            let faulted = |i: &Instruction| i.ip == ip && !i.info.is_some_and(|info| info.kind == FlowKind::Syscall);
+            // (Only in a superblock that has not left yet.)
+            let open = self.open.filter(|&(_, way)| way == 0).and_then(|(id, _)| self.superblocks[id as usize].as_ref());
+            if let Some(index) = open.and_then(|sb| sb.instructions.iter().position(faulted)) {
+                self.close(Leaving::After(index));
+            }
+        }
+        self.close(Leaving::AsLeft);
+        match record {
+            LogRecord::Superblock { id, entry, next, instructions, exits } => {
+                let mut decoded: Vec<Instruction> = instructions.iter().map(|(ip, bytes)| instruction(*ip, bytes)).collect();
+                let mut end = decoded.len();
+                for (i, insn) in decoded.iter_mut().enumerate().rev() {
+                    if !insn.plain {
+                        end = i;
+                    }
+                    insn.run_end = end as u16;
+                }
+                // The tool numbers superblocks as it translates them.
+                let index = id as usize;
+                if index > self.superblocks.len() {
+                    return Err(format!("superblock {id} translated after only {} others", self.superblocks.len()));
+                }
+                if index == self.superblocks.len() {
+                    self.superblocks.push(None);
+                }
+                self.superblocks[index] = Some(Superblock::new(decoded, next, &exits));
+                if self.by_address.insert(entry, id).is_some() {
+                    self.generation += 1;
+                }
+            }
+            LogRecord::Entered { id, way } => {
+                self.enter(id)?;
+                if way != 0 {
+                    self.leave(way as usize)?;
+                }
+            }
+            LogRecord::LeftAt { .. } | LogRecord::EnteredNext { .. } => unreachable!("handled above"),
+            LogRecord::Foreign => {
+                self.predicted = None;
+                self.predicted_by = None;
+                if let Some(thread) = self.thread() {
+                    thread.interrupted(None);
+                }
+            }
+            LogRecord::Thread { number, tid } => {
+                let (psb_period, keep) = (self.psb_period, self.keep_instruction_log);
+                let threads = &mut self.threads;
+                let index = *self.numbers.entry(number).or_insert_with(|| {
+                    threads.push(ThreadState { tid, writer: ThreadPtWriter::new(psb_period).without_timestamps(), stored: None, kept: Vec::new(), pending: None, log: keep.then(Vec::new) });
+                    threads.len() - 1
+                });
+                self.threads[index].tid = tid;
+                self.current = Some(index);
+                self.predicted = None;
+                self.predicted_by = None;
+            }
+            LogRecord::Signal { ip, .. } => {
+                self.predicted = None;
+                self.predicted_by = None;
+                if let Some(thread) = self.thread() {
+                    thread.interrupted(Some(ip));
+                }
+            }
+            LogRecord::ThreadEnd { number, ip } => {
+                if let Some(&index) = self.numbers.get(&number) {
+                    let thread = &mut self.threads[index];
+                    let ends_it = thread.pending.and_then(|p| p.info).is_some_and(|i| matches!(i.kind, FlowKind::Syscall | FlowKind::FarTransfer));
+                    if ends_it {
+                        thread.ended();
+                    } else {
+                        thread.interrupted(Some(ip));
+                    }
+                }
+            }
+            LogRecord::Mapping { start, length, offset, prot, path } => {
+                self.mappings.push((start, length, offset, prot, String::from_utf8_lossy(path).into_owned()));
+            }
+            LogRecord::Limit => self.limited = true,
+            LogRecord::Process(_) => {}
+            LogRecord::Final(ip) => {
+                // The running thread stopped before `ip` unless its last
+                // instruction ended it (an exit system call).
+                if let Some(thread) = self.thread() {
+                    let ends_it = thread.pending.and_then(|p| p.info).is_some_and(|i| matches!(i.kind, FlowKind::Syscall | FlowKind::FarTransfer));
+                    if !ends_it {
+                        thread.interrupted(Some(ip));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The threads' recordings (in the order they first ran) and the
+    /// modules: every file mapped executable, at the address where its
+    /// offset 0 is (or would be) mapped.
+    pub fn finish(mut self) -> (ImageRecording, u64) {
+        self.close(Leaving::AsLeft);
+        let mut threads = Vec::new();
+        for mut thread in std::mem::take(&mut self.threads) {
+            thread.ended();
+            let instructions = thread.writer.instructions();
+            let mut trace = std::mem::take(&mut thread.kept);
+            trace.extend(thread.writer.into_bytes());
+            threads.push(ThreadRecording { tid: thread.tid, trace, trace_file: thread.stored.map(|(path, _, len)| (path, len)), instructions, instruction_log: thread.log });
+        }
+        let mut modules: Vec<LoadedModule> = Vec::new();
+        for (start, _, offset, prot, path) in &self.mappings {
+            // (Valgrind reports its tool's own text too.)
+            if prot & 4 == 0 || path.ends_with("-amd64-linux") || modules.iter().any(|m| &m.path == path) {
+                continue;
+            }
+            let base = self
+                .mappings
+                .iter()
+                .filter(|m| &m.4 == path && m.2 == 0)
+                .map(|m| m.0)
+                .min()
+                .unwrap_or(start.wrapping_sub(*offset));
+            modules.push(LoadedModule { path: path.clone(), base, image: None });
+        }
+        (ImageRecording { threads, modules }, self.undecodable)
+    }
+}
+
+/// What [`convert_log`] made of a log.
+pub struct ConvertedLog {
+    /// The image's threads and modules.
+    pub image: ImageRecording,
+    /// Instructions recorded as gaps (bytes the decoder does not know).
+    pub undecodable: u64,
+    /// Damage met (the conversion ends there).
+    pub warnings: Vec<String>,
+    /// The instruction limit was reached.
+    pub limited: bool,
+}
+
+/// Converts a whole log (at most `limit` instructions); a damaged record
+/// ends the conversion there, with a warning naming its offset.
+pub fn convert_log(log: &[u8], psb_period: usize, keep_instruction_log: bool, limit: Option<u64>) -> ConvertedLog {
+    let mut converter = LogConverter::new(psb_period, keep_instruction_log).with_limit(limit);
+    let mut warnings = Vec::new();
+    for record in log_records(log) {
+        match record {
+            Ok(record) => {
+                if let Err(what) = converter.feed(record) {
+                    warnings.push(what);
+                    break;
+                }
+            }
+            Err(error) => {
+                warnings.push(error.to_string());
+                break;
+            }
+        }
+    }
+    let limited = converter.limited();
+    let (image, undecodable) = converter.finish();
+    ConvertedLog { image, undecodable, warnings, limited }
+}
+
+/// Converts a log read from `input` as it arrives (a program image's TCP
+/// connection from the tool), in bounded memory: the records a read
+/// completes are converted, a record cut by the read waits for the next.
+/// Returns the process id the log names and the conversion; a log whose
+/// process `wanted` refuses is read to its end and not converted.
+pub fn convert_stream(input: &mut impl std::io::Read, mut converter: LogConverter, wanted: impl Fn(u32) -> bool) -> std::io::Result<(Option<u32>, ConvertedLog)> {
+    let mut warnings = Vec::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let (mut filled, mut offset) = (0usize, 0usize);
+    let mut pid = None;
+    let mut started = false;
+    let mut broken = false;
+    loop {
+        if filled == buffer.len() {
+            buffer.resize(buffer.len() * 2, 0);
+        }
+        let n = input.read(&mut buffer[filled..])?;
+        filled += n;
+        let mut at = 0;
+        if !started && filled >= LOG_MAGIC.len() {
+            started = true;
+            if &buffer[..LOG_MAGIC.len()] != LOG_MAGIC {
+                warnings.push(LogError { offset: 0, what: "not a retrace Valgrind log (no RTVGLOG2)".into() }.to_string());
+                broken = true;
+            }
+            at = LOG_MAGIC.len();
+        }
+        while started && !broken {
+            // The most frequent record, one byte, most often many in a row.
+            at += converter.entered_next_run(&buffer[at..filled]);
+            if at < filled && buffer[at] & ENTERED_NEXT != 0 {
+                if let Err(what) = converter.entered_next(buffer[at] & !ENTERED_NEXT) {
+                    warnings.push(what);
+                    broken = true;
+                }
+                at += 1;
+                continue;
+            }
+            match parse_record(&buffer[at..filled]) {
+                Parsed::Record(record, length) => {
+                    if let LogRecord::Process(number) = record {
+                        pid = Some(number);
+                        if !wanted(number) {
+                            std::io::copy(input, &mut std::io::sink())?;
+                            return Ok((pid, LogConverter::new(DEFAULT_PSB_PERIOD, false).into_converted(Vec::new())));
+                        }
+                    }
+                    if let Err(what) = converter.feed(record) {
+                        warnings.push(what);
+                        broken = true;
+                    }
+                    at += length;
+                }
+                Parsed::Incomplete => break,
+                Parsed::Bad(what) => {
+                    warnings.push(LogError { offset: offset + at, what }.to_string());
+                    broken = true;
+                }
+            }
+        }
+        if broken {
+            // Drain the rest: the program must not block on a full socket.
+            std::io::copy(input, &mut std::io::sink())?;
+            break;
+        }
+        converter.publish_progress();
+        buffer.copy_within(at..filled, 0);
+        filled -= at;
+        offset += at;
+        if n == 0 {
+            if filled > 0 {
+                let tag = buffer[0];
+                warnings.push(LogError { offset, what: format!("record '{}' cut short", tag as char) }.to_string());
+            }
+            break;
+        }
+    }
+    Ok((pid, converter.into_converted(warnings)))
+}
+
