@@ -15,6 +15,11 @@ pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
     Ok(loaded)
 }
 
+/// How many threads decode a trace (the machine's cores).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
 /// A loaded bundle and its threads' decoded histories: decoded when first
 /// asked for, then kept (the LLDB shim dumps one bundle many times) or
 /// not (the CLI dumps each thread once, and frees it).
@@ -37,7 +42,7 @@ impl DecodedBundle {
     pub fn history(&self, thread: usize) -> std::borrow::Cow<'_, retrace_decoder::history::History> {
         let decode = || {
             let thread = &self.loaded.threads[thread];
-            retrace_decoder::flow::decode_parallel_with(&thread.trace, self.loaded.image_of(thread), crate::cli::dump::cores(), self.options)
+            retrace_decoder::flow::decode_parallel_with(&thread.trace, self.loaded.image_of(thread), cores(), self.options)
         };
         match &self.kept {
             Some(kept) => std::borrow::Cow::Borrowed(kept[thread].get_or_init(decode)),

@@ -1,12 +1,12 @@
-//! The decoder's and the stub's modules import each other without circles,
-//! file by file and top-level module by top-level module (what
-//! docs/ARCHITECTURE.md draws). The graph is read from the sources: every
-//! `crate::a::b` and `super::b` path in code (comments are skipped). A
-//! folder's `mod.rs` declaring or re-exporting its own children
-//! (`pub use walk::FlowDecoder`) is the module tree, not an import, and is
-//! not counted. An inline `#[cfg(test)] mod tests { … }` is left out: its
-//! `super::` is the file itself, and what only tests use is not a
-//! dependency of the code.
+//! The modules of the decoder, the collector, the stub and the plugin import
+//! each other without circles, file by file and top-level module by
+//! top-level module (what docs/ARCHITECTURE.md draws). The graph is read
+//! from the sources: every `crate::a::b` and `super::b` path in code
+//! (comments are skipped). A folder's `mod.rs` declaring or re-exporting
+//! its own children (`pub use walk::FlowDecoder`) is the module tree, not
+//! an import, and is not counted. An inline `#[cfg(test)] mod tests { … }`
+//! is left out: its `super::` is the file itself, and what only tests use
+//! is not a dependency of the code.
 //!
 //! No module of the stub's inferiors (`inferior/`: what is debugged)
 //! reaches a protocol module.
@@ -281,6 +281,16 @@ fn the_decoders_modules_import_each_other_without_circles() {
 #[test]
 fn the_stubs_modules_import_each_other_without_circles() {
     check("stub");
+}
+
+#[test]
+fn the_collectors_modules_import_each_other_without_circles() {
+    check("collector");
+}
+
+#[test]
+fn the_plugins_modules_import_each_other_without_circles() {
+    check("plugin");
 }
 
 #[test]

@@ -73,7 +73,7 @@ pub fn write_function_calls(decoded: &bundle::DecodedBundle, threads: Option<&[u
                 }
                 writeln!(out, "thread #{}: tid = {}", loaded.thread_index(thread), thread.tid)?;
                 let placements = loaded.symbols_of(thread).placements();
-                print_text(&mut |part| out.append(part), &log, &chains.chains, &placements, &sites.contexts, super::dump::cores())?;
+                print_text(&mut |part| out.append(part), &log, &chains.chains, &placements, &sites.contexts, crate::bundle::cores())?;
             }
             Format::Json | Format::PrettyJson => {
                 // One array per thread, as LLDB prints for each thread.

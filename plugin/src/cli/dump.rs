@@ -408,10 +408,6 @@ fn item_json(
     serde_json::Value::Object(object)
 }
 
-pub(crate) fn cores() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-}
-
 /// One instruction as LLDB shows it.
 #[derive(Clone)]
 struct Disassembled {
