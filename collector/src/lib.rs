@@ -25,6 +25,8 @@
 //!
 //! It must never parse trace formats itself: that is the decoder's job.
 
+#![warn(missing_docs)]
+
 pub mod blocks;
 pub mod bundle_writer;
 pub mod control;

@@ -25,6 +25,8 @@
 //! navigated through its history API. This crate never decodes Intel PT
 //! itself and carries no launch code of its own.
 
+#![warn(missing_docs)]
+
 pub mod arch;
 pub mod hex;
 pub mod protocol;

@@ -8,6 +8,8 @@
 //! of expected values: expectations come from the other tool or from the
 //! specification, never from retrace's own output.
 
+#![warn(missing_docs)]
+
 pub mod bench;
 pub mod bundles;
 pub mod cfg_walk;

@@ -228,7 +228,12 @@ pub enum InsnItem {
     Instruction(u64),
     /// An error (libipt error code, positive) at the instruction at `ip`
     /// (`None`: an event failed); decoding resumed at the next PSB.
-    Error { code: i32, ip: Option<u64> },
+    Error {
+        /// libipt's error code, positive.
+        code: i32,
+        /// The instruction it was at (`None`: an event failed).
+        ip: Option<u64>,
+    },
 }
 
 /// libipt's instruction decoder over the whole of `trace`, as LLDB drives it
@@ -252,12 +257,29 @@ pub fn insn_items(trace: &[u8], sections: &[FileSection], cpu: (u32, u32)) -> Ve
 pub enum BlockItem {
     /// `ninsn` sequential instructions from `ip` to `end_ip`, decoded in
     /// `bits`-bit mode (0: unknown).
-    Block { ip: u64, end_ip: u64, ninsn: u64, bits: u32 },
+    Block {
+        /// First instruction.
+        ip: u64,
+        /// Last instruction.
+        end_ip: u64,
+        /// How many instructions.
+        ninsn: u64,
+        /// Execution mode in bits (0: unknown).
+        bits: u32,
+    },
     /// A decode error (libipt error code, positive) at a trace offset;
     /// decoding resumed at the next PSB.
-    Error { code: i32, offset: u64 },
+    Error {
+        /// libipt's error code, positive.
+        code: i32,
+        /// Where in the trace.
+        offset: u64,
+    },
     /// An overflow event; `None`: it resolved with tracing disabled.
-    Overflow { resume_ip: Option<u64> },
+    Overflow {
+        /// Where tracing resumed (`None`: disabled).
+        resume_ip: Option<u64>,
+    },
 }
 
 /// libipt's block decoder over `trace`, item by item.

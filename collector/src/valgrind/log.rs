@@ -11,26 +11,74 @@ pub enum LogRecord<'a> {
     /// A translated superblock: `(address, bytes)` of each instruction, and
     /// its side exits: `(index of the instruction, to)` (`to` 0: not one
     /// address).
-    Superblock { id: u32, entry: u64, next: u64, instructions: Vec<(u64, &'a [u8])>, exits: Vec<(u16, u64)> },
+    Superblock {
+        /// Its number (the tool numbers superblocks as it translates them).
+        id: u32,
+        /// Its first instruction's address.
+        entry: u64,
+        /// Where it goes when it runs to its end, if one address (else 0).
+        next: u64,
+        /// Its instructions: address and bytes.
+        instructions: Vec<(u64, &'a [u8])>,
+        /// Its side exits: the instruction's index and where the exit goes.
+        exits: Vec<(u16, u64)>,
+    },
     /// The current thread entered superblock `id` and left it by `way`
     /// (0: its end, unless a [`LogRecord::LeftAt`] follows; k: side exit
     /// k − 1).
-    Entered { id: u32, way: u8 },
+    Entered {
+        /// The superblock.
+        id: u32,
+        /// How it was left.
+        way: u8,
+    },
     /// It entered the superblock at the address the last one went to, and
     /// left it by `way` (as in [`LogRecord::Entered`]).
-    EnteredNext { way: u8 },
+    EnteredNext {
+        /// How it was left.
+        way: u8,
+    },
     /// The superblock just entered left by its side exit `exit`.
-    LeftAt { exit: u16 },
+    LeftAt {
+        /// The side exit's number in the superblock.
+        exit: u16,
+    },
     /// Code that is not the program's ran.
     Foreign,
     /// Thread `number` (its OS id `tid`) runs from now on.
-    Thread { number: u32, tid: u32 },
+    Thread {
+        /// The tool's number for the thread.
+        number: u32,
+        /// Its Linux thread id.
+        tid: u32,
+    },
     /// `signal` is delivered before the instruction at `ip`.
-    Signal { signal: u32, ip: u64 },
+    Signal {
+        /// The signal number.
+        signal: u32,
+        /// Where the thread stands (the instruction not yet run).
+        ip: u64,
+    },
     /// Thread `number` ended at `ip`.
-    ThreadEnd { number: u32, ip: u64 },
+    ThreadEnd {
+        /// The tool's number for the thread.
+        number: u32,
+        /// Where it stood last.
+        ip: u64,
+    },
     /// A file mapped into the program.
-    Mapping { start: u64, length: u64, offset: u64, prot: u8, path: &'a [u8] },
+    Mapping {
+        /// First address.
+        start: u64,
+        /// Length in bytes.
+        length: u64,
+        /// Offset in the file.
+        offset: u64,
+        /// Protection bits (4: executable).
+        prot: u8,
+        /// The file's path.
+        path: &'a [u8],
+    },
     /// The instruction limit was reached: the tool ended the program.
     Limit,
     /// The log is process `pid`'s (right after the magic).

@@ -7,6 +7,8 @@
 //! string or, for LLDB's `-F`, to a file. Errors are Python exceptions
 //! carrying the CLI's message.
 
+#![warn(missing_docs)]
+
 use std::path::PathBuf;
 
 use pyo3::exceptions::{PyOSError, PyValueError};

@@ -41,8 +41,15 @@ pub struct AdapterConfig {
 /// Why the adapter stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum DapError {
+    /// lldb-dap could not be started.
     #[error("cannot run {}: {source}", path.display())]
-    LldbDap { path: PathBuf, source: std::io::Error },
+    LldbDap {
+        /// The lldb-dap run.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// lldb-dap sent what is not a message.
     #[error("reading lldb-dap's messages: {0}")]
     FromLldbDap(WireError),
 }

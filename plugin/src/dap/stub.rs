@@ -13,25 +13,44 @@ use std::process::{Child, Command, Stdio};
 #[derive(Debug, Clone, PartialEq)]
 pub enum StubRun {
     /// `retrace-stub --record=MODE -- PROGRAM ARGS`.
-    Record { mode: String, program: PathBuf, args: Vec<OsString> },
+    Record {
+        /// `full` or `branch`.
+        mode: String,
+        /// The program.
+        program: PathBuf,
+        /// Its arguments.
+        args: Vec<OsString>,
+    },
     /// `retrace-stub --replay TRACE_JSON --replay-from start`: the program
     /// runs from its first instruction, as a launch runs it.
-    Replay { trace_json: PathBuf },
+    Replay {
+        /// The bundle's `trace.json`.
+        trace_json: PathBuf,
+    },
 }
 
 /// Where the program runs: its working directory and environment
 /// (added to the adapter's own).
 #[derive(Debug, Clone, Default)]
 pub struct StubEnvironment {
+    /// The working directory (else the adapter's).
     pub cwd: Option<PathBuf>,
+    /// Variables added to the adapter's environment.
     pub env: Vec<(OsString, OsString)>,
 }
 
 /// Why a stub could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StubError {
+    /// The stub could not be started.
     #[error("cannot run {}: {source}", path.display())]
-    Spawn { path: PathBuf, source: std::io::Error },
+    Spawn {
+        /// The `retrace-stub` run.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// It started and said why it cannot serve.
     #[error("retrace-stub did not start: {0}")]
     Refused(String),
 }

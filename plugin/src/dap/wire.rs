@@ -13,10 +13,13 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// Why a message could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
+    /// Reading failed.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// A header that is not `Content-Length: N`.
     #[error("a message header without a valid Content-Length: {0:?}")]
     BadHeader(String),
+    /// A message longer than the adapter reads.
     #[error("a message of {0} bytes (at most {MAX_MESSAGE_BYTES} are read)")]
     TooLong(usize),
 }
@@ -24,7 +27,9 @@ pub enum WireError {
 /// One message: its bytes, and their JSON when they are JSON.
 #[derive(Debug, Clone)]
 pub struct Message {
+    /// The bytes as they came (passed on unchanged).
     pub bytes: Vec<u8>,
+    /// Their JSON, when they are JSON.
     pub json: Option<Value>,
 }
 
@@ -49,6 +54,7 @@ impl Message {
         self.json.as_ref()?.get("event")?.as_str()
     }
 
+    /// `seq`: the message's number.
     pub fn seq(&self) -> Option<i64> {
         self.json.as_ref()?.get("seq")?.as_i64()
     }

@@ -452,8 +452,6 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
         Err(format!("unknown monitor command `{command}`: this target has none"))
     }
 
-    /// The CPU a decoder of this target's traces should assume (its errata
-    /// apply): by default the one software recordings declare.
     /// What `qShlibInfoAddr` answers: an address holding a pointer to the
     /// dynamic linker's rendezvous, for a target whose own cannot be read
     /// (LLDB asks before it looks in the program's `DT_DEBUG`).
@@ -477,6 +475,8 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
         None
     }
 
+    /// The CPU a decoder of this target's traces should assume (its errata
+    /// apply): by default the one software recordings declare.
     fn trace_cpu(&self) -> CpuInfo {
         CpuInfo::software_recording()
     }

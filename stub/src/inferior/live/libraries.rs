@@ -26,12 +26,16 @@ const MAX_NAME: usize = 4096;
 /// Why there is no library list.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LibraryListError {
+    /// The auxiliary vector does not say where the program headers are.
     #[error("auxv has no AT_PHDR/AT_PHNUM")]
     NoProgramHeaders,
+    /// A statically linked program: no dynamic linker, no list.
     #[error("the executable has no PT_DYNAMIC (statically linked)")]
     NotDynamic,
+    /// Memory the walk needed could not be read (at this address).
     #[error("cannot read process memory at {0:#x}")]
     Unreadable(u64),
+    /// The dynamic linker's rendezvous is not there (yet).
     #[error("Invalid r_debug address")]
     NoRendezvous,
 }
@@ -39,8 +43,10 @@ pub enum LibraryListError {
 /// Reads the inferior's memory: fills `buf` from `address`, `false` if not
 /// all of it could be read.
 pub trait ReadMemory {
+    /// Fills `buf` from `address`; `false` if not all of it could be read.
     fn read(&self, address: u64, buf: &mut [u8]) -> bool;
 
+    /// The little-endian `u64` at `address`.
     fn read_u64(&self, address: u64) -> Result<u64, LibraryListError> {
         let mut bytes = [0u8; 8];
         if self.read(address, &mut bytes) {
@@ -50,6 +56,7 @@ pub trait ReadMemory {
         }
     }
 
+    /// The little-endian `u32` at `address`.
     fn read_u32(&self, address: u64) -> Result<u32, LibraryListError> {
         let mut bytes = [0u8; 4];
         if self.read(address, &mut bytes) {
