@@ -179,8 +179,6 @@ impl ThreadState {
 
 /// A translated superblock.
 struct Superblock {
-    /// Where it starts.
-    entry: u64,
     instructions: Box<[Instruction]>,
     /// The ways out: `[0]` its end, `[k]` its side exit k − 1.
     ways: Box<[Way]>,
@@ -219,7 +217,7 @@ impl Superblock {
         };
         let mut ways = vec![way(instructions.len(), next)];
         ways.extend(exits.iter().map(|&(index, to)| way(index as usize + 1, to)));
-        Superblock { entry: instructions.first().map_or(0, |i| i.ip), ways: ways.into(), instructions: instructions.into() }
+        Superblock { ways: ways.into(), instructions: instructions.into() }
     }
 }
 
@@ -496,14 +494,7 @@ impl LogConverter {
             if generation != self.generation || self.superblocks[next as usize].as_ref().is_none_or(|sb| next_way >= sb.ways.len()) {
                 break;
             }
-            if let Some(previous) = thread.pending.take() {
-                let info = previous.info.expect("pending instructions are decoded");
-                thread.writer.executed(previous.ip, &info, Some(superblock.entry), 0);
-            }
-            thread.writer.executed_straight(superblock.entry, run, 0);
-            if let Some(log) = thread.log.as_mut() {
-                log.extend(superblock.instructions[..out.end as usize].iter().map(|x| x.ip));
-            }
+            thread.run_straight(&superblock.instructions[..out.end as usize], run, true);
             self.converted += out.end as u64;
             (id, way) = (next, next_way);
             taken += 1;
