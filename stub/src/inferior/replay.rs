@@ -19,7 +19,7 @@ use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use gdbstub::target::ext::breakpoints::WatchKind;
 
 use crate::arch::Regs;
-use crate::inferior::{Armed, StopReason};
+use crate::inferior::{Armed, Movement, StopNote, StopReason};
 
 /// One step of a history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,6 +347,94 @@ impl Replayer {
     }
 }
 
+/// An inferior with a recorded past, as the history moves need it: its
+/// replayer over its history and breakpoints, and where the inferior has a
+/// say (a diversion to end, a move it refuses). The moves themselves —
+/// [`reverse_continue`], [`reverse_step`], [`take_armed`] — are written
+/// once, here, for every inferior; [`offer_reverse_execution`] wires them
+/// to gdbstub's reverse capabilities.
+pub trait TimeTravel {
+    /// Runs `action` with the replayer standing where the debugger stands,
+    /// over the history and the inserted breakpoints; `None` when the
+    /// inferior records no history.
+    fn replay_history<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R>;
+
+    /// Before a move through the history (a diversion — an expression
+    /// evaluated in the past — ends here).
+    fn before_move(&mut self) {}
+
+    /// Why `movement` cannot be made now, as the stop to report (`None`:
+    /// it can).
+    fn move_refused(&mut self, _movement: Movement) -> Option<StopReason> {
+        None
+    }
+
+    /// Keeps what the next stop reply says beyond its reason.
+    fn note_stop(&mut self, note: StopNote);
+
+    /// Keeps the stop the next wait reports.
+    fn report_stop(&mut self, stop: StopReason);
+}
+
+/// A resume armed by `monitor goto` goes there, whatever it asked
+/// (`stepping`: a single step); `None` when none is armed.
+pub fn take_armed(inferior: &mut impl TimeTravel, stepping: bool) -> Option<StopReason> {
+    let arrival = inferior.replay_history(|replayer, history, breakpoints| replayer.take_armed(history, breakpoints, stepping))??;
+    if !arrival.at_breakpoint {
+        inferior.note_stop(StopNote::ArrivedWhereArmed);
+    }
+    Some(arrival.stop)
+}
+
+/// `bc` on any inferior: an armed resume, else a refusal, else back to the
+/// latest earlier breakpoint or watched access.
+pub fn reverse_continue(inferior: &mut impl TimeTravel) -> StopReason {
+    inferior.before_move();
+    if let Some(stop) = take_armed(inferior, false).or_else(|| inferior.move_refused(Movement::ReverseContinue)) {
+        return stop;
+    }
+    inferior.replay_history(|replayer, history, breakpoints| replayer.run_backwards(history, breakpoints)).unwrap_or_else(|| no_history())
+}
+
+/// `bs` on any inferior: an armed resume, else a refusal, else thread
+/// `thread`'s last step un-executed.
+pub fn reverse_step(inferior: &mut impl TimeTravel, thread: u64) -> StopReason {
+    inferior.before_move();
+    if let Some(stop) = take_armed(inferior, true).or_else(|| inferior.move_refused(Movement::ReverseStep)) {
+        return stop;
+    }
+    inferior.replay_history(|replayer, history, _| replayer.step_backwards(history, thread)).unwrap_or_else(|| no_history())
+}
+
+/// The stop of a move over no history (an inferior refuses such moves
+/// first, saying why; this is the stop should one not).
+fn no_history() -> StopReason {
+    StopReason::ReplayLog { tid: None, pos: ReplayLogPosition::Begin }
+}
+
+/// gdbstub's reverse capabilities (`bc`, `bs`) for an inferior that is
+/// [`TimeTravel`]: one implementation for every inferior.
+macro_rules! offer_reverse_execution {
+    ($target:ty) => {
+        impl gdbstub::target::ext::base::reverse_exec::ReverseCont<gdbstub::common::Tid> for $target {
+            fn reverse_cont(&mut self) -> Result<(), Self::Error> {
+                let stop = crate::inferior::replay::reverse_continue(self);
+                crate::inferior::replay::TimeTravel::report_stop(self, stop);
+                Ok(())
+            }
+        }
+
+        impl gdbstub::target::ext::base::reverse_exec::ReverseStep<gdbstub::common::Tid> for $target {
+            fn reverse_step(&mut self, thread: gdbstub::common::Tid) -> Result<(), Self::Error> {
+                let stop = crate::inferior::replay::reverse_step(self, thread.get() as u64);
+                crate::inferior::replay::TimeTravel::report_stop(self, stop);
+                Ok(())
+            }
+        }
+    };
+}
+pub(crate) use offer_reverse_execution;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,5 +583,49 @@ mod tests {
         assert!(r.take_armed(&h, &bp, false).is_some());
         assert!(r.take_stood_still());
         assert!(!r.take_stood_still());
+    }
+
+    /// An inferior over [`history`] that refuses reverse steps and keeps
+    /// what it is told.
+    struct Refusing {
+        replayer: Replayer,
+        breakpoints: Breakpoints,
+        moves_prepared: usize,
+        notes: Vec<StopNote>,
+        reported: Vec<StopReason>,
+    }
+
+    impl TimeTravel for Refusing {
+        fn replay_history<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
+            Some(action(&mut self.replayer, &history(), &self.breakpoints))
+        }
+        fn before_move(&mut self) {
+            self.moves_prepared += 1;
+        }
+        fn move_refused(&mut self, movement: Movement) -> Option<StopReason> {
+            (movement == Movement::ReverseStep).then_some(StopReason::SignalWithThread { tid: tid(9), signal: GdbSignal(0) })
+        }
+        fn note_stop(&mut self, note: StopNote) {
+            self.notes.push(note);
+        }
+        fn report_stop(&mut self, stop: StopReason) {
+            self.reported.push(stop);
+        }
+    }
+
+    #[test]
+    fn the_moves_of_any_inferior_prepare_take_an_arming_then_ask_for_refusals() {
+        let mut inferior = Refusing { replayer: Replayer::at(7), breakpoints: software(&[0x10]), moves_prepared: 0, notes: vec![], reported: vec![] };
+        assert_eq!(reverse_continue(&mut inferior), StopReason::SwBreak(tid(1)));
+        assert_eq!(inferior.replayer.position(), 5);
+        // Refused: the inferior's stop, no move.
+        assert_eq!(reverse_step(&mut inferior, 1), StopReason::SignalWithThread { tid: tid(9), signal: GdbSignal(0) });
+        assert_eq!(inferior.replayer.position(), 5);
+        // An armed resume wins over a refusal, and says it arrived.
+        inferior.replayer.arm(2, false);
+        assert_eq!(reverse_step(&mut inferior, 1), StopReason::SignalWithThread { tid: tid(2), signal: GdbSignal::SIGTRAP });
+        assert_eq!(inferior.replayer.position(), 2);
+        assert_eq!(inferior.notes, vec![StopNote::ArrivedWhereArmed]);
+        assert_eq!(inferior.moves_prepared, 3);
     }
 }

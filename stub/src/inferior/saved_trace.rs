@@ -24,7 +24,7 @@ use gdbstub::target::ext::base::multithread::{
     MultiThreadBase, MultiThreadResume, MultiThreadResumeOps, MultiThreadSchedulerLocking, MultiThreadSchedulerLockingOps,
     MultiThreadSingleStep, MultiThreadSingleStepOps,
 };
-use gdbstub::target::ext::base::reverse_exec::{ReverseCont, ReverseContOps, ReverseStep, ReverseStepOps};
+use gdbstub::target::ext::base::reverse_exec::{ReverseContOps, ReverseStepOps};
 use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, SingleRegisterAccessOps};
 use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind};
@@ -40,7 +40,7 @@ use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 
 use super::frames::{flows_by_address, frame_history, history_text, Executed};
 use super::live::libraries::{library_list_xml, LinkMapEntry};
-use super::replay::{boundary, Breakpoints, Forward, Replayer};
+use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel};
 use super::timeline::{RecordedThread, Timeline};
 use crate::arch::{RegNumber, Regs};
 use crate::inferior::{copy_window, GotoTarget, HistoryCommand, Inferior, MemoryRegion, StopNote, StopReason};
@@ -351,16 +351,6 @@ impl SavedTrace {
         Tid::new(tid as usize).expect("tids are not 0")
     }
 
-    /// A resume armed by `monitor goto` goes there, whatever it asked
-    /// (`stepping`: a single step).
-    fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
-        let arrival = self.replayer.take_armed(&self.timeline, &self.breakpoints, stepping)?;
-        if !arrival.at_breakpoint {
-            self.stop_note = Some(StopNote::ArrivedWhereArmed);
-        }
-        Some(arrival.stop)
-    }
-
     /// `monitor record status`.
     fn status(&self, json: bool) -> String {
         let here = self.timeline.at(self.position()).expect("the position is in the timeline");
@@ -636,7 +626,7 @@ impl SingleRegisterAccess<Tid> for SavedTrace {
 
 impl MultiThreadResume for SavedTrace {
     fn resume(&mut self) -> Result<(), Self::Error> {
-        let stop = match self.take_armed(self.step.is_some()) {
+        let stop = match crate::inferior::replay::take_armed(self, self.step.is_some()) {
             Some(stop) => stop,
             None => match self.replayer.run_forwards(&self.timeline, &self.breakpoints, self.step) {
                 Forward::Stopped(stop) => stop,
@@ -686,27 +676,21 @@ impl MultiThreadSchedulerLocking for SavedTrace {
     }
 }
 
-impl ReverseCont<Tid> for SavedTrace {
-    fn reverse_cont(&mut self) -> Result<(), Self::Error> {
-        let stop = match self.take_armed(false) {
-            Some(stop) => stop,
-            None => self.replayer.run_backwards(&self.timeline, &self.breakpoints),
-        };
+impl TimeTravel for SavedTrace {
+    fn replay_history<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
+        Some(action(&mut self.replayer, &self.timeline, &self.breakpoints))
+    }
+
+    fn note_stop(&mut self, note: StopNote) {
+        self.stop_note = Some(note);
+    }
+
+    fn report_stop(&mut self, stop: StopReason) {
         self.stop = Some(stop);
-        Ok(())
     }
 }
 
-impl ReverseStep<Tid> for SavedTrace {
-    fn reverse_step(&mut self, thread: Tid) -> Result<(), Self::Error> {
-        let stop = match self.take_armed(true) {
-            Some(stop) => stop,
-            None => self.replayer.step_backwards(&self.timeline, tid(thread)),
-        };
-        self.stop = Some(stop);
-        Ok(())
-    }
-}
+crate::inferior::replay::offer_reverse_execution!(SavedTrace);
 
 impl SwBreakpoint for SavedTrace {
     fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {

@@ -656,17 +656,6 @@ impl ProcessTarget {
         result
     }
 
-    /// A resume armed by `monitor goto` goes there, whatever it asked
-    /// (`stepping`: a single step).
-    pub(super) fn take_armed(&mut self, stepping: bool) -> Option<StopReason> {
-        self.full.as_ref()?;
-        let arrival = self.replay(|replayer, history, breakpoints| replayer.take_armed(history, breakpoints, stepping))?;
-        if !arrival.at_breakpoint {
-            self.stop_note = Some(StopNote::ArrivedWhereArmed);
-        }
-        Some(arrival.stop)
-    }
-
     /// See [`crate::inferior::Inferior::take_stood_still`].
     pub(super) fn take_stood_still(&mut self) -> bool {
         self.full.as_mut().is_some_and(|full| full.replayer.take_stood_still())

@@ -13,7 +13,7 @@ use gdbstub::target::ext::base::multithread::{
     MultiThreadBase, MultiThreadResume, MultiThreadResumeOps, MultiThreadSchedulerLocking,
     MultiThreadSchedulerLockingOps, MultiThreadSingleStep, MultiThreadSingleStepOps,
 };
-use gdbstub::target::ext::base::reverse_exec::{ReverseCont, ReverseContOps, ReverseStep, ReverseStepOps};
+use gdbstub::target::ext::base::reverse_exec::{ReverseContOps, ReverseStepOps};
 use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, SingleRegisterAccessOps};
 use gdbstub::target::ext::thread_extra_info::{ThreadExtraInfo, ThreadExtraInfoOps};
 use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind};
@@ -33,6 +33,7 @@ use retrace_collector::process;
 
 use crate::arch::{RegNumber, Regs};
 use crate::inferior::{copy_window, Inferior, MemoryRegion, Movement, StopNote, StopReason};
+use crate::inferior::replay::{Breakpoints, History, Replayer};
 
 mod block_runs;
 mod full;
@@ -755,7 +756,7 @@ impl MultiThreadResume for ProcessTarget {
     fn resume(&mut self) -> Result<(), Self::Error> {
         self.settle_diversion(true);
         let step = self.actions.iter().find(|(_, action)| matches!(action, Action::Step(_))).map(|(tid, _)| *tid);
-        if let Some(stop) = self.take_armed(step.is_some()) {
+        if let Some(stop) = crate::inferior::replay::take_armed(self, step.is_some()) {
             self.stop_now = Some(stop);
             return Ok(());
         }
@@ -811,29 +812,29 @@ impl MultiThreadResume for ProcessTarget {
     }
 }
 
-impl ReverseCont<Tid> for ProcessTarget {
-    fn reverse_cont(&mut self) -> Result<(), Self::Error> {
+impl crate::inferior::replay::TimeTravel for ProcessTarget {
+    fn replay_history<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
+        self.full_recording().then(|| self.replay(action))
+    }
+
+    fn before_move(&mut self) {
         self.settle_diversion(false);
-        let stop = match self.take_armed(false) {
-            Some(stop) => stop,
-            None => self.refuse_history_move(Movement::ReverseContinue).unwrap_or_else(|| self.replay(|replayer, history, breakpoints| replayer.run_backwards(history, breakpoints))),
-        };
+    }
+
+    fn move_refused(&mut self, movement: Movement) -> Option<StopReason> {
+        self.refuse_history_move(movement)
+    }
+
+    fn note_stop(&mut self, note: StopNote) {
+        self.stop_note = Some(note);
+    }
+
+    fn report_stop(&mut self, stop: StopReason) {
         self.stop_now = Some(stop);
-        Ok(())
     }
 }
 
-impl ReverseStep<Tid> for ProcessTarget {
-    fn reverse_step(&mut self, tid: Tid) -> Result<(), Self::Error> {
-        self.settle_diversion(false);
-        let stop = match self.take_armed(true) {
-            Some(stop) => stop,
-            None => self.refuse_history_move(Movement::ReverseStep).unwrap_or_else(|| self.replay(|replayer, history, _| replayer.step_backwards(history, tid.get() as u64))),
-        };
-        self.stop_now = Some(stop);
-        Ok(())
-    }
-}
+crate::inferior::replay::offer_reverse_execution!(ProcessTarget);
 
 impl MultiThreadSingleStep for ProcessTarget {
     fn set_resume_action_step(&mut self, tid: Tid, signal: Option<GdbSignal>) -> Result<(), Self::Error> {
