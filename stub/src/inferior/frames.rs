@@ -14,7 +14,6 @@
 //! followed.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 /// How an executed instruction moves between frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,22 +120,6 @@ pub fn frame_history(executed: impl IntoIterator<Item = Executed>, mut flow: imp
     listed
 }
 
-/// [`frame_history`]'s answer as `monitor history` prints it: a line
-/// `thread TID instruction ID` for the starting point, then one line per
-/// instruction, `ID PC DEPTH` (PC in hex), followed for a callee that ran
-/// one of the addresses asked about by `stop ID PC`.
-pub fn history_text(tid: u64, id: u64, steps: &[FrameStep]) -> String {
-    let mut text = format!("thread {tid} instruction {id}\n");
-    for step in steps {
-        let _ = write!(text, "{} {:#x} {}", step.id, step.pc, step.depth);
-        if let Some((id, pc)) = step.stop {
-            let _ = write!(text, " stop {id} {pc:#x}");
-        }
-        text.push('\n');
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,14 +197,14 @@ mod tests {
         let steps = frame_history(executed, kinds, 100, &[0x5, 0x6]);
         let stops: Vec<(u64, Option<(u64, u64)>)> = steps.iter().map(|s| (s.id, s.stop)).collect();
         assert_eq!(stops, vec![(11, None), (10, None), (9, None), (8, None), (7, Some((6, 0x6))), (1, None), (0, None)]);
-        assert_eq!(history_text(1, 12, &steps[3..5]), "thread 1 instruction 12\n8 0x9 0\n7 0x20 1 stop 6 0x6\n");
+        assert_eq!(crate::protocol::monitor::history_text(1, 12, &steps[3..5]), "thread 1 instruction 12\n8 0x9 0\n7 0x20 1 stop 6 0x6\n");
     }
 
     #[test]
     fn the_list_stops_at_max() {
         let executed = run(&[(0x1, false), (0x2, false), (0x3, false)]);
         assert_eq!(listed(&frame_history(executed, kinds, 2, &[])), vec![(2, 0), (1, 0)]);
-        let text = history_text(7, 3, &frame_history(run(&[(0x1, false), (0x10, false)]), kinds, 9, &[]));
+        let text = crate::protocol::monitor::history_text(7, 3, &frame_history(run(&[(0x1, false), (0x10, false)]), kinds, 9, &[]));
         assert_eq!(text, "thread 7 instruction 3\n1 0x10 -1\n");
     }
 

@@ -120,8 +120,6 @@ impl Inferior for InertTarget {
     fn detach(&mut self) {}
 }
 
-crate::inferior::offer_capabilities!(InertTarget);
-
 impl MultiThreadBase for InertTarget {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {
         *regs = self.registers.get(&tid(thread)).cloned().ok_or(TargetError::NonFatal)?;

@@ -98,49 +98,6 @@ pub(crate) fn copy_window(data: &[u8], offset: u64, length: usize, buf: &mut [u8
     n
 }
 
-/// A `monitor` command of a target with a history (`--record`, `--replay`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HistoryCommand {
-    /// `record status [--json]`.
-    Status {
-        /// As JSON, for scripts.
-        json: bool,
-    },
-    /// `goto begin|end|ID [TID] [--hold]` (also `record goto …`).
-    Goto {
-        /// Where.
-        target: GotoTarget,
-        /// The arming holds through single steps, and the next continue
-        /// uses it up ([`Armed::hold`]).
-        hold: bool,
-    },
-    /// `history [TID] [--before ID] [--max N]`: thread TID's instructions
-    /// before its instruction ID (default: the thread and instruction the
-    /// debugger stands at) in that frame, newest first
-    /// ([`frames::frame_history`]).
-    History {
-        /// The thread (default: the one standing at the position).
-        tid: Option<u64>,
-        /// The instruction id to look back from (default: the position).
-        before: Option<u64>,
-        /// At most this many lines.
-        max: usize,
-        /// `--within START-END[,START-END…]` (hex): the run of the frame's
-        /// instructions inside these ranges just before the point is listed
-        /// as its earliest instruction only
-        /// ([`state_log::StateLog::frame_history`]).
-        within: Vec<std::ops::Range<u64>>,
-        /// `--stops ADDR[,ADDR…]` (hex): each callee listed says the latest
-        /// of its instructions (its own callees' included) at one of these
-        /// addresses, if any — where a debugger passing over the callee
-        /// backwards would stop at a breakpoint.
-        stops: Vec<u64>,
-    },
-}
-
-/// `monitor history`'s line limit when none is given.
-pub const HISTORY_LINES: usize = 4096;
-
 /// A resume armed by `monitor goto`: wherever it was asked to go, it
 /// stops at `position`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,97 +211,108 @@ pub enum GotoTarget {
     },
 }
 
-impl HistoryCommand {
-    /// Reads a `monitor` command; the error says what is understood.
-    pub fn parse(command: &str) -> Result<Self, String> {
-        let words: Vec<&str> = command.split_whitespace().collect();
-        match words.as_slice() {
-            ["record", "status"] => Ok(HistoryCommand::Status { json: false }),
-            ["record", "status", "--json"] => Ok(HistoryCommand::Status { json: true }),
-            ["goto", rest @ ..] | ["record", "goto", rest @ ..] => {
-                let hold = rest.last() == Some(&"--hold");
-                let rest = if hold { &rest[..rest.len() - 1] } else { rest };
-                GotoTarget::parse(rest).map(|target| HistoryCommand::Goto { target, hold })
-            }
-            ["history", rest @ ..] => Self::parse_history(rest),
-            _ => Err(format!(
-                "unknown monitor command `{command}`; try `record status [--json]`, `goto begin|end|ID [TID] [--hold]`, `history [TID] [--before ID] [--max N] [--within RANGES]`, `trace data TID` or `trace cpuinfo`"
-            )),
-        }
-    }
+/// What a history is and where the debugger stands in it (`monitor
+/// record status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryStatus {
+    /// What was recorded, and how.
+    pub source: HistorySource,
+    /// Steps recorded.
+    pub instructions: u64,
+    /// (thread, its steps) of every thread in the history.
+    pub threads: Vec<(u64, u64)>,
+    /// Where the debugger stands.
+    pub position: HistoryPosition,
 }
 
-impl HistoryCommand {
-    fn parse_history(args: &[&str]) -> Result<Self, String> {
-        const USAGE: &str = "usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]] [--stops ADDR[,ADDR...]]";
-        let (mut tid, mut before, mut max, mut within, mut stops) = (None, None, HISTORY_LINES, Vec::new(), Vec::new());
-        let mut args = args.iter();
-        while let Some(&arg) = args.next() {
-            let mut number = |what: &str| -> Result<u64, String> {
-                let value = args.next().ok_or_else(|| format!("{arg} needs {what}; {USAGE}"))?;
-                value.parse::<u64>().map_err(|_| format!("`{value}` is not {what}"))
-            };
-            match arg {
-                "--before" => before = Some(number("an instruction id")?),
-                "--max" => max = usize::try_from(number("a line count")?).unwrap_or(usize::MAX),
-                "--within" => within = parse_ranges(args.next().ok_or_else(|| format!("--within needs address ranges; {USAGE}"))?)?,
-                "--stops" => stops = parse_addresses(args.next().ok_or_else(|| format!("--stops needs addresses; {USAGE}"))?)?,
-                _ if tid.is_none() && !arg.starts_with('-') => tid = Some(arg.parse::<u64>().map_err(|_| format!("`{arg}` is not a thread id; {USAGE}"))?),
-                _ => return Err(USAGE.into()),
-            }
-        }
-        stops.sort_unstable();
-        stops.dedup();
-        Ok(HistoryCommand::History { tid, before, max, within, stops })
-    }
+/// What a history was recorded from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistorySource {
+    /// A saved trace, replayed: control flow only.
+    SavedTrace {
+        /// The bundle's `trace.json`.
+        bundle: std::path::PathBuf,
+        /// Bytes of Intel PT in it.
+        trace_bytes: usize,
+    },
+    /// The live process, recorded as it runs.
+    Recording {
+        /// `full` or `branch`.
+        mode: &'static str,
+        /// Bytes the history takes.
+        bytes: usize,
+        /// Why watchpoints cannot stop a move through it, if they cannot.
+        watchpoints_refused: Option<&'static str>,
+    },
 }
 
-/// `ADDR[,ADDR…]` in hex (`0x` optional).
-fn parse_addresses(text: &str) -> Result<Vec<u64>, String> {
-    text.split(',').map(|t| u64::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| format!("`{t}` is not a hex address"))).collect()
+/// A position of a history, as the debugger sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryPosition {
+    /// The thread standing there.
+    pub tid: u64,
+    /// The id of that thread's instruction there.
+    pub id: u64,
+    /// The position (steps before it).
+    pub index: u64,
+    /// Its instruction's address, where one is there (not at the present).
+    pub pc: Option<u64>,
+    /// At the end of a live recording: the present.
+    pub present: bool,
 }
 
-/// `START-END[,START-END…]` in hex (`0x` optional): address ranges, END excluded.
-fn parse_ranges(text: &str) -> Result<Vec<std::ops::Range<u64>>, String> {
-    let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| format!("`{t}` is not a hex address"));
-    text.split(',')
-        .map(|range| {
-            let (start, end) = range.split_once('-').ok_or_else(|| format!("`{range}` is not START-END"))?;
-            let (start, end) = (hex(start)?, hex(end)?);
-            if start >= end {
-                return Err(format!("`{range}` is empty"));
-            }
-            Ok(start..end)
-        })
-        .collect()
+/// `monitor history`'s question: thread `tid`'s instructions before its
+/// instruction `before` in that frame, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryRequest {
+    /// The thread (default: the one standing at the position).
+    pub tid: Option<u64>,
+    /// The instruction id to look back from (default: the position).
+    pub before: Option<u64>,
+    /// At most this many lines.
+    pub max: usize,
+    /// The run of the frame's instructions inside these ranges just
+    /// before the point is listed as its earliest instruction only.
+    pub within: Vec<std::ops::Range<u64>>,
+    /// Each callee listed says the latest of its instructions at one of
+    /// these addresses, if any.
+    pub stops: Vec<u64>,
 }
 
-impl GotoTarget {
-    fn parse(args: &[&str]) -> Result<Self, String> {
-        match args {
-            ["begin"] => Ok(GotoTarget::Begin),
-            ["end"] => Ok(GotoTarget::End),
-            [id] | [id, _] => {
-                let id = id.parse::<u64>().map_err(|_| format!("`{id}` is not an instruction id (a number, `begin` or `end`)"))?;
-                let tid = match args.get(1) {
-                    Some(tid) => Some(tid.parse::<u64>().map_err(|_| format!("`{tid}` is not a thread id"))?),
-                    None => None,
-                };
-                Ok(GotoTarget::Instruction { id, tid })
-            }
-            _ => Err("usage: goto begin|end|ID [TID] [--hold]".into()),
-        }
-    }
+/// `monitor history`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryListing {
+    /// The thread.
+    pub tid: u64,
+    /// The instruction looked back from.
+    pub id: u64,
+    /// The frame's instructions, newest first.
+    pub steps: Vec<frames::FrameStep>,
 }
 
-/// The `/proc/cpuinfo` text a decoder of a trace recorded on `cpu` must
-/// see (LLDB reads the vendor, family, model and stepping; its parser needs
-/// a line after the last of them).
-pub fn procfs_cpu_info(cpu: &CpuInfo) -> String {
-    format!(
-        "processor\t: 0\nvendor_id\t: {}\ncpu family\t: {}\nmodel\t\t: {}\nmodel name\t: retrace trace (Intel PT format)\nstepping\t: {}\nmicrocode\t: 0x0\nflags\t\t: fpu tsc intel_pt\n\n",
-        cpu.vendor, cpu.family, cpu.model, cpu.stepping
-    )
+/// Where an armed resume will stop (`monitor goto`'s answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GotoStop {
+    /// The thread standing there.
+    pub tid: u64,
+    /// That thread's instruction id there.
+    pub id: u64,
+    /// The instruction's address; `None` at the present.
+    pub pc: Option<u64>,
+}
+
+/// The history capability of a target with a recorded past: typed answers,
+/// which the protocol's `monitor` commands put into words.
+pub trait HistoryOps {
+    /// What the history is and where the debugger stands.
+    fn history_status(&self) -> HistoryStatus;
+
+    /// Arms the next resume to stop at `target` (`hold`: single steps do
+    /// not use the arming up, [`Armed::hold`]).
+    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, String>;
+
+    /// A thread's instructions in a frame, newest first.
+    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, String>;
 }
 
 /// The error of a target that records nothing.
@@ -446,10 +414,17 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
         true
     }
 
-    /// Answers a `monitor` command (`qRcmd`: GDB's `monitor …`, LLDB's
-    /// `process plugin packet monitor …`): the text to show, or why not.
-    fn monitor_command(&mut self, command: &str) -> Result<String, String> {
-        Err(format!("unknown monitor command `{command}`: this target has none"))
+    /// The history capability (`--record`, `--replay`): `None` where the
+    /// target has no history (`monitor record status`, `goto` and `history`
+    /// are then refused).
+    fn support_history(&mut self) -> Option<&mut dyn HistoryOps> {
+        None
+    }
+
+    /// Whether the target would have a history had it been started
+    /// recording (the refusal of a history command then says how).
+    fn records_history_when_asked(&self) -> bool {
+        false
     }
 
     /// What `qShlibInfoAddr` answers: an address holding a pointer to the
@@ -481,174 +456,6 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
         CpuInfo::software_recording()
     }
 }
-
-/// The gdbstub capabilities every target offers — the same for all, so
-/// that a packet reaches the same gdbstub parser whatever is debugged (the
-/// protocol side's checks, and its fuzzing against the inert target, hold
-/// for the live one): multi-thread base with resume, single step and
-/// scheduler locking, software and hardware breakpoints and watchpoints,
-/// the executable's path, auxv, the library list, extended mode (only so
-/// that thread ids carry the real pid); no fork events.
-macro_rules! offer_capabilities {
-    ($target:ty) => {
-        impl gdbstub::target::Target for $target {
-            type Arch = crate::arch::X86_64Linux;
-            type Error = String;
-
-            fn base_ops(&mut self) -> gdbstub::target::ext::base::BaseOps<'_, Self::Arch, Self::Error> {
-                gdbstub::target::ext::base::BaseOps::MultiThread(self)
-            }
-
-            fn support_breakpoints(&mut self) -> Option<gdbstub::target::ext::breakpoints::BreakpointsOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_exec_file(&mut self) -> Option<gdbstub::target::ext::exec_file::ExecFileOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_auxv(&mut self) -> Option<gdbstub::target::ext::auxv::AuxvOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_libraries_svr4(&mut self) -> Option<gdbstub::target::ext::libraries::LibrariesSvr4Ops<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_monitor_cmd(&mut self) -> Option<gdbstub::target::ext::monitor_cmd::MonitorCmdOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_extended_mode(&mut self) -> Option<gdbstub::target::ext::extended_mode::ExtendedModeOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_host_io(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn use_fork_stop_reason(&self) -> bool {
-                false
-            }
-
-            fn use_vfork_stop_reason(&self) -> bool {
-                false
-            }
-
-            fn use_vforkdone_stop_reason(&self) -> bool {
-                false
-            }
-        }
-
-        impl gdbstub::target::ext::monitor_cmd::MonitorCmd for $target {
-            fn handle_monitor_cmd(
-                &mut self,
-                cmd: &[u8],
-                mut out: gdbstub::target::ext::monitor_cmd::ConsoleOutput<'_>,
-            ) -> Result<(), Self::Error> {
-                let command = String::from_utf8_lossy(cmd);
-                match crate::inferior::Inferior::monitor_command(self, &command) {
-                    // In `O` packets of a few KiB each (a trace's hex can be megabytes).
-                    Ok(text) => {
-                        for chunk in text.as_bytes().chunks(2048) {
-                            out.write_raw(chunk);
-                            out.flush();
-                        }
-                    }
-                    Err(reason) => {
-                        out.write_raw(b"error: ");
-                        out.write_raw(reason.as_bytes());
-                        out.write_raw(b"\n");
-                    }
-                }
-                Ok(())
-            }
-        }
-
-        impl gdbstub::target::ext::host_io::HostIo for $target {
-            fn support_open(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoOpenOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_close(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoCloseOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_pread(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoPreadOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_fstat(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoFstatOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_readlink(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoReadlinkOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_setfs(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoSetfsOps<'_, Self>> {
-                Some(self)
-            }
-        }
-
-        impl gdbstub::target::ext::host_io::HostIoOpen for $target {
-            fn open(
-                &mut self,
-                filename: &[u8],
-                flags: gdbstub::target::ext::host_io::HostIoOpenFlags,
-                _mode: gdbstub::target::ext::host_io::HostIoOpenMode,
-            ) -> gdbstub::target::ext::host_io::HostIoResult<u32, Self> {
-                crate::inferior::host_files::open(filename, flags)
-            }
-        }
-
-        impl gdbstub::target::ext::host_io::HostIoClose for $target {
-            fn close(&mut self, fd: u32) -> gdbstub::target::ext::host_io::HostIoResult<(), Self> {
-                crate::inferior::host_files::close(fd)
-            }
-        }
-
-        impl gdbstub::target::ext::host_io::HostIoPread for $target {
-            fn pread(&mut self, fd: u32, count: usize, offset: u64, buf: &mut [u8]) -> gdbstub::target::ext::host_io::HostIoResult<usize, Self> {
-                crate::inferior::host_files::pread(fd, count, offset, buf)
-            }
-        }
-
-        impl gdbstub::target::ext::host_io::HostIoFstat for $target {
-            fn fstat(&mut self, fd: u32) -> gdbstub::target::ext::host_io::HostIoResult<gdbstub::target::ext::host_io::HostIoStat, Self> {
-                crate::inferior::host_files::fstat(fd)
-            }
-        }
-
-        impl gdbstub::target::ext::host_io::HostIoReadlink for $target {
-            fn readlink(&mut self, filename: &[u8], buf: &mut [u8]) -> gdbstub::target::ext::host_io::HostIoResult<usize, Self> {
-                crate::inferior::host_files::readlink(filename, buf)
-            }
-        }
-
-        /// One filesystem: the stub's (it and the program share it).
-        impl gdbstub::target::ext::host_io::HostIoSetfs for $target {
-            fn setfs(&mut self, _fs: gdbstub::target::ext::host_io::FsKind) -> gdbstub::target::ext::host_io::HostIoResult<(), Self> {
-                Ok(())
-            }
-        }
-
-        impl gdbstub::target::ext::breakpoints::Breakpoints for $target {
-            fn support_sw_breakpoint(&mut self) -> Option<gdbstub::target::ext::breakpoints::SwBreakpointOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_hw_breakpoint(&mut self) -> Option<gdbstub::target::ext::breakpoints::HwBreakpointOps<'_, Self>> {
-                Some(self)
-            }
-
-            fn support_hw_watchpoint(&mut self) -> Option<gdbstub::target::ext::breakpoints::HwWatchpointOps<'_, Self>> {
-                Some(self)
-            }
-        }
-    };
-}
-pub(crate) use offer_capabilities;
 
 /// The extended mode of a program the stub did not start and cannot start
 /// again (an inert program, a saved trace): `vRun`/`vAttach` refused, the
@@ -710,48 +517,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn history_commands_parse_and_say_what_is_understood() {
-        assert_eq!(HistoryCommand::parse("record status"), Ok(HistoryCommand::Status { json: false }));
-        assert_eq!(HistoryCommand::parse(" record  status --json"), Ok(HistoryCommand::Status { json: true }));
-        assert_eq!(HistoryCommand::parse("goto begin"), Ok(HistoryCommand::Goto { target: GotoTarget::Begin, hold: false }));
-        assert_eq!(HistoryCommand::parse("record goto end"), Ok(HistoryCommand::Goto { target: GotoTarget::End, hold: false }));
-        assert_eq!(HistoryCommand::parse("goto 120"), Ok(HistoryCommand::Goto { target: GotoTarget::Instruction { id: 120, tid: None }, hold: false }));
-        assert_eq!(HistoryCommand::parse("goto 7 4242"), Ok(HistoryCommand::Goto { target: GotoTarget::Instruction { id: 7, tid: Some(4242) }, hold: false }));
-        assert_eq!(HistoryCommand::parse("goto x"), Err("`x` is not an instruction id (a number, `begin` or `end`)".into()));
-        assert_eq!(HistoryCommand::parse("goto 1 t"), Err("`t` is not a thread id".into()));
-        assert_eq!(HistoryCommand::parse("goto"), Err("usage: goto begin|end|ID [TID] [--hold]".into()));
-        assert_eq!(
-            HistoryCommand::parse("goto 7 4242 --hold"),
-            Ok(HistoryCommand::Goto { target: GotoTarget::Instruction { id: 7, tid: Some(4242) }, hold: true })
-        );
+    fn an_arming_held_survives_steps_and_one_not_held_does_not() {
         let mut held = Some(Armed { position: 3, hold: true });
         assert_eq!((Armed::take(&mut held, true), held), (Some(3), Some(Armed { position: 3, hold: true })), "a step keeps a held arming");
         assert_eq!((Armed::take(&mut held, false), held), (Some(3), None), "a continue uses it up");
         let mut once = Some(Armed { position: 3, hold: false });
         assert_eq!((Armed::take(&mut once, true), once), (Some(3), None), "a step uses up an arming not held");
         assert_eq!(Armed::take(&mut once, false), None);
-        assert_eq!(HistoryCommand::parse("history"), Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES, within: vec![], stops: vec![] }));
-        assert_eq!(HistoryCommand::parse("history 4242 --before 17 --max 3"), Ok(HistoryCommand::History { tid: Some(4242), before: Some(17), max: 3, within: vec![], stops: vec![] }));
-        assert_eq!(
-            HistoryCommand::parse("history --within 0x10-0x20,30-38"),
-            Ok(HistoryCommand::History { tid: None, before: None, max: HISTORY_LINES, within: vec![0x10..0x20, 0x30..0x38], stops: vec![] })
-        );
-        assert_eq!(HistoryCommand::parse("history --within 20-10"), Err("`20-10` is empty".into()));
-        assert_eq!(HistoryCommand::parse("history --within x-1"), Err("`x` is not a hex address".into()));
-        assert_eq!(
-            HistoryCommand::parse("history 7 --stops 0x20,10,20"),
-            Ok(HistoryCommand::History { tid: Some(7), before: None, max: HISTORY_LINES, within: vec![], stops: vec![0x10, 0x20] })
-        );
-        assert_eq!(HistoryCommand::parse("history --stops 1,y"), Err("`y` is not a hex address".into()));
-        assert_eq!(
-            HistoryCommand::parse("history --max"),
-            Err("--max needs a line count; usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]] [--stops ADDR[,ADDR...]]".into())
-        );
-        assert_eq!(HistoryCommand::parse("history --before x"), Err("`x` is not an instruction id".into()));
-        assert_eq!(
-            HistoryCommand::parse("history 1 2"),
-            Err("usage: history [TID] [--before ID] [--max N] [--within START-END[,START-END...]] [--stops ADDR[,ADDR...]]".into())
-        );
-        assert!(HistoryCommand::parse("reverse").unwrap_err().starts_with("unknown monitor command `reverse`"));
     }
 }

@@ -13,7 +13,6 @@
 //! everything else is refused, never guessed.
 //! Nothing can be written.
 
-use std::fmt::Write as _;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,12 +37,15 @@ use retrace_collector::process::Mapping;
 use retrace_decoder::bundle::load::LoadedBundle;
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 
-use super::frames::{flows_by_address, frame_history, history_text, Executed};
+use super::frames::{flows_by_address, frame_history, Executed};
 use super::live::libraries::{library_list_xml, LinkMapEntry};
 use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel};
 use super::timeline::{RecordedThread, Timeline};
 use crate::arch::{RegNumber, Regs};
-use crate::inferior::{copy_window, GotoTarget, HistoryCommand, Inferior, MemoryRegion, StopNote, StopReason};
+use crate::inferior::{
+    copy_window, GotoStop, GotoTarget, HistoryListing, HistoryOps, HistoryPosition, HistoryRequest, HistorySource, HistoryStatus, Inferior, MemoryRegion,
+    StopNote, StopReason,
+};
 
 /// A module of the saved process, as its ELF file says it was laid out.
 #[derive(Debug, Clone)]
@@ -351,83 +353,6 @@ impl SavedTrace {
         Tid::new(tid as usize).expect("tids are not 0")
     }
 
-    /// `monitor record status`.
-    fn status(&self, json: bool) -> String {
-        let here = self.timeline.at(self.position()).expect("the position is in the timeline");
-        let id = self.timeline.item_id(self.position()).unwrap_or(0);
-        let trace_bytes: usize = self.traces.iter().map(|(_, trace)| trace.len()).sum();
-        let threads: Vec<serde_json::Value> = self
-            .timeline
-            .threads()
-            .iter()
-            .map(|t| serde_json::json!({"tid": t.tid, "instructions": t.history.instructions()}))
-            .collect();
-        if json {
-            let value = serde_json::json!({
-                "mode": "replay",
-                "trace": self.bundle.display().to_string(),
-                "instructions": self.timeline.len(),
-                "traceBytes": trace_bytes,
-                "threads": threads,
-                "position": {"tid": here.tid, "id": id, "pc": here.ip, "index": self.position()},
-            });
-            return format!("{value}\n");
-        }
-        let mut text = String::new();
-        let _ = writeln!(text, "Replaying {} (control flow only: registers other than the PC and writable memory are unavailable).", self.bundle.display());
-        let _ = writeln!(text, "Recorded: {} instructions in {} thread(s), {} bytes of trace.", self.timeline.len(), threads.len(), trace_bytes);
-        let _ = writeln!(
-            text,
-            "Position: instruction {id} of thread {} (pc {:#x}); {} of {} in the history.",
-            here.tid,
-            here.ip,
-            self.position() + 1,
-            self.timeline.len()
-        );
-        text
-    }
-
-    /// `monitor goto begin|end|ID [TID] [--hold]`.
-    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<String, String> {
-        let position = match target {
-            GotoTarget::Begin => 0,
-            GotoTarget::End => self.timeline.len() - 1,
-            GotoTarget::Instruction { id, tid } => {
-                let tid = tid.unwrap_or_else(|| self.timeline.at(self.position()).map_or(0, |i| i.tid));
-                self.timeline.position_of_item(tid, id)?
-            }
-        };
-        self.replayer.arm(position, hold);
-        let here = self.timeline.at(position).expect("a position of the timeline");
-        Ok(format!("The next resume stops at instruction {} of thread {} (pc {:#x}).\n", self.timeline.item_id(position).unwrap_or(0), here.tid, here.ip))
-    }
-
-    /// `monitor history [TID] [--before ID] [--max N]`. (Signal handler
-    /// entries are not marked: a trace shows them as plain branches.)
-    fn history(&self, tid: Option<u64>, before: Option<u64>, max: usize, stops: &[u64]) -> Result<String, String> {
-        let here = self.timeline.at(self.position()).expect("the position is in the timeline");
-        let tid = tid.unwrap_or(here.tid);
-        let thread = self.timeline.thread_of(tid).ok_or_else(|| format!("no thread {tid} in the history"))?;
-        let history = &self.timeline.threads()[thread].history;
-        // The thread's instruction index to look back from.
-        let index = match before {
-            Some(item) => self.timeline.at(self.timeline.position_of_item(tid, item)?).map_or(0, |i| i.index),
-            None if here.thread == thread => here.index,
-            None => self.timeline.next_of_thread(self.position(), thread).and_then(|p| self.timeline.at(p)).map_or(history.instructions(), |i| i.index),
-        };
-        let id = history.cursor_at(index).map_or(history.items_len(), |c| c.item_id());
-        let mut cursor = index.checked_sub(1).and_then(|last| history.cursor_at(last));
-        let executed = std::iter::from_fn(|| {
-            let at = cursor?;
-            let step = Executed { id: at.item_id(), pc: at.ip(), interrupted: false };
-            let mut previous = at;
-            cursor = previous.prev().then_some(previous);
-            Some(step)
-        });
-        let flow = flows_by_address(|pc, code| self.unchanging_bytes(pc, code).unwrap_or(0));
-        Ok(history_text(tid, id, &frame_history(executed, flow, max, stops)))
-    }
-
     /// Reads what cannot have changed (a read-only segment, from the file);
     /// `None` elsewhere.
     fn unchanging_bytes(&self, start: u64, data: &mut [u8]) -> Option<usize> {
@@ -442,14 +367,60 @@ impl SavedTrace {
         Some(n)
     }
 
-    /// Answers a `monitor` command.
-    pub fn monitor(&mut self, command: &str) -> Result<String, String> {
-        match HistoryCommand::parse(command)? {
-            HistoryCommand::Status { json } => Ok(self.status(json)),
-            HistoryCommand::Goto { target, hold } => self.goto(target, hold),
-            // (`--within` only shortens the answer: a saved trace lists every step.)
-            HistoryCommand::History { tid, before, max, stops, .. } => self.history(tid, before, max, &stops),
+}
+
+impl HistoryOps for SavedTrace {
+    fn history_status(&self) -> HistoryStatus {
+        let here = self.timeline.at(self.position()).expect("the position is in the timeline");
+        HistoryStatus {
+            source: HistorySource::SavedTrace { bundle: self.bundle.clone(), trace_bytes: self.traces.iter().map(|(_, trace)| trace.len()).sum() },
+            instructions: self.timeline.len(),
+            threads: self.timeline.threads().iter().map(|t| (t.tid, t.history.instructions())).collect(),
+            position: HistoryPosition { tid: here.tid, id: self.timeline.item_id(self.position()).unwrap_or(0), index: self.position(), pc: Some(here.ip), present: false },
         }
+    }
+
+    /// `goto begin|end|ID [TID] [--hold]`.
+    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, String> {
+        let position = match target {
+            GotoTarget::Begin => 0,
+            GotoTarget::End => self.timeline.len() - 1,
+            GotoTarget::Instruction { id, tid } => {
+                let tid = tid.unwrap_or_else(|| self.timeline.at(self.position()).map_or(0, |i| i.tid));
+                self.timeline.position_of_item(tid, id)?
+            }
+        };
+        self.replayer.arm(position, hold);
+        let here = self.timeline.at(position).expect("a position of the timeline");
+        Ok(GotoStop { tid: here.tid, id: self.timeline.item_id(position).unwrap_or(0), pc: Some(here.ip) })
+    }
+
+    /// A thread's instructions in a frame. (Signal handler entries are not
+    /// marked: a trace shows them as plain branches; `within` only shortens
+    /// the answer, and a saved trace lists every step.)
+    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, String> {
+        let HistoryRequest { tid, before, max, stops, .. } = request;
+        let here = self.timeline.at(self.position()).expect("the position is in the timeline");
+        let tid = tid.unwrap_or(here.tid);
+        let thread = self.timeline.thread_of(tid).ok_or_else(|| format!("no thread {tid} in the history"))?;
+        let history = &self.timeline.threads()[thread].history;
+        // The thread's instruction index to look back from.
+        let index = match before {
+            Some(item) => self.timeline.at(self.timeline.position_of_item(tid, *item)?).map_or(0, |i| i.index),
+            None if here.thread == thread => here.index,
+            None => self.timeline.next_of_thread(self.position(), thread).and_then(|p| self.timeline.at(p)).map_or(history.instructions(), |i| i.index),
+        };
+        let id = history.cursor_at(index).map_or(history.items_len(), |c| c.item_id());
+        let mut cursor = index.checked_sub(1).and_then(|last| history.cursor_at(last));
+        let executed = std::iter::from_fn(|| {
+            let at = cursor?;
+            let step = Executed { id: at.item_id(), pc: at.ip(), interrupted: false };
+            let mut previous = at;
+            cursor = previous.prev().then_some(previous);
+            Some(step)
+        });
+        let flow = flows_by_address(|pc, code| self.unchanging_bytes(pc, code).unwrap_or(0));
+        Ok(HistoryListing { tid, id, steps: frame_history(executed, flow, *max, stops) })
     }
 }
 
@@ -555,12 +526,10 @@ impl Inferior for SavedTrace {
         self.timeline.thread_of(tid).and_then(|t| self.timeline.next_pc_of_thread(self.position(), t)).is_some() && n == 16
     }
 
-    fn monitor_command(&mut self, command: &str) -> Result<String, String> {
-        self.monitor(command)
+    fn support_history(&mut self) -> Option<&mut dyn HistoryOps> {
+        Some(self)
     }
 }
-
-crate::inferior::offer_capabilities!(SavedTrace);
 
 impl MultiThreadBase for SavedTrace {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {

@@ -12,10 +12,10 @@ use serde_json::json;
 
 use super::framing::unescape;
 use crate::hex::hex;
-use crate::inferior::{Inferior, TraceStart, TraceStatus};
+use crate::inferior::{CpuInfo, Inferior, TraceStart};
 
 /// The only trace type served.
-const TRACE_TYPE: &str = "intel-pt";
+pub(super) const TRACE_TYPE: &str = "intel-pt";
 
 /// `jLLDBTraceStart`'s body (generic and Intel PT fields).
 #[derive(Debug, Deserialize)]
@@ -99,77 +99,6 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>>
     }))
 }
 
-/// The replies to a `qRcmd` (`monitor …`) packet that is a `trace …`
-/// command (see [`monitor`]), answered here as the trace packets are: the
-/// text in `O` packets of up to 2 KiB, then `OK`. `None`: another packet.
-pub(crate) fn monitor_packet(body: &[u8], target: &mut impl Inferior) -> Option<Vec<Vec<u8>>> {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let command = body.strip_prefix(b"qRcmd,")?;
-    let command: Vec<u8> = command.chunks(2).map(|pair| std::str::from_utf8(pair).ok().and_then(|p| u8::from_str_radix(p, 16).ok())).collect::<Option<_>>()?;
-    let text = match monitor(std::str::from_utf8(&command).ok()?, target)? {
-        Ok(text) => text,
-        Err(reason) => format!("error: {reason}\n"),
-    };
-    let mut replies: Vec<Vec<u8>> = text
-        .as_bytes()
-        .chunks(2048)
-        .map(|chunk| std::iter::once(b'O').chain(chunk.iter().flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]])).collect())
-        .collect();
-    replies.push(b"OK".to_vec());
-    Some(replies)
-}
-
-/// The `monitor trace …` commands: what `jLLDBTraceGetBinaryData` returns,
-/// as text a `qRcmd` reply can carry (LLDB's `process plugin packet send`
-/// prints a reply as a C string, so a client script cannot fetch binary
-/// data through it): `trace data TID` is the thread's `iptTrace` bytes in
-/// hex, `trace cpuinfo` the `procfsCpuInfo` text. `None`: not such a
-/// command.
-fn monitor(command: &str, target: &mut impl Inferior) -> Option<Result<String, String>> {
-    const USAGE: &str = "usage: trace data TID | trace cpuinfo | trace status [--json] | trace recorder auto|branch|step|intel-pt";
-    let words: Vec<&str> = command.split_whitespace().collect();
-    let (kind, tid) = match words.as_slice() {
-        ["trace", "data", tid] => match tid.parse::<u64>() {
-            Ok(tid) => ("iptTrace", Some(tid)),
-            Err(_) => return Some(Err(format!("`{tid}` is not a thread id; {USAGE}"))),
-        },
-        ["trace", "cpuinfo"] => ("procfsCpuInfo", None),
-        ["trace", "status"] => return Some(target.trace_status().map(|status| status_text(&status))),
-        ["trace", "status", "--json"] => {
-            return Some(target.trace_status().map(|status| serde_json::to_string(&status).expect("plain data") + "\n"))
-        }
-        ["trace", "recorder", name] => {
-            return Some(target.trace_recorder(name).and_then(|()| target.trace_status()).map(|status| status_text(&status)))
-        }
-        ["trace", ..] => return Some(Err(USAGE.into())),
-        _ => return None,
-    };
-    let request = json!({"type": TRACE_TYPE, "kind": kind, "tid": tid, "cpuId": null}).to_string();
-    Some(binary_data(request.as_bytes(), target).map(|bytes| match tid {
-        Some(_) => {
-            const DIGITS: &[u8; 16] = b"0123456789abcdef";
-            let mut text: Vec<u8> = bytes.iter().flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]).collect();
-            text.push(b'\n');
-            String::from_utf8(text).expect("hex digits")
-        }
-        None => String::from_utf8_lossy(&bytes).into_owned(),
-    }))
-}
-
-/// `monitor trace status` as text.
-fn status_text(status: &TraceStatus) -> String {
-    let mut text = format!("recorder: {}\n", status.recorder);
-    text.push_str(&format!("since tracing started: {} single steps, {} block runs\n", status.single_steps, status.block_runs));
-    for thread in &status.threads {
-        let instructions = thread.instructions.map_or_else(|| "instructions not counted (the CPU's trace)".to_string(), |n| format!("{n} instructions recorded"));
-        text.push_str(&format!("thread {}: {}-byte trace, {instructions}\n", thread.tid, thread.size));
-    }
-    if status.threads.is_empty() {
-        text.push_str("no thread is traced\n");
-    }
-    text
-}
-
 fn start(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     let request: StartRequest = parse("jLLDBTraceStart", json)?;
     check_type(&request.r#type)?;
@@ -207,7 +136,7 @@ fn state(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     });
     Ok(json!({
         "tracedThreads": threads,
-        "processBinaryData": [{"kind": "procfsCpuInfo", "size": crate::inferior::procfs_cpu_info(&target.trace_cpu()).len()}],
+        "processBinaryData": [{"kind": "procfsCpuInfo", "size": procfs_cpu_info(&target.trace_cpu()).len()}],
         "cpus": null,
         "warnings": null,
         "tscPerfZeroConversion": conversion,
@@ -217,7 +146,7 @@ fn state(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     .into_bytes())
 }
 
-fn binary_data(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
+pub(super) fn binary_data(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     let request: DataRequest = parse("jLLDBTraceGetBinaryData", json)?;
     check_type(&request.r#type)?;
     if let Some(cpu) = request.cpu_id {
@@ -228,7 +157,17 @@ fn binary_data(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, Strin
             Some(tid) => target.trace_data(tid),
             None => Err("Trace data of kind iptTrace belongs to a thread: the request names none.".into()),
         },
-        "procfsCpuInfo" => Ok(crate::inferior::procfs_cpu_info(&target.trace_cpu()).into_bytes()),
+        "procfsCpuInfo" => Ok(procfs_cpu_info(&target.trace_cpu()).into_bytes()),
         other => Err(format!("Unsupported trace binary data kind: {other}")),
     }
+}
+
+/// The `/proc/cpuinfo` text a decoder of a trace recorded on `cpu` must
+/// see (LLDB reads the vendor, family, model and stepping; its parser needs
+/// a line after the last of them).
+pub fn procfs_cpu_info(cpu: &CpuInfo) -> String {
+    format!(
+        "processor\t: 0\nvendor_id\t: {}\ncpu family\t: {}\nmodel\t\t: {}\nmodel name\t: retrace trace (Intel PT format)\nstepping\t: {}\nmicrocode\t: 0x0\nflags\t\t: fpu tsc intel_pt\n\n",
+        cpu.vendor, cpu.family, cpu.model, cpu.stepping
+    )
 }

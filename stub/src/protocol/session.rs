@@ -256,7 +256,7 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
             return Screened::Answers(vec![format!("O{}", hex(&format!("retrace-stub: {reason}\n"))).into_bytes(), b"E01".to_vec()]);
         }
     }
-    if let Some(replies) = super::lldb_trace::monitor_packet(body, target) {
+    if let Some(replies) = super::monitor::trace_packet(body, target) {
         return Screened::Answers(replies);
     }
     if let Some(reply) = intercept(body, target) {

@@ -27,7 +27,6 @@
 //! runs on at once.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::ops::Range;
 
 use gdbstub::common::Signal as GdbSignal;
@@ -39,10 +38,10 @@ use retrace_collector::{emulate, process};
 
 use super::{read_all_registers, tid_of, ProcessTarget};
 use crate::arch::Regs;
-use crate::inferior::frames::{history_text, Flow};
+use crate::inferior::frames::Flow;
 use crate::inferior::replay::{self, Breakpoints, Forward, History, Replayer, Step};
 use crate::inferior::state_log::{Overwritten, StateLog};
-use crate::inferior::{GotoTarget, HistoryCommand, StopNote, StopReason};
+use crate::inferior::{GotoStop, GotoTarget, HistoryListing, HistoryOps, HistoryPosition, HistoryRequest, HistorySource, HistoryStatus, StopNote, StopReason};
 
 /// What a recording keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -684,55 +683,37 @@ impl ProcessTarget {
         self.history_end_stops.then(|| self.boundary(len, ReplayLogPosition::End))
     }
 
-    /// `monitor record status [--json]`.
-    fn record_status(&self, json: bool) -> String {
+}
+
+impl HistoryOps for ProcessTarget {
+    fn history_status(&self) -> HistoryStatus {
         let full = self.full.as_ref().expect("recording");
         let len = full.log.len();
-        let position = full.position.unwrap_or(len);
-        let tid = self.thread_at(position);
-        let id = full.log.steps_of_thread_before(tid, position);
-        let mode = match full.mode {
-            RecordMode::Full => "full",
-            RecordMode::Branch => "branch",
-        };
-        let threads: Vec<serde_json::Value> = full
-            .log
-            .threads()
-            .map(|t| serde_json::json!({"tid": t, "instructions": full.log.steps_of_thread_before(t, len)}))
-            .collect();
-        if json {
-            let value = serde_json::json!({
-                "mode": mode,
-                "instructions": len,
-                "bytes": full.log.bytes(),
-                "threads": threads,
-                "position": {"tid": tid, "id": id, "index": position, "present": full.position.is_none()},
-                "watchpoints": match full.mode {
-                    RecordMode::Full => serde_json::json!({"refused": false}),
-                    RecordMode::Branch => serde_json::json!({"refused": true, "why": WATCHPOINTS_NEED_FULL}),
+        let index = full.position.unwrap_or(len);
+        let tid = self.thread_at(index);
+        HistoryStatus {
+            source: HistorySource::Recording {
+                mode: match full.mode {
+                    RecordMode::Full => "full",
+                    RecordMode::Branch => "branch",
                 },
-            });
-            return format!("{value}\n");
+                bytes: full.log.bytes(),
+                watchpoints_refused: (full.mode == RecordMode::Branch).then_some(WATCHPOINTS_NEED_FULL),
+            },
+            instructions: len,
+            threads: full.log.threads().map(|t| (t, full.log.steps_of_thread_before(t, len))).collect(),
+            position: HistoryPosition {
+                tid,
+                id: full.log.steps_of_thread_before(tid, index),
+                index,
+                pc: full.position.map(|p| full.log.at(p).map_or(0, |(_, pc)| pc)),
+                present: full.position.is_none(),
+            },
         }
-        let mut text = String::new();
-        let _ = writeln!(text, "Recording ({mode}): {len} instructions in {} thread(s), {} bytes of history.", threads.len(), full.log.bytes());
-        if full.mode == RecordMode::Branch {
-            let _ = writeln!(text, "Watchpoints: {WATCHPOINTS_NEED_FULL}.");
-        }
-        match full.position {
-            None => {
-                let _ = writeln!(text, "Position: the present (the live process).");
-            }
-            Some(p) => {
-                let pc = full.log.at(p).map_or(0, |(_, pc)| pc);
-                let _ = writeln!(text, "Position: instruction {id} of thread {tid} (pc {pc:#x}); {} of {len} in the history.", p + 1);
-            }
-        }
-        text
     }
 
-    /// `monitor goto begin|end|ID [TID] [--hold]`.
-    fn record_goto(&mut self, target: GotoTarget, hold: bool) -> Result<String, String> {
+    /// `goto begin|end|ID [TID] [--hold]`.
+    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, String> {
         let full = self.full.as_ref().expect("recording");
         let len = full.log.len();
         if len == 0 {
@@ -750,32 +731,15 @@ impl ProcessTarget {
         self.full.as_mut().expect("recording").replayer.arm(position, hold);
         let tid = self.thread_at(position);
         let id = self.full.as_ref().expect("recording").log.steps_of_thread_before(tid, position);
-        Ok(match pc {
-            Some(pc) => format!("The next resume stops at instruction {id} of thread {tid} (pc {pc:#x}).\n"),
-            None => "The next resume stops at the present (the end of the history).\n".to_string(),
-        })
+        Ok(GotoStop { tid, id, pc })
     }
 
-    /// `monitor history [TID] [--before ID] [--max N]`.
-    fn record_history(&self, tid: Option<u64>, before: Option<u64>, max: usize, within: &[Range<u64>], stops: &[u64]) -> String {
+    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, String> {
         let full = self.full.as_ref().expect("recording");
         let position = full.position.unwrap_or(full.log.len());
-        let tid = tid.unwrap_or_else(|| self.thread_at(position));
-        let id = before.unwrap_or_else(|| full.log.steps_of_thread_before(tid, position));
-        let steps = full.log.frame_history(tid, id, max, within, stops);
-        history_text(tid, id, &steps)
-    }
-
-    /// A `monitor` command of a recording.
-    pub(super) fn record_monitor(&mut self, command: &str) -> Result<String, String> {
-        if self.full.is_none() {
-            return Err(format!("unknown monitor command `{command}` (the history commands need retrace-stub --record)"));
-        }
-        match HistoryCommand::parse(command)? {
-            HistoryCommand::Status { json } => Ok(self.record_status(json)),
-            HistoryCommand::Goto { target, hold } => self.record_goto(target, hold),
-            HistoryCommand::History { tid, before, max, within, stops } => Ok(self.record_history(tid, before, max, &within, &stops)),
-        }
+        let tid = request.tid.unwrap_or_else(|| self.thread_at(position));
+        let id = request.before.unwrap_or_else(|| full.log.steps_of_thread_before(tid, position));
+        Ok(HistoryListing { tid, id, steps: full.log.frame_history(tid, id, request.max, &request.within, &request.stops) })
     }
 }
 

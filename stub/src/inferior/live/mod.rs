@@ -647,8 +647,15 @@ impl Inferior for ProcessTarget {
         self.registers(tid).is_none_or(|regs| regs.is_available(n))
     }
 
-    fn monitor_command(&mut self, command: &str) -> Result<String, String> {
-        self.record_monitor(command)
+    fn support_history(&mut self) -> Option<&mut dyn crate::inferior::HistoryOps> {
+        match self.full_recording() {
+            true => Some(self),
+            false => None,
+        }
+    }
+
+    fn records_history_when_asked(&self) -> bool {
+        true
     }
 
     fn history_move_refused(&self, movement: Movement) -> Option<&'static str> {
@@ -666,8 +673,6 @@ impl Inferior for ProcessTarget {
         (watching && moves).then(|| self.past_watchpoints_refused()).flatten()
     }
 }
-
-crate::inferior::offer_capabilities!(ProcessTarget);
 
 impl MultiThreadBase for ProcessTarget {
     fn read_registers(&mut self, regs: &mut Regs, tid: Tid) -> TargetResult<(), Self> {
