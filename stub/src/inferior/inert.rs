@@ -150,7 +150,7 @@ impl MultiThreadBase for InertTarget {
 
     fn list_active_threads(&mut self, register: &mut dyn FnMut(Tid)) -> Result<(), Self::Error> {
         for &thread in &self.threads {
-            register(Tid::new(thread as usize).ok_or("thread 0")?);
+            register(Tid::new(thread as usize).ok_or(crate::inferior::InferiorError::InvalidRequest("thread 0".into()))?);
         }
         Ok(())
     }
@@ -188,7 +188,7 @@ impl MultiThreadResume for InertTarget {
         let first = self.actions.iter().copied().find(|t| self.threads.contains(t));
         let first = first.or_else(|| (!self.scheduler_locked).then(|| self.threads.first().copied()).flatten());
         if let Some(thread) = first {
-            self.stop = Some(StopReason::SignalWithThread { tid: Tid::new(thread as usize).ok_or("thread 0")?, signal: GdbSignal::SIGTRAP });
+            self.stop = Some(StopReason::SignalWithThread { tid: Tid::new(thread as usize).ok_or(crate::inferior::InferiorError::InvalidRequest("thread 0".into()))?, signal: GdbSignal::SIGTRAP });
         }
         Ok(())
     }

@@ -22,7 +22,9 @@ use gdbstub::target::Target;
 
 use crate::arch::X86_64Linux;
 pub use retrace_decoder::bundle::CpuInfo;
+pub use error::InferiorError;
 
+pub mod error;
 pub mod frames;
 pub mod host_files;
 pub mod inert;
@@ -309,10 +311,10 @@ pub trait HistoryOps {
 
     /// Arms the next resume to stop at `target` (`hold`: single steps do
     /// not use the arming up, [`Armed::hold`]).
-    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, String>;
+    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, InferiorError>;
 
     /// A thread's instructions in a frame, newest first.
-    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, String>;
+    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, InferiorError>;
 }
 
 /// The error of a target that records nothing.
@@ -320,7 +322,7 @@ pub const TRACING_UNSUPPORTED: &str = "Tracing is not supported by this target."
 
 /// What the session needs of a debugged program besides gdbstub's
 /// [`Target`].
-pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
+pub trait Inferior: Target<Arch = X86_64Linux, Error = InferiorError> {
     /// The process id the client is told (`qProcessInfo`, thread ids).
     fn pid(&self) -> u32;
 
@@ -371,36 +373,36 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = String> {
 
     /// Starts recording threads or the process; the error is a sentence
     /// for the user (LLDB's wording where LLDB has one).
-    fn trace_start(&mut self, _request: &TraceStart) -> Result<(), String> {
-        Err(TRACING_UNSUPPORTED.into())
+    fn trace_start(&mut self, _request: &TraceStart) -> Result<(), InferiorError> {
+        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
     }
 
     /// Stops recording these threads, or everything (`None`).
-    fn trace_stop(&mut self, _threads: Option<&[u64]>) -> Result<(), String> {
-        Err(TRACING_UNSUPPORTED.into())
+    fn trace_stop(&mut self, _threads: Option<&[u64]>) -> Result<(), InferiorError> {
+        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
     }
 
     /// What is recorded now.
-    fn trace_state(&self) -> Result<TraceState, String> {
-        Err(TRACING_UNSUPPORTED.into())
+    fn trace_state(&self) -> Result<TraceState, InferiorError> {
+        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
     }
 
     /// A traced thread's trace: Intel PT, oldest byte first, exactly the
     /// size [`Self::trace_state`] gives; the same bytes until the program
     /// runs again.
-    fn trace_data(&mut self, _tid: u64) -> Result<Vec<u8>, String> {
-        Err(TRACING_UNSUPPORTED.into())
+    fn trace_data(&mut self, _tid: u64) -> Result<Vec<u8>, InferiorError> {
+        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
     }
 
     /// How the traces are being made (`monitor trace status`).
-    fn trace_status(&self) -> Result<TraceStatus, String> {
-        Err(TRACING_UNSUPPORTED.into())
+    fn trace_status(&self) -> Result<TraceStatus, InferiorError> {
+        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
     }
 
     /// Chooses the recorder (`monitor trace recorder NAME`): `auto`,
     /// `branch`, `step` or `intel-pt`.
-    fn trace_recorder(&mut self, _name: &str) -> Result<(), String> {
-        Err(TRACING_UNSUPPORTED.into())
+    fn trace_recorder(&mut self, _name: &str) -> Result<(), InferiorError> {
+        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
     }
 
     /// What the stop about to be reported says beyond its reason.
@@ -493,7 +495,7 @@ macro_rules! offer_fixed_extended_mode {
             }
 
             fn restart(&mut self) -> Result<(), Self::Error> {
-                Err("this program cannot be restarted".into())
+                Err(crate::inferior::error::InferiorError::Unsupported("this program cannot be restarted"))
             }
 
             fn support_current_active_pid(
@@ -505,7 +507,7 @@ macro_rules! offer_fixed_extended_mode {
 
         impl gdbstub::target::ext::extended_mode::CurrentActivePid for $target {
             fn current_active_pid(&mut self) -> Result<gdbstub::common::Pid, Self::Error> {
-                std::num::NonZeroUsize::new(self.pid as usize).ok_or_else(|| "no process".to_string())
+                std::num::NonZeroUsize::new(self.pid as usize).ok_or(crate::inferior::error::InferiorError::NoProcess)
             }
         }
     };

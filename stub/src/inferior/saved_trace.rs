@@ -41,6 +41,7 @@ use super::frames::{flows_by_address, frame_history, Executed};
 use super::live::libraries::{library_list_xml, LinkMapEntry};
 use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel};
 use super::timeline::{RecordedThread, Timeline};
+use crate::inferior::InferiorError;
 use crate::arch::{RegNumber, Regs};
 use crate::inferior::{
     copy_window, GotoStop, GotoTarget, HistoryListing, HistoryOps, HistoryPosition, HistoryRequest, HistorySource, HistoryStatus, Inferior, MemoryRegion,
@@ -144,14 +145,14 @@ struct ReadOnlyPages {
 }
 
 /// Reads the layout of one module file: the module and its read-only pages.
-fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> Result<(Module, Vec<ReadOnlyPages>), String> {
+fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> Result<(Module, Vec<ReadOnlyPages>), InferiorError> {
     let path = match &entry.file {
         Some(file) => bundle_dir.join(file),
         None => PathBuf::from(&entry.system_path),
     };
-    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file = object::File::parse(&*bytes).map_err(|e| format!("{}: not a readable ELF file: {e}", path.display()))?;
-    let lowest = file.segments().map(|s| s.address()).min().ok_or_else(|| format!("{}: no loadable segments", path.display()))?;
+    let bytes = std::fs::read(&path).map_err(|e| InferiorError::Bundle(format!("{}: {e}", path.display())))?;
+    let file = object::File::parse(&*bytes).map_err(|e| InferiorError::Bundle(format!("{}: not a readable ELF file: {e}", path.display())))?;
+    let lowest = file.segments().map(|s| s.address()).min().ok_or_else(|| InferiorError::Bundle(format!("{}: no loadable segments", path.display())))?;
     // The bundle's load address is where the lowest segment's page starts
     // (LLDB's `loadAddress`), as the decoder's image reads it.
     let bias = entry.load_address.0.wrapping_sub(lowest & !0xfff);
@@ -198,7 +199,7 @@ fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> R
             }
         }
     } else {
-        return Err(format!("{}: not a 64-bit ELF file", path.display()));
+        return Err(InferiorError::Bundle(format!("{}: not a 64-bit ELF file", path.display())));
     }
     let symbol = |name: &str| {
         use object::ObjectSymbol as _;
@@ -229,21 +230,21 @@ fn push_auxv(auxv: &mut Vec<u8>, key: u64, value: u64) {
 impl SavedTrace {
     /// Loads and decodes the bundle described by `trace_json`. The error is
     /// a sentence for the user.
-    pub fn open(trace_json: &Path) -> Result<Self, String> {
+    pub fn open(trace_json: &Path) -> Result<Self, InferiorError> {
         let trace_json = &retrace_decoder::bundle::load::trace_json_of(trace_json);
-        let loaded: LoadedBundle = retrace_decoder::bundle::load::load(trace_json).map_err(|e| e.to_string())?;
+        let loaded: LoadedBundle = retrace_decoder::bundle::load::load(trace_json).map_err(|e| InferiorError::Bundle(e.to_string()))?;
         for warning in &loaded.warnings {
             tracing::warn!("{warning}");
         }
         if loaded.processes.len() != 1 {
-            return Err(format!(
+            return Err(InferiorError::Bundle(format!(
                 "{}: the trace holds {} program images (the process exec'd); replay serves one program: open the bundle of one image",
                 trace_json.display(),
                 loaded.processes.len()
-            ));
+            )));
         }
         let process = &loaded.description.processes[0];
-        let pid = u32::try_from(process.pid).map_err(|_| format!("{}: pid {} is not a Linux pid", trace_json.display(), process.pid))?;
+        let pid = u32::try_from(process.pid).map_err(|_| InferiorError::Bundle(format!("{}: pid {} is not a Linux pid", trace_json.display(), process.pid)))?;
         let image = &loaded.processes[0].image;
         // Item ids as `retrace dump instructions` and LLDB give them.
         let options = FlowOptions { lldb_psb_slices: true };
@@ -254,7 +255,7 @@ impl SavedTrace {
             .map(|t| RecordedThread { tid: t.tid, history: decode_parallel_with(&t.trace, image, cores, options) })
             .collect();
         if threads.iter().all(|t| t.history.instructions() == 0) {
-            return Err(format!("{}: the trace holds no instructions", trace_json.display()));
+            return Err(InferiorError::Bundle(format!("{}: the trace holds no instructions", trace_json.display())));
         }
         // Without a clock common to the threads their interleaving is not
         // known: one thread after another, in bundle order.
@@ -275,7 +276,7 @@ impl SavedTrace {
             }
         }
         let Some(program) = modules.first().cloned() else {
-            return Err(format!("{}: the trace lists no readable module (the program's file is needed)", trace_json.display()));
+            return Err(InferiorError::Bundle(format!("{}: the trace lists no readable module (the program's file is needed)", trace_json.display())));
         };
         let mut auxv = Vec::new();
         if let Some((phdr, phnum)) = program.program_headers {
@@ -381,7 +382,7 @@ impl HistoryOps for SavedTrace {
     }
 
     /// `goto begin|end|ID [TID] [--hold]`.
-    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, String> {
+    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, InferiorError> {
         let position = match target {
             GotoTarget::Begin => 0,
             GotoTarget::End => self.timeline.len() - 1,
@@ -398,11 +399,11 @@ impl HistoryOps for SavedTrace {
     /// A thread's instructions in a frame. (Signal handler entries are not
     /// marked: a trace shows them as plain branches; `within` only shortens
     /// the answer, and a saved trace lists every step.)
-    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, String> {
+    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, InferiorError> {
         let HistoryRequest { tid, before, max, stops, .. } = request;
         let here = self.timeline.at(self.position()).expect("the position is in the timeline");
         let tid = tid.unwrap_or(here.tid);
-        let thread = self.timeline.thread_of(tid).ok_or_else(|| format!("no thread {tid} in the history"))?;
+        let thread = self.timeline.thread_of(tid).ok_or_else(|| InferiorError::InvalidRequest(format!("no thread {tid} in the history")))?;
         let history = &self.timeline.threads()[thread].history;
         // The thread's instruction index to look back from.
         let index = match before {
@@ -485,28 +486,28 @@ impl Inferior for SavedTrace {
 
     /// The trace is recorded already: starting it again (LLDB's `process
     /// trace start`, GDB's `record btrace pt`) serves it.
-    fn trace_start(&mut self, request: &crate::inferior::TraceStart) -> Result<(), String> {
+    fn trace_start(&mut self, request: &crate::inferior::TraceStart) -> Result<(), InferiorError> {
         let () = match &request.threads {
             Some(threads) => match threads.iter().find(|&&t| !self.traces.iter().any(|(tid, _)| *tid == t)) {
-                Some(missing) => Err(format!("Thread {missing} was not recorded in the saved trace")),
+                Some(missing) => Err(InferiorError::InvalidRequest(format!("Thread {missing} was not recorded in the saved trace"))),
                 None => Ok(()),
             },
             None => Ok(()),
         }?;
         if self.trace_served {
-            return Err("Process currently traced. Stop process tracing first".into());
+            return Err(InferiorError::Refused("Process currently traced. Stop process tracing first".into()));
         }
         self.trace_served = true;
         Ok(())
     }
 
     /// The saved trace is no longer offered (it stays replayable).
-    fn trace_stop(&mut self, _threads: Option<&[u64]>) -> Result<(), String> {
+    fn trace_stop(&mut self, _threads: Option<&[u64]>) -> Result<(), InferiorError> {
         self.trace_served = false;
         Ok(())
     }
 
-    fn trace_state(&self) -> Result<crate::inferior::TraceState, String> {
+    fn trace_state(&self) -> Result<crate::inferior::TraceState, InferiorError> {
         let served = self.traces.iter().filter(|_| self.trace_served);
         Ok(crate::inferior::TraceState {
             threads: served.map(|(tid, trace)| (*tid, trace.len())).collect(),
@@ -514,8 +515,8 @@ impl Inferior for SavedTrace {
         })
     }
 
-    fn trace_data(&mut self, tid: u64) -> Result<Vec<u8>, String> {
-        self.traces.iter().find(|(t, _)| *t == tid).map(|(_, trace)| trace.clone()).ok_or_else(|| format!("Thread {tid} not traced"))
+    fn trace_data(&mut self, tid: u64) -> Result<Vec<u8>, InferiorError> {
+        self.traces.iter().find(|(t, _)| *t == tid).map(|(_, trace)| trace.clone()).ok_or_else(|| InferiorError::InvalidRequest(format!("Thread {tid} not traced")))
     }
 
     fn trace_cpu(&self) -> crate::inferior::CpuInfo {
@@ -567,7 +568,7 @@ impl MultiThreadBase for SavedTrace {
 
     fn list_active_threads(&mut self, register: &mut dyn FnMut(Tid)) -> Result<(), Self::Error> {
         for thread in self.timeline.threads() {
-            register(Tid::new(thread.tid as usize).ok_or("thread 0")?);
+            register(Tid::new(thread.tid as usize).ok_or(InferiorError::InvalidRequest("thread 0".into()))?);
         }
         Ok(())
     }

@@ -147,19 +147,19 @@ impl Timeline {
 
     /// The position of the instruction whose item id in thread `tid` is
     /// `item`; the error says why there is none.
-    pub fn position_of_item(&self, tid: u64, item: u64) -> Result<u64, String> {
-        let thread = self.threads.iter().position(|t| t.tid == tid).ok_or_else(|| format!("no thread {tid} in the history"))?;
+    pub fn position_of_item(&self, tid: u64, item: u64) -> Result<u64, crate::inferior::InferiorError> {
+        let thread = self.threads.iter().position(|t| t.tid == tid).ok_or_else(|| crate::inferior::InferiorError::InvalidRequest(format!("no thread {tid} in the history")))?;
         let history = &self.threads[thread].history;
         let mut extras_before = 0u64;
         for (id, _) in history.extras_with_ids() {
             match id.cmp(&item) {
                 std::cmp::Ordering::Less => extras_before += 1,
-                std::cmp::Ordering::Equal => return Err(format!("item {item} of thread {tid} is an event or error, not an instruction")),
+                std::cmp::Ordering::Equal => return Err(crate::inferior::InferiorError::InvalidRequest(format!("item {item} of thread {tid} is an event or error, not an instruction"))),
                 std::cmp::Ordering::Greater => break,
             }
         }
         let index = item - extras_before;
-        self.position_of(thread, index).ok_or_else(|| format!("no instruction {item} in thread {tid} (it has {} items)", history.items_len()))
+        self.position_of(thread, index).ok_or_else(|| crate::inferior::InferiorError::InvalidRequest(format!("no instruction {item} in thread {tid} (it has {} items)", history.items_len())))
     }
 
     /// The index of the thread with id `tid`.

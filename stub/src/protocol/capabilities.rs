@@ -12,7 +12,7 @@ macro_rules! offer_capabilities {
     ($target:ty) => {
         impl gdbstub::target::Target for $target {
             type Arch = crate::arch::X86_64Linux;
-            type Error = String;
+            type Error = crate::inferior::InferiorError;
 
             fn base_ops(&mut self) -> gdbstub::target::ext::base::BaseOps<'_, Self::Arch, Self::Error> {
                 gdbstub::target::ext::base::BaseOps::MultiThread(self)

@@ -105,12 +105,12 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
                 let request = TraceStart { threads: Some(vec![tid]), ring_size: ring_size(config.size), process_limit: None, psb_period: None, tsc: true };
                 match target.trace_start(&request) {
                     Ok(()) => b"OK".to_vec(),
-                    Err(message) => error(&message),
+                    Err(message) => error(&message.to_string()),
                 }
             }
             "off" => match target.trace_stop(Some(&[tid])) {
                 Ok(()) => b"OK".to_vec(),
-                Err(message) => error(&message),
+                Err(message) => error(&message.to_string()),
             },
             "bts" => error("Branch Trace Store is not supported: use the pt format (record btrace pt)."),
             other => error(&format!("Unknown branch trace format: {other}")),
@@ -141,7 +141,7 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
                 Ok(data) => data,
                 Err(message) => {
                     config.reading = None;
-                    return Some(error(&message));
+                    return Some(error(&message.to_string()));
                 }
             };
             let digest = digest(&data);

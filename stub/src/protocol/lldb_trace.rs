@@ -154,7 +154,7 @@ pub(super) fn binary_data(json: &[u8], target: &mut impl Inferior) -> Result<Vec
     }
     match request.kind.as_str() {
         "iptTrace" => match request.tid {
-            Some(tid) => target.trace_data(tid),
+            Some(tid) => Ok(target.trace_data(tid)?),
             None => Err("Trace data of kind iptTrace belongs to a thread: the request names none.".into()),
         },
         "procfsCpuInfo" => Ok(procfs_cpu_info(&target.trace_cpu()).into_bytes()),

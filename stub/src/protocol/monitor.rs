@@ -171,12 +171,12 @@ fn trace_command(command: &str, target: &mut impl Inferior) -> Option<Result<Str
             Err(_) => return Some(Err(format!("`{tid}` is not a thread id; {USAGE}"))),
         },
         ["trace", "cpuinfo"] => ("procfsCpuInfo", None),
-        ["trace", "status"] => return Some(target.trace_status().map(|status| status_text(&status))),
+        ["trace", "status"] => return Some(target.trace_status().map(|status| status_text(&status)).map_err(String::from)),
         ["trace", "status", "--json"] => {
-            return Some(target.trace_status().map(|status| serde_json::to_string(&status).expect("plain data") + "\n"))
+            return Some(target.trace_status().map(|status| serde_json::to_string(&status).expect("plain data") + "\n").map_err(String::from))
         }
         ["trace", "recorder", name] => {
-            return Some(target.trace_recorder(name).and_then(|()| target.trace_status()).map(|status| status_text(&status)))
+            return Some(target.trace_recorder(name).and_then(|()| target.trace_status()).map(|status| status_text(&status)).map_err(String::from))
         }
         ["trace", ..] => return Some(Err(USAGE.into())),
         _ => return None,
@@ -374,14 +374,14 @@ mod tests {
         fn history_status(&self) -> HistoryStatus {
             self.status.clone()
         }
-        fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, String> {
+        fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, crate::inferior::InferiorError> {
             self.armed = Some((target, hold));
             match target {
                 GotoTarget::End => Ok(GotoStop { tid: 7, id: 40, pc: None }),
                 _ => Ok(GotoStop { tid: 7, id: 3, pc: Some(0x401000) }),
             }
         }
-        fn history(&self, request: &HistoryRequest) -> Result<crate::inferior::HistoryListing, String> {
+        fn history(&self, request: &HistoryRequest) -> Result<crate::inferior::HistoryListing, crate::inferior::InferiorError> {
             let steps = vec![FrameStep { id: 2, pc: 0x401002, depth: 0, stop: None }, FrameStep { id: 1, pc: 0x401010, depth: 1, stop: Some((0, 0x401020)) }];
             Ok(crate::inferior::HistoryListing { tid: request.tid.unwrap_or(7), id: 3, steps: steps.into_iter().take(request.max).collect() })
         }

@@ -300,7 +300,7 @@ fn rewrite(body: &[u8]) -> Vec<u8> {
 type Machine<'a, T> = GdbStubStateMachine<'a, T, BufferedConnection>;
 
 /// A fatal error of gdbstub's state machine.
-fn fatal(error: gdbstub::stub::GdbStubError<String, std::io::Error>) -> ServerError {
+fn fatal(error: gdbstub::stub::GdbStubError<crate::inferior::InferiorError, std::io::Error>) -> ServerError {
     ServerError::Protocol(error.to_string())
 }
 

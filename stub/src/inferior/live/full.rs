@@ -37,6 +37,7 @@ use nix::unistd::Pid;
 use retrace_collector::{emulate, process};
 
 use super::{read_all_registers, tid_of, ProcessTarget};
+use crate::inferior::InferiorError;
 use crate::arch::Regs;
 use crate::inferior::frames::Flow;
 use crate::inferior::replay::{self, Breakpoints, Forward, History, Replayer, Step};
@@ -305,13 +306,13 @@ impl ProcessTarget {
     /// process is first put in that past state (a [`Diversion`]), where the
     /// write then lands. Refused in `branch` mode, which does not know the
     /// past state.
-    pub(super) fn divert(&mut self) -> Result<(), String> {
+    pub(super) fn divert(&mut self) -> Result<(), InferiorError> {
         let Some(position) = self.past() else { return Ok(()) };
         let full = self.full.as_ref().expect("recording");
         if full.mode == RecordMode::Branch {
-            return Err("the past cannot be changed or run in `--record=branch` mode: only its instruction addresses are recorded".into());
+            return Err(InferiorError::Refused("the past cannot be changed or run in `--record=branch` mode: only its instruction addresses are recorded".into()));
         }
-        let Some((writable, _)) = snapshot(self.pid) else { return Err("the process's writable memory is too large to copy".into()) };
+        let Some((writable, _)) = snapshot(self.pid) else { return Err(InferiorError::Refused("the process's writable memory is too large to copy".into())) };
         let mut memory = Vec::new();
         let registers: Vec<(Pid, Regs)> = self.threads.iter().filter_map(|&tid| Some((tid, read_all_registers(tid).ok()?))).collect();
         // Memory as it was then, written where it differs from now.
@@ -713,18 +714,18 @@ impl HistoryOps for ProcessTarget {
     }
 
     /// `goto begin|end|ID [TID] [--hold]`.
-    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, String> {
+    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, InferiorError> {
         let full = self.full.as_ref().expect("recording");
         let len = full.log.len();
         if len == 0 {
-            return Err("the history is empty: nothing has run since recording started".into());
+            return Err(InferiorError::Refused("the history is empty: nothing has run since recording started".into()));
         }
         let position = match target {
             GotoTarget::Begin => 0,
             GotoTarget::End => len,
             GotoTarget::Instruction { id, tid } => {
                 let tid = tid.unwrap_or_else(|| self.thread_at(full.position.unwrap_or(len)));
-                full.log.position_of_thread_step(tid, id).ok_or_else(|| format!("thread {tid} has no instruction {id} in the history"))?
+                full.log.position_of_thread_step(tid, id).ok_or_else(|| InferiorError::InvalidRequest(format!("thread {tid} has no instruction {id} in the history")))?
             }
         };
         let pc = full.log.at(position).map(|(_, pc)| pc);
@@ -734,7 +735,7 @@ impl HistoryOps for ProcessTarget {
         Ok(GotoStop { tid, id, pc })
     }
 
-    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, String> {
+    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, InferiorError> {
         let full = self.full.as_ref().expect("recording");
         let position = full.position.unwrap_or(full.log.len());
         let tid = request.tid.unwrap_or_else(|| self.thread_at(position));

@@ -31,6 +31,7 @@ use nix::unistd::Pid;
 use retrace_collector::control::{Resume, TracedProcess};
 use retrace_collector::process;
 
+use crate::inferior::InferiorError;
 use crate::arch::{RegNumber, Regs};
 use crate::inferior::{copy_window, Inferior, MemoryRegion, Movement, StopNote, StopReason};
 use crate::inferior::replay::{Breakpoints, History, Replayer};
@@ -335,19 +336,19 @@ impl ProcessTarget {
     }
 
     /// Loads the debug registers of every thread from the slots.
-    fn apply_debug_registers(&self) -> Result<(), String> {
+    fn apply_debug_registers(&self) -> Result<(), InferiorError> {
         for tid in &self.threads {
             let write = |index: usize, value: u64| {
                 ptrace::write_user(*tid, (DEBUGREG_OFFSET + index * 8) as ptrace::AddressType, value as i64)
             };
             // Disable first: an address may only change while its slot is off.
-            write(7, 0).map_err(|e| format!("DR7 of thread {tid}: {e}"))?;
+            write(7, 0).map_err(|errno| InferiorError::Process { what: format!("DR7 of thread {tid}"), errno })?;
             for (i, slot) in self.debug_slots.iter().enumerate() {
                 if let Some(slot) = slot {
-                    write(i, slot.address).map_err(|e| format!("DR{i} of thread {tid}: {e}"))?;
+                    write(i, slot.address).map_err(|errno| InferiorError::Process { what: format!("DR{i} of thread {tid}"), errno })?;
                 }
             }
-            write(7, dr7(&self.debug_slots)).map_err(|e| format!("DR7 of thread {tid}: {e}"))?;
+            write(7, dr7(&self.debug_slots)).map_err(|errno| InferiorError::Process { what: format!("DR7 of thread {tid}"), errno })?;
         }
         Ok(())
     }
@@ -418,7 +419,7 @@ impl ProcessTarget {
     /// Before a write of the debugger's: in the past, the process goes
     /// into that past state ([`ProcessTarget::divert`]); refused where the
     /// past state is not known.
-    fn divert_for_write(&mut self) -> Result<(), TargetError<String>> {
+    fn divert_for_write(&mut self) -> Result<(), TargetError<InferiorError>> {
         self.divert().map_err(|reason| {
             tracing::warn!(%reason, "write in the past refused");
             TargetError::NonFatal
@@ -468,7 +469,7 @@ impl ProcessTarget {
     }
 
     /// Starts every thread per the resume actions; returns how many run.
-    fn start_threads(&mut self) -> Result<usize, String> {
+    fn start_threads(&mut self) -> Result<usize, InferiorError> {
         self.stepping.clear();
         self.recording.clear();
         self.traces_resumed();
@@ -502,7 +503,7 @@ impl ProcessTarget {
                     self.running.insert(tid);
                 }
                 Err(nix::Error::ESRCH) => {}
-                Err(e) => return Err(format!("resuming thread {tid}: {e}")),
+                Err(errno) => return Err(InferiorError::Process { what: format!("resuming thread {tid}"), errno }),
             }
         }
         Ok(self.running.len())
@@ -606,19 +607,19 @@ impl Inferior for ProcessTarget {
         }
     }
 
-    fn trace_start(&mut self, request: &crate::inferior::TraceStart) -> Result<(), String> {
+    fn trace_start(&mut self, request: &crate::inferior::TraceStart) -> Result<(), InferiorError> {
         self.start_tracing(request)
     }
 
-    fn trace_stop(&mut self, threads: Option<&[u64]>) -> Result<(), String> {
+    fn trace_stop(&mut self, threads: Option<&[u64]>) -> Result<(), InferiorError> {
         self.stop_tracing(threads)
     }
 
-    fn trace_state(&self) -> Result<crate::inferior::TraceState, String> {
+    fn trace_state(&self) -> Result<crate::inferior::TraceState, InferiorError> {
         Ok(self.tracing_state())
     }
 
-    fn trace_data(&mut self, tid: u64) -> Result<Vec<u8>, String> {
+    fn trace_data(&mut self, tid: u64) -> Result<Vec<u8>, InferiorError> {
         self.thread_trace(tid)
     }
 
@@ -630,12 +631,12 @@ impl Inferior for ProcessTarget {
         ProcessTarget::take_stood_still(self)
     }
 
-    fn trace_status(&self) -> Result<crate::inferior::TraceStatus, String> {
+    fn trace_status(&self) -> Result<crate::inferior::TraceStatus, InferiorError> {
         Ok(self.tracing_status())
     }
 
-    fn trace_recorder(&mut self, name: &str) -> Result<(), String> {
-        self.set_trace_recorder(name.parse()?)
+    fn trace_recorder(&mut self, name: &str) -> Result<(), InferiorError> {
+        self.set_trace_recorder(name.parse().map_err(InferiorError::InvalidRequest)?)
     }
 
     fn trace_cpu(&self) -> retrace_decoder::bundle::CpuInfo {
@@ -964,7 +965,7 @@ impl ExtendedMode for ProcessTarget {
     }
 
     fn restart(&mut self) -> Result<(), Self::Error> {
-        Err("restart is not supported; start retrace-stub again".into())
+        Err(InferiorError::Unsupported("restart is not supported; start retrace-stub again"))
     }
 
     fn support_current_active_pid(&mut self) -> Option<CurrentActivePidOps<'_, Self>> {
@@ -974,6 +975,6 @@ impl ExtendedMode for ProcessTarget {
 
 impl CurrentActivePid for ProcessTarget {
     fn current_active_pid(&mut self) -> Result<gdbstub::common::Pid, Self::Error> {
-        gdbstub::common::Pid::new(self.pid.as_raw() as usize).ok_or_else(|| "no process".to_string())
+        gdbstub::common::Pid::new(self.pid.as_raw() as usize).ok_or(InferiorError::NoProcess)
     }
 }

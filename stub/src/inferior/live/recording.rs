@@ -27,6 +27,7 @@ use retrace_collector::trace_ring::{TraceRing, MIN_RING_SIZE};
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
 use super::{tid_of, ProcessTarget, INT3};
+use crate::inferior::InferiorError;
 use crate::inferior::{StopNote, StopReason, ThreadTraceStatus, TraceStart, TraceState, TraceStatus};
 
 /// The largest trace kept per thread (`iptTraceSize`), 1 GiB: more is
@@ -328,12 +329,12 @@ impl Tracing {
 
     /// The recorder for traces about to start, chosen as asked: the
     /// hardware where `auto` finds it, else software.
-    fn choose(&self) -> Result<RecorderInUse, String> {
+    fn choose(&self) -> Result<RecorderInUse, InferiorError> {
         let hardware = || PerfIntelPt::new(&self.intel_pt_sysfs, PtEventConfig::default());
         Ok(match self.recorder {
             TraceRecorder::Branch => RecorderInUse::Software { steps_only: false, why: None },
             TraceRecorder::Step => RecorderInUse::Software { steps_only: true, why: None },
-            TraceRecorder::IntelPt => RecorderInUse::IntelPt(hardware().map_err(|e| intel_pt_refusal(&e))?),
+            TraceRecorder::IntelPt => RecorderInUse::IntelPt(hardware().map_err(|e| InferiorError::Refused(intel_pt_refusal(&e)))?),
             TraceRecorder::Auto => match hardware() {
                 Ok(pt) => RecorderInUse::IntelPt(pt),
                 Err(error) => RecorderInUse::Software { steps_only: false, why: Some(intel_pt_absent(&error)) },
@@ -342,11 +343,11 @@ impl Tracing {
     }
 
     /// A new trace for thread `tid`, by the recorder in use.
-    fn open(&mut self, tid: Pid, settings: RingSettings) -> Result<TracedThread, String> {
+    fn open(&mut self, tid: Pid, settings: RingSettings) -> Result<TracedThread, InferiorError> {
         let trace = match &mut self.in_use {
             Some(RecorderInUse::IntelPt(pt)) => {
                 let config = PtEventConfig { tsc: settings.tsc, psb_period: settings.psb_exponent, buffer_size: settings.size };
-                let (event, size) = pt.open_configured(tid, config).map_err(|e| format!("Intel PT for thread {tid}: {e}"))?;
+                let (event, size) = pt.open_configured(tid, config).map_err(|e| InferiorError::Refused(format!("Intel PT for thread {tid}: {e}")))?;
                 ThreadTrace::IntelPt(event, size)
             }
             _ => ThreadTrace::Ring(settings.ring()),
@@ -386,7 +387,7 @@ impl Tracing {
     /// Opens traces for `tids`, all or none. Under `auto`, a hardware
     /// event that does not open (the budget, the kernel's refusal) makes
     /// every thread recorded in software instead.
-    fn open_all(&mut self, tids: &[Pid], settings: RingSettings) -> Result<(), String> {
+    fn open_all(&mut self, tids: &[Pid], settings: RingSettings) -> Result<(), InferiorError> {
         let chose_now = self.in_use.is_none();
         if chose_now {
             self.in_use = Some(self.choose()?);
@@ -403,7 +404,7 @@ impl Tracing {
                     }
                     if chose_now && self.recorder == TraceRecorder::Auto && matches!(self.in_use, Some(RecorderInUse::IntelPt(_))) {
                         tracing::warn!(%error, "the CPU's Intel PT does not open: recording in software");
-                        self.in_use = Some(RecorderInUse::Software { steps_only: false, why: Some(error) });
+                        self.in_use = Some(RecorderInUse::Software { steps_only: false, why: Some(error.to_string()) });
                         return self.open_all(tids, settings);
                     }
                     self.settle();
@@ -417,20 +418,20 @@ impl Tracing {
 }
 
 /// The settings a request asks for, or LLDB's error text.
-fn ring_settings(request: &TraceStart) -> Result<RingSettings, String> {
+fn ring_settings(request: &TraceStart) -> Result<RingSettings, InferiorError> {
     let size = request.ring_size;
     if !size.is_power_of_two() || size < MIN_RING_SIZE as u64 {
-        return Err(format!("The intel pt trace size must be a power of 2 greater than or equal to 4096 (2^12) bytes. It was {size}."));
+        return Err(InferiorError::InvalidRequest(format!("The intel pt trace size must be a power of 2 greater than or equal to 4096 (2^12) bytes. It was {size}.")));
     }
     if size > MAX_RING_SIZE {
-        return Err(format!("The trace size {size} is over retrace-stub's limit of {MAX_RING_SIZE} bytes (1 GiB) per thread."));
+        return Err(InferiorError::InvalidRequest(format!("The trace size {size} is over retrace-stub's limit of {MAX_RING_SIZE} bytes (1 GiB) per thread.")));
     }
     let psb_period = match request.psb_period {
         None => DEFAULT_PSB_PERIOD,
         Some(exponent) if exponent <= MAX_PSB_PERIOD => 1 << (exponent + 11),
         Some(_) => {
             let valid: Vec<String> = (0..=MAX_PSB_PERIOD).map(|n| n.to_string()).collect();
-            return Err(format!("Invalid psb_period. Valid values are: {}.", valid.join(", ")));
+            return Err(InferiorError::InvalidRequest(format!("Invalid psb_period. Valid values are: {}.", valid.join(", "))));
         }
     };
     Ok(RingSettings { size: size as usize, psb_period, psb_exponent: request.psb_period, tsc: request.tsc })
@@ -541,7 +542,7 @@ impl ProcessTarget {
     }
 
     /// Continues a traced thread recorded: one instruction at a time.
-    pub(super) fn start_recorded(&mut self, tid: Pid, signal: Option<Signal>) -> Result<(), String> {
+    pub(super) fn start_recorded(&mut self, tid: Pid, signal: Option<Signal>) -> Result<(), InferiorError> {
         self.before_traced_resume(tid, signal);
         self.sit_beside(tid);
         if signal.is_none() {
@@ -561,7 +562,7 @@ impl ProcessTarget {
                 Ok(())
             }
             Err(nix::Error::ESRCH) => Ok(()),
-            Err(e) => Err(format!("resuming thread {tid}: {e}")),
+            Err(errno) => Err(InferiorError::Process { what: format!("resuming thread {tid}"), errno }),
         }
     }
 
@@ -612,7 +613,7 @@ impl ProcessTarget {
     pub(super) fn trace_new_thread(&mut self, tid: Pid) -> bool {
         let Some((settings, limit)) = self.tracing.process else { return false };
         let opened = if limit.is_some_and(|limit| self.tracing.total_bytes() + settings.size as u64 > limit) {
-            Err(format!("Thread {tid} can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit."))
+            Err(InferiorError::Refused(format!("Thread {tid} can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit.")))
         } else {
             self.tracing.open(tid, settings)
         };
@@ -622,9 +623,9 @@ impl ProcessTarget {
                 true
             }
             Err(message) => {
-                tracing::warn!(tid = tid.as_raw(), message, "a new thread is not traced");
+                tracing::warn!(tid = tid.as_raw(), %message, "a new thread is not traced");
                 // The stop says so (lldb-server's `reason:processor trace`).
-                self.stop_note = Some(StopNote::Trace(message));
+                self.stop_note = Some(StopNote::Trace(message.to_string()));
                 false
             }
         }
@@ -643,7 +644,7 @@ impl ProcessTarget {
                 Ok(thread) => {
                     self.tracing.threads.insert(tid, thread);
                 }
-                Err(message) => tracing::warn!(message, "the program exec'd: its thread is not traced"),
+                Err(message) => tracing::warn!(%message, "the program exec'd: its thread is not traced"),
             }
         }
         self.tracing.settle();
@@ -714,21 +715,21 @@ impl ProcessTarget {
         }
     }
 
-    pub(super) fn start_tracing(&mut self, request: &TraceStart) -> Result<(), String> {
+    pub(super) fn start_tracing(&mut self, request: &TraceStart) -> Result<(), InferiorError> {
         let settings = ring_settings(request)?;
         match &request.threads {
             None => {
                 if self.tracing.process.is_some() {
-                    return Err("Process currently traced. Stop process tracing first".into());
+                    return Err(InferiorError::Refused("Process currently traced. Stop process tracing first".into()));
                 }
                 let new: Vec<Pid> = self.threads.iter().copied().filter(|tid| !self.tracing.traces(*tid)).collect();
                 let mut total = self.tracing.total_bytes();
                 for tid in &new {
                     total += settings.size as u64;
                     if request.process_limit.is_some_and(|limit| total > limit) {
-                        return Err(format!(
+                        return Err(InferiorError::Refused(format!(
                             "Thread {tid} can't be traced as the process trace size limit has been reached. Consider retracing with a higher limit."
-                        ));
+                        )));
                     }
                 }
                 self.tracing.open_all(&new, settings)?;
@@ -738,12 +739,12 @@ impl ProcessTarget {
                 let mut new = Vec::new();
                 for &tid in tids {
                     let pid = i32::try_from(tid).ok().map(Pid::from_raw).filter(|pid| self.threads.contains(pid));
-                    let Some(pid) = pid else { return Err(format!("Thread {tid} not found in the process.")) };
+                    let Some(pid) = pid else { return Err(InferiorError::InvalidRequest(format!("Thread {tid} not found in the process."))) };
                     if self.tracing.process.is_some() && self.tracing.traces(pid) {
-                        return Err(format!("Thread with tid {tid} is currently traced. Stop tracing it first."));
+                        return Err(InferiorError::Refused(format!("Thread with tid {tid} is currently traced. Stop tracing it first.")));
                     }
                     if self.tracing.traces(pid) || new.contains(&pid) {
-                        return Err(format!("Thread {tid} already traced"));
+                        return Err(InferiorError::Refused(format!("Thread {tid} already traced")));
                     }
                     new.push(pid);
                 }
@@ -754,7 +755,7 @@ impl ProcessTarget {
         Ok(())
     }
 
-    pub(super) fn stop_tracing(&mut self, threads: Option<&[u64]>) -> Result<(), String> {
+    pub(super) fn stop_tracing(&mut self, threads: Option<&[u64]>) -> Result<(), InferiorError> {
         match threads {
             None => {
                 self.tracing.process = None;
@@ -764,7 +765,7 @@ impl ProcessTarget {
                 let mut stopped = Vec::new();
                 for &tid in tids {
                     let pid = i32::try_from(tid).ok().map(Pid::from_raw).filter(|pid| self.tracing.traces(*pid));
-                    let Some(pid) = pid else { return Err(format!("Thread {tid} not currently traced")) };
+                    let Some(pid) = pid else { return Err(InferiorError::InvalidRequest(format!("Thread {tid} not currently traced"))) };
                     stopped.push(pid);
                 }
                 for pid in stopped {
@@ -783,10 +784,10 @@ impl ProcessTarget {
         }
     }
 
-    pub(super) fn thread_trace(&mut self, tid: u64) -> Result<Vec<u8>, String> {
+    pub(super) fn thread_trace(&mut self, tid: u64) -> Result<Vec<u8>, InferiorError> {
         let pid = i32::try_from(tid).ok().map(Pid::from_raw);
         let Some(thread) = pid.and_then(|pid| self.tracing.threads.get_mut(&pid)) else {
-            return Err(format!("Thread {tid} not currently traced"));
+            return Err(InferiorError::InvalidRequest(format!("Thread {tid} not currently traced")));
         };
         if thread.contents.is_none() {
             thread.contents = Some(thread.read());
@@ -811,13 +812,13 @@ impl ProcessTarget {
 
     /// Sets the recorder for traces started from now on; a software
     /// recorder in use switches between `step` and `branch` at once.
-    pub(super) fn set_trace_recorder(&mut self, recorder: TraceRecorder) -> Result<(), String> {
+    pub(super) fn set_trace_recorder(&mut self, recorder: TraceRecorder) -> Result<(), InferiorError> {
         match (&mut self.tracing.in_use, recorder) {
             (Some(RecorderInUse::Software { steps_only, .. }), TraceRecorder::Step | TraceRecorder::Branch) => {
                 *steps_only = recorder == TraceRecorder::Step;
             }
             (Some(in_use), TraceRecorder::IntelPt | TraceRecorder::Auto) | (Some(in_use @ RecorderInUse::IntelPt(_)), _) => {
-                return Err(format!("the traces being made use {}: stop tracing first (process trace stop, record stop)", in_use.describe()));
+                return Err(InferiorError::Refused(format!("the traces being made use {}: stop tracing first (process trace stop, record stop)", in_use.describe())));
             }
             (None, _) => {}
         }
