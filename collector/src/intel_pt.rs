@@ -15,6 +15,13 @@ use perf_event_open_sys as sys;
 /// Where the kernel describes the Intel PT PMU.
 pub const SYSFS_DIR: &str = "/sys/bus/event_source/devices/intel_pt";
 
+/// Where every recorder looks for the `intel_pt` PMU: `RETRACE_INTEL_PT_SYSFS`
+/// if set (tests point it at a fake description or at nothing), else
+/// [`SYSFS_DIR`].
+pub fn sysfs_dir() -> std::path::PathBuf {
+    std::env::var_os("RETRACE_INTEL_PT_SYSFS").map_or_else(|| SYSFS_DIR.into(), Into::into)
+}
+
 /// Why the Intel PT backend cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum IntelPtError {

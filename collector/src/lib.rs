@@ -29,6 +29,7 @@
 
 pub mod blocks;
 pub mod bundle_writer;
+pub mod code_cache;
 pub mod control;
 pub mod emulate;
 pub mod hardware;

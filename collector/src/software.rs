@@ -14,8 +14,9 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
-use crate::control::{ProcessEvent, Spawn, TracedProcess, Wait};
+use crate::control::{rip, ProcessEvent, Spawn, TracedProcess, Wait};
 use crate::blocks::{self, Block, Int3s};
+use crate::code_cache::CodeCache;
 use crate::perf_clock::TraceClock;
 use crate::process::{self, LoadedModule, Tracee};
 use crate::pt_writer::{ThreadPtWriter, DEFAULT_PSB_PERIOD};
@@ -203,14 +204,6 @@ struct ThreadState {
     finished: bool,
 }
 
-/// Offset of `rip` in `struct user_regs_struct` (the start of `struct user`).
-const USER_RIP_OFFSET: usize = 16 * 8;
-
-/// The thread's RIP (one PTRACE_PEEKUSER: half the cost of PTRACE_GETREGS).
-fn rip(tid: Pid) -> Result<u64, Errno> {
-    ptrace::read_user(tid, USER_RIP_OFFSET as ptrace::AddressType).map(|value| value as u64)
-}
-
 struct Recorder<'a> {
     pid: Pid,
     process: TracedProcess,
@@ -230,7 +223,7 @@ struct Recorder<'a> {
     /// Blocks found, by first address (shared: the hot path only counts references).
     blocks: HashMap<u64, Rc<Block>>,
     /// Decoded instructions of read-only code, for single-stepping.
-    insn_cache: HashMap<u64, InsnInfo>,
+    insn_cache: CodeCache,
     clock: TraceClock,
 }
 
@@ -269,17 +262,13 @@ impl Recorder<'_> {
     }
 
     fn decode_at(&mut self, ip: u64) -> Option<InsnInfo> {
-        if let Some(insn) = self.insn_cache.get(&ip) {
-            return Some(*insn);
+        if let Some((insn, _)) = self.insn_cache.get(ip) {
+            return Some(insn);
         }
         let mut bytes = [0u8; 16];
         let n = self.read_code(ip, &mut bytes);
-        let insn = classify(&bytes[..n], ip, ExecMode::Bits64)?;
-        // Code in writable mappings may change under us (JIT): never cache it.
-        if !self.in_writable_mapping(ip) && self.maps.iter().any(|m| m.start <= ip && ip < m.end) {
-            self.insn_cache.insert(ip, insn);
-        }
-        Some(insn)
+        // Code in writable mappings may change under us (JIT): never kept.
+        self.insn_cache.decode(ip, &bytes[..n], &self.maps).map(|(insn, _)| insn)
     }
 
     fn record_executed(&mut self, tid: Pid, ip: u64, insn: &InsnInfo, next: Option<u64>) {
@@ -510,7 +499,7 @@ impl Recorder<'_> {
         if let Some(ip) = self.threads.get(&former).and_then(|state| state.next_ip) {
             // The old code is gone: the instruction is known from before it ran,
             // or is the two-byte `syscall` every x86-64 execve goes through.
-            let insn = self.insn_cache.get(&ip).copied().or_else(|| classify(&[0x0f, 0x05], ip, ExecMode::Bits64));
+            let insn = self.insn_cache.get(ip).map(|(insn, _)| insn).or_else(|| classify(&[0x0f, 0x05], ip, ExecMode::Bits64));
             if let Some(insn) = insn {
                 self.record_executed(former, ip, &insn, None);
             }
@@ -664,7 +653,7 @@ pub fn record(tracee: Tracee, options: &RecordOptions) -> Result<Recording, Reco
         branch_stops: options.mode == StepMode::Branch,
         int3s: Int3s::default(),
         blocks: HashMap::new(),
-        insn_cache: HashMap::new(),
+        insn_cache: CodeCache::default(),
         clock: TraceClock::choose(),
     };
     let result = recorder.run();

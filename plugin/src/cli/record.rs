@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use retrace_collector::bundle_writer::{write_bundle, BundleInfo};
 use retrace_collector::hardware::{host_cpu_info, record_threads, PerfIntelPt};
-use retrace_collector::intel_pt::{IntelPtError, PtEventConfig, SYSFS_DIR};
+use retrace_collector::intel_pt::{IntelPtError, PtEventConfig};
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
 use retrace_collector::software::{record, Outcome, RecordOptions, StepMode};
 use retrace_decoder::bundle::CpuInfo;
@@ -107,17 +107,11 @@ fn with_interrupts_blocked<T>(start: impl FnOnce() -> T) -> T {
     value
 }
 
-/// Where the `intel_pt` PMU is described: `RETRACE_INTEL_PT_SYSFS` if set
-/// (tests point it at a fake description), else sysfs.
-fn intel_pt_sysfs() -> PathBuf {
-    std::env::var_os("RETRACE_INTEL_PT_SYSFS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(SYSFS_DIR))
-}
-
 /// The hardware source to record with, or `None` for the software backend.
 /// `auto` takes Intel PT only when an event really opens, and says why not
 /// when the PMU is there but unusable (`perf_event_paranoid`, a container…).
 fn choose_backend(backend: Backend) -> Result<Option<PerfIntelPt>, CliError> {
-    let sysfs = intel_pt_sysfs();
+    let sysfs = retrace_collector::intel_pt::sysfs_dir();
     let usable = || -> Result<PerfIntelPt, IntelPtError> {
         let source = PerfIntelPt::new(&sysfs, PtEventConfig::default())?;
         source.probe()?;

@@ -20,11 +20,11 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use retrace_collector::control::Resume;
 use retrace_collector::hardware::PerfIntelPt;
-use retrace_collector::intel_pt::{IntelPtError, PtEventConfig, ThreadPtEvent, SYSFS_DIR};
+use retrace_collector::intel_pt::{IntelPtError, PtEventConfig, ThreadPtEvent};
 use retrace_collector::perf_clock::TraceClock;
 use retrace_collector::process;
 use retrace_collector::trace_ring::{TraceRing, MIN_RING_SIZE};
-use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
+use retrace_decoder::x86::{FlowKind, InsnInfo};
 
 use super::{tid_of, ProcessTarget, INT3};
 use crate::inferior::InferiorError;
@@ -37,15 +37,9 @@ pub const MAX_RING_SIZE: u64 = 1 << 30;
 /// The largest PSB period exponent accepted (2^(7+11) = 256 KiB).
 pub const MAX_PSB_PERIOD: u64 = 7;
 
-/// PSB spacing when the client names none.
-const DEFAULT_PSB_PERIOD: usize = 4096;
-
-/// Offset of `rip` in `struct user_regs_struct`.
-const USER_RIP_OFFSET: usize = 16 * 8;
-
-/// A thread's RIP.
+/// A thread's RIP, where it can be read.
 pub(super) fn rip(tid: Pid) -> Option<u64> {
-    ptrace::read_user(tid, USER_RIP_OFFSET as ptrace::AddressType).ok().map(|value| value as u64)
+    retrace_collector::control::rip(tid).ok()
 }
 
 /// Which recorder makes the traces (`retrace-stub --trace-with`, `monitor
@@ -264,7 +258,7 @@ impl Default for Tracing {
             process: None,
             threads: BTreeMap::new(),
             recorder: TraceRecorder::Auto,
-            intel_pt_sysfs: std::env::var_os("RETRACE_INTEL_PT_SYSFS").map_or_else(|| SYSFS_DIR.into(), Into::into),
+            intel_pt_sysfs: retrace_collector::intel_pt::sysfs_dir(),
             in_use: None,
             single_steps: 0,
             block_runs: 0,
@@ -287,8 +281,8 @@ impl Default for Tracing {
 struct CodeCache {
     /// The process's mappings, read on first use after a change.
     maps: Option<Vec<process::Mapping>>,
-    /// Address → the instruction and its first byte.
-    decoded: std::collections::HashMap<u64, (InsnInfo, u8)>,
+    /// The instructions decoded there.
+    decoded: retrace_collector::code_cache::CodeCache,
 }
 
 impl CodeCache {
@@ -427,7 +421,7 @@ fn ring_settings(request: &TraceStart) -> Result<RingSettings, InferiorError> {
         return Err(InferiorError::InvalidRequest(format!("The trace size {size} is over retrace-stub's limit of {MAX_RING_SIZE} bytes (1 GiB) per thread.")));
     }
     let psb_period = match request.psb_period {
-        None => DEFAULT_PSB_PERIOD,
+        None => retrace_collector::pt_writer::DEFAULT_PSB_PERIOD,
         Some(exponent) if exponent <= MAX_PSB_PERIOD => 1 << (exponent + 11),
         Some(_) => {
             let valid: Vec<String> = (0..=MAX_PSB_PERIOD).map(|n| n.to_string()).collect();
@@ -441,26 +435,21 @@ impl ProcessTarget {
     /// The instruction at `ip` as the program has it (our breakpoints
     /// hidden), and its first byte.
     fn decode_at(&mut self, ip: u64) -> Option<(InsnInfo, u8)> {
-        if let Some(&known) = self.tracing.code.decoded.get(&ip) {
+        if let Some(known) = self.tracing.code.decoded.get(ip) {
             return Some(known);
         }
         let mut bytes = [0u8; 16];
         let n = self.program_memory(ip, &mut bytes);
-        let insn = classify(&bytes[..n], ip, ExecMode::Bits64)?;
         let code = &mut self.tracing.code;
         let maps = code.maps.get_or_insert_with(|| process::read_maps(self.pid).unwrap_or_default());
-        let fixed = maps.iter().any(|m| m.start <= ip && ip + insn.len as u64 <= m.end && !m.writable);
-        if fixed {
-            code.decoded.insert(ip, (insn, bytes[0]));
-        }
-        Some((insn, bytes[0]))
+        code.decoded.decode(ip, &bytes[..n], maps)
     }
 
     /// Whether `ip` lies in a mapping no one can write (code that cannot
     /// change while the program runs).
     pub(super) fn fixed_code(&mut self, ip: u64) -> bool {
         let maps = self.tracing.code.maps.get_or_insert_with(|| process::read_maps(self.pid).unwrap_or_default());
-        maps.iter().any(|m| m.start <= ip && ip < m.end && !m.writable)
+        retrace_collector::code_cache::is_fixed_code(maps, ip, 1)
     }
 
     /// The code and mappings known may change (a system call on the
