@@ -33,7 +33,7 @@ pub struct InertTarget {
     threads: BTreeSet<u64>,
     registers: HashMap<u64, Regs>,
     memory: Vec<u8>,
-    breakpoints: BTreeSet<u64>,
+    breakpoints: crate::inferior::replay::Breakpoints,
     /// Threads resumed by the last resume actions.
     actions: BTreeSet<u64>,
     scheduler_locked: bool,
@@ -50,7 +50,7 @@ impl InertTarget {
             threads: threads.iter().copied().collect(),
             registers: threads.iter().map(|&t| (t, Regs::default())).collect(),
             memory,
-            breakpoints: BTreeSet::new(),
+            breakpoints: crate::inferior::replay::Breakpoints::default(),
             actions: BTreeSet::new(),
             scheduler_locked: false,
             stop: None,
@@ -232,12 +232,12 @@ impl SwBreakpoint for InertTarget {
         if self.window(addr, 1).is_none() {
             return Ok(false);
         }
-        self.breakpoints.insert(addr);
+        self.breakpoints.software.insert(addr);
         Ok(true)
     }
 
     fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.breakpoints.remove(&addr);
+        self.breakpoints.software.remove(&addr);
         Ok(true)
     }
 }

@@ -626,21 +626,6 @@ impl ProcessTarget {
         replay::boundary(&LiveHistory { target: self }, position, pos)
     }
 
-    /// What can stop a move through the history: the breakpoints (software
-    /// and debug registers) and watchpoints set now.
-    fn breakpoint_table(&self) -> Breakpoints {
-        let mut table = Breakpoints { software: self.breakpoints.keys().copied().collect(), ..Default::default() };
-        for slot in self.debug_slots.iter().flatten() {
-            match slot.watch {
-                None => {
-                    table.hardware.insert(slot.address);
-                }
-                Some(kind) => table.watches.push((slot.address..slot.address + slot.len, kind)),
-            }
-        }
-        table
-    }
-
     /// Runs `action` with the replayer standing where the debugger stands
     /// (the end of the history at the present), over the recording; the
     /// debugger stands where it leaves the replayer.

@@ -16,7 +16,6 @@ use gdbstub::target::ext::base::multithread::{
 use gdbstub::target::ext::base::reverse_exec::{ReverseContOps, ReverseStepOps};
 use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, SingleRegisterAccessOps};
 use gdbstub::target::ext::thread_extra_info::{ThreadExtraInfo, ThreadExtraInfoOps};
-use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind};
 use gdbstub::target::ext::auxv::Auxv;
 use gdbstub::target::ext::exec_file::ExecFile;
 use gdbstub::target::ext::libraries::LibrariesSvr4;
@@ -37,12 +36,17 @@ use crate::inferior::{copy_window, Inferior, MemoryRegion, Movement, StopNote, S
 use crate::inferior::replay::{Breakpoints, History, Replayer};
 
 mod block_runs;
+mod breakpoints;
 mod full;
+mod registers;
 pub mod libraries;
 pub mod recording;
 pub use full::RecordMode;
 pub use recording::TraceRecorder;
 mod stops;
+
+pub use breakpoints::{triggered_slot, DebugSlot};
+pub use registers::{read_all_registers, write_all_registers};
 
 const INT3: u8 = 0xcc;
 
@@ -132,49 +136,6 @@ enum ExecEvents {
     Gdb,
 }
 
-/// One of the four x86 debug-address registers in use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DebugSlot {
-    /// Address watched or breakpointed.
-    pub address: u64,
-    /// Length in bytes (1 for execution breakpoints).
-    pub len: u64,
-    /// `None` for an execution breakpoint.
-    pub watch: Option<WatchKind>,
-}
-
-/// Offset of `u_debugreg` in `struct user` (x86-64).
-const DEBUGREG_OFFSET: usize = 848;
-
-/// DR7 for the slots: local enable, R/W and LEN fields per slot.
-fn dr7(slots: &[Option<DebugSlot>; 4]) -> u64 {
-    let mut value = 0u64;
-    for (i, slot) in slots.iter().enumerate() {
-        let Some(slot) = slot else { continue };
-        let rw = match slot.watch {
-            None => 0b00,
-            Some(WatchKind::Write) => 0b01,
-            Some(WatchKind::Read | WatchKind::ReadWrite) => 0b11,
-        };
-        let len = match (slot.watch, slot.len) {
-            (None, _) | (_, 1) => 0b00,
-            (_, 2) => 0b01,
-            (_, 8) => 0b10,
-            _ => 0b11,
-        };
-        value |= 1 << (2 * i);
-        value |= (rw | len << 2) << (16 + 4 * i);
-    }
-    value
-}
-
-/// Which debug slot triggered, from DR6 (clearing DR6).
-pub fn triggered_slot(tid: Pid) -> Option<usize> {
-    let dr6 = ptrace::read_user(tid, (DEBUGREG_OFFSET + 6 * 8) as ptrace::AddressType).ok()? as u64;
-    let _ = ptrace::write_user(tid, (DEBUGREG_OFFSET + 6 * 8) as ptrace::AddressType, 0);
-    (0..4).find(|i| dr6 >> i & 1 == 1)
-}
-
 /// gdbstub's thread id for a Linux thread.
 pub(crate) fn tid_of(pid: Pid) -> Tid {
     NonZeroUsize::new(pid.as_raw() as usize).expect("thread ids are positive")
@@ -186,103 +147,6 @@ fn pid_of(tid: Tid) -> Pid {
 
 fn signal_of(signal: Option<GdbSignal>) -> Option<Signal> {
     signal.and_then(crate::signals::from_gdb)
-}
-
-fn getfpregs(tid: Pid) -> nix::Result<libc::user_fpregs_struct> {
-    let mut fp = std::mem::MaybeUninit::<libc::user_fpregs_struct>::zeroed();
-    // SAFETY: PTRACE_GETFPREGS fills the struct for a stopped tracee.
-    let r = unsafe { libc::ptrace(libc::PTRACE_GETFPREGS, tid.as_raw(), 0, fp.as_mut_ptr()) };
-    if r < 0 {
-        return Err(nix::Error::last());
-    }
-    // SAFETY: initialised by the kernel (or zeroed).
-    Ok(unsafe { fp.assume_init() })
-}
-
-fn setfpregs(tid: Pid, fp: &libc::user_fpregs_struct) -> nix::Result<()> {
-    // SAFETY: PTRACE_SETFPREGS reads the struct.
-    let r = unsafe { libc::ptrace(libc::PTRACE_SETFPREGS, tid.as_raw(), 0, fp as *const _) };
-    if r < 0 {
-        return Err(nix::Error::last());
-    }
-    Ok(())
-}
-
-/// Reads every register of a stopped thread.
-pub fn read_all_registers(tid: Pid) -> nix::Result<Regs> {
-    let r = ptrace::getregs(tid)?;
-    let fp = getfpregs(tid)?;
-    let mut regs = Regs {
-        gpr: [r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15],
-        rip: r.rip,
-        eflags: r.eflags as u32,
-        segments: [r.cs as u32, r.ss as u32, r.ds as u32, r.es as u32, r.fs as u32, r.gs as u32],
-        orig_rax: r.orig_rax,
-        fs_base: r.fs_base,
-        gs_base: r.gs_base,
-        mxcsr: fp.mxcsr,
-        ..Regs::default()
-    };
-    regs.fpu = [
-        fp.cwd as u32,
-        fp.swd as u32,
-        fp.ftw as u32,
-        (fp.rip >> 32) as u32,
-        fp.rip as u32,
-        (fp.rdp >> 32) as u32,
-        fp.rdp as u32,
-        fp.fop as u32,
-    ];
-    for i in 0..8 {
-        let words = &fp.st_space[i * 4..i * 4 + 4];
-        let mut bytes = [0u8; 16];
-        for (j, w) in words.iter().enumerate() {
-            bytes[j * 4..j * 4 + 4].copy_from_slice(&w.to_le_bytes());
-        }
-        regs.st[i].copy_from_slice(&bytes[..10]);
-    }
-    for i in 0..16 {
-        let mut bytes = [0u8; 16];
-        for (j, w) in fp.xmm_space[i * 4..i * 4 + 4].iter().enumerate() {
-            bytes[j * 4..j * 4 + 4].copy_from_slice(&w.to_le_bytes());
-        }
-        regs.xmm[i] = u128::from_le_bytes(bytes);
-    }
-    Ok(regs)
-}
-
-/// Writes every register of a stopped thread.
-pub fn write_all_registers(tid: Pid, regs: &Regs) -> nix::Result<()> {
-    let mut r = ptrace::getregs(tid)?;
-    let g = &regs.gpr;
-    (r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]);
-    (r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15) = (g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15]);
-    r.rip = regs.rip;
-    r.eflags = regs.eflags as u64;
-    r.orig_rax = regs.orig_rax;
-    r.fs_base = regs.fs_base;
-    r.gs_base = regs.gs_base;
-    ptrace::setregs(tid, r)?;
-    let mut fp = getfpregs(tid)?;
-    fp.cwd = regs.fpu[0] as u16;
-    fp.swd = regs.fpu[1] as u16;
-    fp.ftw = regs.fpu[2] as u16;
-    fp.fop = regs.fpu[7] as u16;
-    fp.mxcsr = regs.mxcsr;
-    for i in 0..8 {
-        let mut bytes = [0u8; 16];
-        bytes[..10].copy_from_slice(&regs.st[i]);
-        for j in 0..4 {
-            fp.st_space[i * 4 + j] = u32::from_le_bytes(bytes[j * 4..j * 4 + 4].try_into().unwrap());
-        }
-    }
-    for i in 0..16 {
-        let bytes = regs.xmm[i].to_le_bytes();
-        for j in 0..4 {
-            fp.xmm_space[i * 4 + j] = u32::from_le_bytes(bytes[j * 4..j * 4 + 4].try_into().unwrap());
-        }
-    }
-    setfpregs(tid, &fp)
 }
 
 /// Writes `bytes` into `pid`'s memory through `/proc/PID/mem` (which, for a
@@ -333,53 +197,6 @@ impl ProcessTarget {
     pub fn trace_with(mut self, recorder: TraceRecorder) -> Self {
         self.tracing.recorder = recorder;
         self
-    }
-
-    /// Loads the debug registers of every thread from the slots.
-    fn apply_debug_registers(&self) -> Result<(), InferiorError> {
-        for tid in &self.threads {
-            let write = |index: usize, value: u64| {
-                ptrace::write_user(*tid, (DEBUGREG_OFFSET + index * 8) as ptrace::AddressType, value as i64)
-            };
-            // Disable first: an address may only change while its slot is off.
-            write(7, 0).map_err(|errno| InferiorError::Process { what: format!("DR7 of thread {tid}"), errno })?;
-            for (i, slot) in self.debug_slots.iter().enumerate() {
-                if let Some(slot) = slot {
-                    write(i, slot.address).map_err(|errno| InferiorError::Process { what: format!("DR{i} of thread {tid}"), errno })?;
-                }
-            }
-            write(7, dr7(&self.debug_slots)).map_err(|errno| InferiorError::Process { what: format!("DR7 of thread {tid}"), errno })?;
-        }
-        Ok(())
-    }
-
-    fn add_slot(&mut self, slot: DebugSlot) -> TargetResult<bool, Self> {
-        if self.debug_slots.contains(&Some(slot)) {
-            return Ok(true);
-        }
-        let Some(free) = self.debug_slots.iter().position(Option::is_none) else { return Ok(false) };
-        self.debug_slots[free] = Some(slot);
-        if self.apply_debug_registers().is_err() {
-            self.debug_slots[free] = None;
-            let _ = self.apply_debug_registers();
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    fn remove_slot(&mut self, slot: DebugSlot) -> TargetResult<bool, Self> {
-        if let Some(i) = self.debug_slots.iter().position(|s| *s == Some(slot)) {
-            self.debug_slots[i] = None;
-            self.apply_debug_registers().map_err(|_| TargetError::NonFatal)?;
-        }
-        Ok(true)
-    }
-
-    /// Debug registers of a thread that appeared after they were set.
-    pub fn init_thread_debug_registers(&self) {
-        if self.debug_slots.iter().any(Option::is_some) {
-            let _ = self.apply_debug_registers();
-        }
     }
 
     /// Writes to the tracee's memory through `/proc/<pid>/mem` (works on
@@ -437,18 +254,6 @@ impl ProcessTarget {
             }
         }
         n
-    }
-
-    /// Puts every original byte back (before detaching).
-    pub fn remove_all_breakpoints(&mut self) {
-        for (address, original) in std::mem::take(&mut self.breakpoints) {
-            let _ = self.poke(address, &[original]);
-        }
-    }
-
-    /// True when `address` holds one of our breakpoints.
-    pub fn has_breakpoint(&self, address: u64) -> bool {
-        self.breakpoints.contains_key(&address)
     }
 
     /// A signal deferred for a thread this resume would run: its stop,
@@ -853,55 +658,6 @@ impl MultiThreadSchedulerLocking for ProcessTarget {
     fn set_resume_action_scheduler_lock(&mut self) -> Result<(), Self::Error> {
         self.scheduler_locked = true;
         Ok(())
-    }
-}
-
-impl HwBreakpoint for ProcessTarget {
-    fn add_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.add_slot(DebugSlot { address: addr, len: 1, watch: None })
-    }
-
-    fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.remove_slot(DebugSlot { address: addr, len: 1, watch: None })
-    }
-}
-
-impl HwWatchpoint for ProcessTarget {
-    fn add_hw_watchpoint(&mut self, addr: u64, len: u64, kind: WatchKind) -> TargetResult<bool, Self> {
-        // x86 watches 1, 2, 4 or 8 aligned bytes per slot.
-        if !matches!(len, 1 | 2 | 4 | 8) || addr % len != 0 {
-            return Ok(false);
-        }
-        self.add_slot(DebugSlot { address: addr, len, watch: Some(kind) })
-    }
-
-    fn remove_hw_watchpoint(&mut self, addr: u64, len: u64, kind: WatchKind) -> TargetResult<bool, Self> {
-        self.remove_slot(DebugSlot { address: addr, len, watch: Some(kind) })
-    }
-}
-
-impl SwBreakpoint for ProcessTarget {
-    fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        if self.breakpoints.contains_key(&addr) {
-            return Ok(true);
-        }
-        let mut original = [0u8; 1];
-        if process::read_memory(self.pid, addr, &mut original) != 1 {
-            return Ok(false);
-        }
-        self.poke(addr, &[INT3]).map_err(TargetError::Io)?;
-        self.breakpoints.insert(addr, original[0]);
-        Ok(true)
-    }
-
-    fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        match self.breakpoints.remove(&addr) {
-            Some(original) => {
-                self.poke(addr, &[original]).map_err(TargetError::Io)?;
-                Ok(true)
-            }
-            None => Ok(true),
-        }
     }
 }
 
