@@ -12,13 +12,20 @@ use retrace_decoder::calls::{CallEffect, CallEvent, CallTracker, Segment, Site};
 use retrace_decoder::flow::FlowOptions;
 use retrace_decoder::history::{AddressHasher, BlockTable, Extra, History, Step};
 use std::hash::BuildHasherDefault;
-use serde_json::ser::{CompactFormatter, Formatter, PrettyFormatter};
+use serde_json::ser::{CompactFormatter, PrettyFormatter};
 use retrace_decoder::image::Memory;
 use retrace_decoder::leb128;
-use retrace_decoder::symbols::{Placements, SymbolContext, Symbolizer};
+use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 use retrace_decoder::x86::{call_effect, ExecMode};
 
 use super::CliError;
+
+mod json;
+mod text;
+
+use json::write_json;
+pub(super) use text::call_name;
+use text::print_text;
 use crate::bundle::{self, LoadedBundle, LoadedThread};
 
 /// How to print.
@@ -607,103 +614,6 @@ impl CallLog {
     }
 }
 
-/// Prints a log's text on `workers` threads, a chunk of events each at a
-/// time, and gives the chunks' text to `out` in order. At most a few
-/// chunks wait to be written.
-fn print_text(
-    out: &mut impl FnMut(super::Gathered) -> std::io::Result<()>,
-    log: &CallLog,
-    chains: &[Vec<u32>],
-    placements: &Placements,
-    contexts: &ContextTable,
-    workers: usize,
-) -> std::io::Result<()> {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::{Condvar, Mutex};
-    const AHEAD: usize = 6;
-    let chunks = log.chunks.len();
-    let next = AtomicUsize::new(0);
-    // The number of chunks written, and whether to stop (an error).
-    let written = Mutex::new(0usize);
-    let moved = Condvar::new();
-    let stop = AtomicBool::new(false);
-    let (done, results) = std::sync::mpsc::channel::<(usize, std::io::Result<super::Gathered>)>();
-    std::thread::scope(|scope| {
-        for _ in 0..workers.max(1) {
-            let done = done.clone();
-            let mut printer = TextPrinter::new(chains, placements);
-            let (next, written, moved, stop) = (&next, &written, &moved, &stop);
-            scope.spawn(move || {
-                // A worker that panics stops the others, which would
-                // otherwise wait for its chunk to be written.
-                let _stops_on_panic = StopOnPanic(written, moved, stop);
-                loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                if k >= chunks {
-                    return;
-                }
-                {
-                    let mut count = written.lock().expect("not poisoned");
-                    while k >= *count + AHEAD && !stop.load(Ordering::Relaxed) {
-                        count = moved.wait(count).expect("not poisoned");
-                    }
-                }
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                let result = log.chunk(k).and_then(|(bytes, state)| {
-                    let mut part = super::Gathered::default();
-                    printer.at = state.at;
-                    CallLog::decode(&bytes, state, &mut |event| printer.event(&mut part, contexts, event))?;
-                    Ok(part)
-                });
-                if done.send((k, result)).is_err() {
-                    return;
-                }
-                }
-            });
-        }
-        drop(done);
-        let mut waiting = std::collections::BTreeMap::new();
-        let mut want = 0;
-        let outcome = (|| {
-            for (k, part) in results.iter() {
-                waiting.insert(k, part);
-                while let Some(part) = waiting.remove(&want) {
-                    out(part?)?;
-                    want += 1;
-                    *written.lock().expect("not poisoned") = want;
-                    moved.notify_all();
-                }
-            }
-            Ok(())
-        })();
-        stop_workers(&written, &moved, &stop);
-        drop(results);
-        outcome
-    })
-}
-
-/// Tells [`print_text`]'s workers to stop: set under the lock the waiting
-/// workers check it under, so none misses the wake-up.
-fn stop_workers(written: &std::sync::Mutex<usize>, moved: &std::sync::Condvar, stop: &std::sync::atomic::AtomicBool) {
-    let held = written.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    drop(held);
-    moved.notify_all();
-}
-
-/// Calls [`stop_workers`] when dropped while its thread panics.
-struct StopOnPanic<'a>(&'a std::sync::Mutex<usize>, &'a std::sync::Condvar, &'a std::sync::atomic::AtomicBool);
-
-impl Drop for StopOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            stop_workers(self.0, self.1, self.2);
-        }
-    }
-}
-
 /// How each tree's roots chain, learnt in a first walk: per tree, for
 /// each root after the first (a return above the root made it), the tag
 /// of its last instruction, which names it on its untraced-prefix line.
@@ -727,249 +637,11 @@ impl ChainsSink {
     }
 }
 
-/// LLDB's text, printed as segments close: a tree's header and the
-/// untraced-prefix lines of all its roots first (from [`ChainsSink`]),
-/// then each segment indented by its depth plus the roots still to wrap it.
-struct TextPrinter<'a> {
-    chains: &'a [Vec<u32>],
-    placements: &'a Placements,
-    at: TreePosition,
-    /// Segments' texts by their ends' tags and addresses, and their size.
-    texts: HashMap<(u32, u32, u64, u64), Box<[u8]>, BuildHasherDefault<AddressHasher>>,
-    text_bytes: usize,
-}
-
-impl<'a> TextPrinter<'a> {
-    fn new(chains: &'a [Vec<u32>], placements: &'a Placements) -> Self {
-        TextPrinter { chains, placements, at: TreePosition::default(), texts: HashMap::default(), text_bytes: 0 }
-    }
-
-    fn event(&mut self, out: &mut impl super::Indented, contexts: &ContextTable, event: CallEvent) -> std::io::Result<()> {
-        self.at.follow(&event);
-        match event {
-            CallEvent::Tree { .. } => {
-                let tree = self.at.tree.expect("a tree");
-                write!(out, "\n[call tree #{tree}]\n")?;
-                let chain = &self.chains[tree];
-                for (depth, &tag) in chain.iter().rev().enumerate() {
-                    out.indent(depth)?;
-                    writeln!(out, "{}", call_name(contexts.get(tag)))?;
-                }
-            }
-            CallEvent::Reroot => {}
-            CallEvent::Segment { depth, segment, .. } => {
-                let wrapping = self.at.tree.map_or(0, |t| self.chains[t].len()) - self.at.root;
-                out.indent(wrapping + depth as usize)?;
-                if self.at.error_tree {
-                    write!(out, "<tracing errors>")?;
-                } else {
-                    self.cached_segment(out, contexts, &segment)?;
-                }
-                // `  [first, last]`, without the formatting machinery.
-                out.write_all(b"  [")?;
-                out.write_all(itoa::Buffer::new().format(segment.first).as_bytes())?;
-                out.write_all(b", ")?;
-                out.write_all(itoa::Buffer::new().format(segment.last).as_bytes())?;
-                out.write_all(b"]\n")?;
-            }
-        }
-        Ok(())
-    }
-
-    /// [`Self::segment`], remembered for segments with the same ends
-    /// (a loop's body, a function called again) up to a budget of bytes.
-    fn cached_segment(&mut self, out: &mut impl Write, contexts: &ContextTable, segment: &Segment) -> std::io::Result<()> {
-        const BUDGET: usize = 4 << 20;
-        let key = (segment.tags.0, segment.tags.1, segment.first_ip, segment.last_ip);
-        if let Some(text) = self.texts.get(&key) {
-            return out.write_all(text);
-        }
-        let mut text = Vec::new();
-        self.segment(&mut text, contexts, segment)?;
-        out.write_all(&text)?;
-        if self.text_bytes < BUDGET {
-            self.text_bytes += text.len() + 48;
-            self.texts.insert(key, text.into());
-        }
-        Ok(())
-    }
-
-    /// `<where it starts> to <where it ends>`, as LLDB words it: the end is
-    /// `line:column` when both ends have a source line, else the offset in
-    /// the function (`<+N>`) or the module address.
-    fn segment(&self, out: &mut impl Write, contexts: &ContextTable, segment: &Segment) -> std::io::Result<()> {
-        let (first, last) = (contexts.get(segment.tags.0), contexts.get(segment.tags.1));
-        self.stop_context(out, first, segment.first_ip)?;
-        match (&first.line, &last.line) {
-            (Some(_), Some((_, line, column))) => write!(out, " to {line}:{column}"),
-            _ => match last.function_base() {
-                Some(base) if segment.last_ip < base => write!(out, " to <-{}>{}", base - segment.last_ip, last.position().unwrap_or_default()),
-                Some(base) => write!(out, " to <+{}>{}", segment.last_ip - base, last.position().unwrap_or_default()),
-                None => write!(out, " to {}", self.module_address(segment.last_ip)),
-            },
-        }
-    }
-
-    /// LLDB's stop context with module: ``module`function + off [inlined] f
-    /// at file:line:col``, or ``module`module[0x…]`` without a function.
-    fn stop_context(&self, out: &mut impl Write, context: &SymbolContext, ip: u64) -> std::io::Result<()> {
-        match (&context.module, &context.function) {
-            (Some(_), Some(_)) => write!(out, "{}", context.describe(ip)),
-            (Some(module), None) => write!(out, "{module}`{}", self.module_address(ip)),
-            (None, _) => write!(out, "{ip:#018x}"),
-        }
-    }
-
-    fn module_address(&self, ip: u64) -> String {
-        match self.placements.file_address(ip) {
-            Some((module, address)) => format!("{module}[{address:#018x}]"),
-            None => format!("{ip:#018x}"),
-        }
-    }
-}
-
-/// A call's name as LLDB gives it: ``module`function`` (the inlined
-/// function's name inside one, as LLDB's `SymbolContext::GetFunctionName`
-/// gives it) — the line for a call seen only by returning to it, and a
-/// timeline slice's name.
-pub(super) fn call_name(context: &SymbolContext) -> String {
-    match (&context.module, &context.function) {
-        (None, _) => "(none)".into(),
-        (Some(module), None) => format!("{module}`(none)"),
-        (Some(module), Some((name, _))) => format!("{module}`{}", context.inlined.as_ref().unwrap_or(name)),
-    }
-}
-
-/// LLDB's JSON for one thread's trees, written as segments close: each
-/// tree an object with `untracedPrefixSegment` (its `nestedCall` the tree
-/// the root returned above) when the trace starts inside it, then
-/// `tracedSegments` with ids as strings and `nestedCall`s. `formatter` is
-/// serde_json's compact or pretty layout.
-fn write_json<F: Formatter>(out: &mut impl Write, formatter: F, log: &CallLog, chains: &[Vec<u32>]) -> std::io::Result<()> {
-    let mut writer = JsonTrees { f: formatter, chains, tree: None, open: Vec::new() };
-    writer.f.begin_array(out)?;
-    log.replay(&mut |event| writer.event(out, event))?;
-    writer.close_tree(out)?;
-    writer.f.end_array(out)
-}
-
-struct JsonTrees<'a, F> {
-    f: F,
-    chains: &'a [Vec<u32>],
-    tree: Option<usize>,
-    /// Per open call, from the root: no segment written in it yet.
-    open: Vec<bool>,
-}
-
-impl<F: Formatter> JsonTrees<'_, F> {
-    fn event(&mut self, out: &mut impl Write, event: CallEvent) -> std::io::Result<()> {
-        match event {
-            CallEvent::Tree { .. } => {
-                self.close_tree(out)?;
-                let tree = self.tree.map_or(0, |t| t + 1);
-                self.f.begin_array_value(out, tree == 0)?;
-                self.tree = Some(tree);
-                // The roots that will wrap this one, outermost first.
-                for _ in 0..self.chains[tree].len() {
-                    self.f.begin_object(out)?;
-                    self.key(out, "untracedPrefixSegment", true)?;
-                    self.f.begin_object(out)?;
-                    self.key(out, "nestedCall", true)?;
-                }
-                self.open_call(out, true)?;
-            }
-            CallEvent::Reroot => {
-                self.close_to(out, 1)?;
-                self.close_call(out)?;
-                // The untraced-prefix object ends; the new root's segments follow.
-                self.f.end_object_value(out)?;
-                self.f.end_object(out)?;
-                self.f.end_object_value(out)?;
-                self.open_call(out, false)?;
-            }
-            CallEvent::Segment { depth, segment, nests } => {
-                self.close_to(out, depth as usize + 1)?;
-                let first = std::mem::replace(self.open.last_mut().expect("an open call"), false);
-                self.f.begin_array_value(out, first)?;
-                self.f.begin_object(out)?;
-                self.key(out, "firstInstructionId", true)?;
-                self.string(out, &segment.first.to_string())?;
-                self.key(out, "lastInstructionId", false)?;
-                self.string(out, &segment.last.to_string())?;
-                if nests {
-                    self.key(out, "nestedCall", false)?;
-                    self.open_call(out, true)?;
-                } else {
-                    self.f.end_object(out)?;
-                    self.f.end_array_value(out)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `"tracedSegments": [` of a call whose object is open.
-    fn open_call(&mut self, out: &mut impl Write, first_key: bool) -> std::io::Result<()> {
-        if first_key {
-            self.f.begin_object(out)?;
-        }
-        self.key(out, "tracedSegments", first_key)?;
-        self.f.begin_array(out)?;
-        self.open.push(true);
-        Ok(())
-    }
-
-    /// `]}` of the innermost call.
-    fn close_call(&mut self, out: &mut impl Write) -> std::io::Result<()> {
-        self.open.pop();
-        self.f.end_array(out)?;
-        self.f.end_object_value(out)?;
-        self.f.end_object(out)
-    }
-
-    /// Closes nested calls until `depth` calls are open (each closes its
-    /// parent's segment object too).
-    fn close_to(&mut self, out: &mut impl Write, depth: usize) -> std::io::Result<()> {
-        while self.open.len() > depth {
-            self.close_call(out)?;
-            self.f.end_object_value(out)?;
-            self.f.end_object(out)?;
-            self.f.end_array_value(out)?;
-        }
-        Ok(())
-    }
-
-    fn close_tree(&mut self, out: &mut impl Write) -> std::io::Result<()> {
-        if self.open.is_empty() {
-            return Ok(());
-        }
-        self.close_to(out, 1)?;
-        self.close_call(out)?;
-        self.f.end_array_value(out)
-    }
-
-    fn key(&mut self, out: &mut impl Write, name: &str, first: bool) -> std::io::Result<()> {
-        self.f.begin_object_key(out, first)?;
-        self.string_only(out, name)?;
-        self.f.end_object_key(out)?;
-        self.f.begin_object_value(out)
-    }
-
-    fn string(&mut self, out: &mut impl Write, value: &str) -> std::io::Result<()> {
-        self.string_only(out, value)?;
-        self.f.end_object_value(out)
-    }
-
-    fn string_only(&mut self, out: &mut impl Write, value: &str) -> std::io::Result<()> {
-        self.f.begin_string(out)?;
-        self.f.write_string_fragment(out, value)?;
-        self.f.end_string(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use super::text::TextPrinter;
+    use retrace_decoder::symbols::Placements;
 
     /// Events as a walk makes them: trees (some of errors), reroots,
     /// segments nesting and returning, ids and addresses moving both ways.
