@@ -269,7 +269,7 @@ impl ProcessTarget {
     /// its block before its PC is recorded.
     pub(super) fn block_interrupted(&mut self, tid: Pid) {
         let Some((_, start)) = self.blocks.running.take_if(|(running, _)| *running == tid) else { return };
-        let (Some(block), Some(now)) = (self.blocks.blocks.get(&start).cloned(), super::recording::rip(tid)) else { return };
+        let (Some(block), Some(now)) = (self.blocks.blocks.get(&start).cloned(), super::rip(tid)) else { return };
         self.block_ran_to(tid, &block, now);
     }
 

@@ -36,7 +36,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use retrace_collector::{emulate, process};
 
-use super::{read_all_registers, tid_of, ProcessTarget};
+use super::{read_all_registers, tid_of, ProcessTarget, ProgramMemory};
 use crate::inferior::InferiorError;
 use crate::arch::Regs;
 use crate::inferior::frames::Flow;
@@ -146,6 +146,166 @@ pub struct FullRecording {
 }
 
 impl FullRecording {
+    /// Reads what thread `tid` is about to do before it steps (resumed
+    /// with `signal`).
+    fn before_step(&mut self, program: &ProgramMemory, tid: Pid, signal: Option<Signal>) {
+        self.prepared.remove(&tid);
+        let mode = self.mode;
+        let pid = program.pid;
+        let entering_handler = signal.is_some_and(|signal| process::has_handler(pid, tid, signal));
+        let nothing_written =
+            |before: Regs| Prepared { before, overwritten: vec![], reads: vec![], snapshot: None, unsaved: false, repeats: false, system_call: false, flow: Flow::Other, entering_handler };
+        let prepared = if mode == RecordMode::Branch {
+            let Some(rip) = super::rip(tid) else { return };
+            nothing_written(Regs::only_pc(rip))
+        } else {
+            let Ok(before) = read_all_registers(tid) else { return };
+            if entering_handler {
+                // The kernel writes the signal frame below the red zone.
+                let top = before.gpr[7].saturating_sub(128);
+                let len = SIGNAL_FRAME_ROOM - 128;
+                let frame = current_bytes(pid, top.saturating_sub(len), len as usize);
+                self.log.overwritten_outside(frame);
+                nothing_written(before)
+            } else {
+                self.instruction_writes(program, before, entering_handler)
+            }
+        };
+        let mut prepared = prepared;
+        // Each address's kind is read once (the history's frame index needs
+        // it for every step).
+        let pc = prepared.before.rip;
+        prepared.flow = *self.flows.entry(pc).or_insert_with(|| {
+            let mut code = [0u8; 15];
+            let n = program.read(pc, &mut code);
+            Flow::of(&code[..n], pc)
+        });
+        self.prepared.insert(tid, prepared);
+    }
+
+    /// The bytes the instruction at `before.rip` will overwrite, read now.
+    fn instruction_writes(&mut self, program: &ProgramMemory, before: Regs, entering_handler: bool) -> Prepared {
+        let pid = program.pid;
+        let mut code = [0u8; 16];
+        let n = program.read(before.rip, &mut code);
+        let insn = Decoder::with_ip(64, &code[..n], before.rip, DecoderOptions::NONE).decode();
+        let system_call = insn.mnemonic() == Mnemonic::Syscall;
+        let mut whole_memory = insn.is_invalid() || system_call;
+        let mut overwritten = Vec::new();
+        let mut reads = Vec::new();
+        if !whole_memory {
+            let registers = address_registers(&before);
+            let info = &mut self.info;
+            for used in info.info(&insn).used_memory() {
+                let size = used.memory_size().size();
+                let address = used.virtual_address(0, |register, _, _| registers.address_part(register));
+                if matches!(used.access(), OpAccess::Read | OpAccess::CondRead | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
+                    if let Some(address) = address.filter(|_| size > 0) {
+                        reads.push(address..address.saturating_add(size as u64));
+                    }
+                }
+                if !matches!(used.access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
+                    continue;
+                }
+                match address {
+                    Some(address) if size > 0 && !used.index().is_vector_register() => overwritten.push(current_bytes(pid, address, size)),
+                    _ => whole_memory = true,
+                }
+            }
+        }
+        let snapshot = if whole_memory { snapshot(pid) } else { None };
+        let unsaved = whole_memory && snapshot.is_none();
+        if unsaved {
+            tracing::warn!(pc = format_args!("{:#x}", before.rip), "writable memory over {SNAPSHOT_LIMIT} bytes: what this instruction writes is not kept, and earlier memory it may write reads as unavailable");
+        }
+        let repeats = insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix();
+        Prepared { before, overwritten, reads, snapshot, unsaved, repeats, system_call, flow: Flow::Other, entering_handler }
+    }
+
+    /// Thread `tid` finished a step: it goes into the history, and its
+    /// next step is prepared.
+    fn after_step(&mut self, program: &ProgramMemory, tid: Pid) {
+        let pid = program.pid;
+        let Some(prepared) = self.prepared.remove(&tid) else {
+            self.before_step(program, tid, None);
+            return;
+        };
+        if prepared.entering_handler {
+            // Stopped at the handler's entry: nothing ran yet.
+            self.log.entering_handler(tid.as_raw() as u64);
+            self.before_step(program, tid, None);
+            return;
+        }
+        let after = match self.mode {
+            RecordMode::Branch => super::rip(tid).map(Regs::only_pc),
+            RecordMode::Full => read_all_registers(tid).ok(),
+        };
+        let Some(after) = after else { return };
+        if prepared.repeats && after.rip == prepared.before.rip {
+            // One iteration of a REP string instruction: the rest of it is
+            // the same step.
+            let before = prepared.before;
+            let mut overwritten = prepared.overwritten;
+            let mut reads = prepared.reads;
+            self.before_step(program, tid, None);
+            if let Some(next) = self.prepared.get_mut(&tid) {
+                overwritten.append(&mut next.overwritten);
+                next.overwritten = overwritten;
+                reads.append(&mut next.reads);
+                next.reads = reads;
+                next.before = before;
+            }
+            return;
+        }
+        let mut after = after;
+        if prepared.system_call && after.gpr[11] & TRAP_FLAG != 0 && prepared.before.eflags as u64 & TRAP_FLAG == 0 {
+            // `syscall` saved RFLAGS in r11 with the trap flag of our
+            // single step: the program would not have seen it.
+            after.gpr[11] &= !TRAP_FLAG;
+            if let Ok(mut regs) = nix::sys::ptrace::getregs(tid) {
+                regs.r11 &= !TRAP_FLAG;
+                let _ = nix::sys::ptrace::setregs(tid, regs);
+            }
+        }
+        let mut overwritten = prepared.overwritten;
+        let mut mappings = None;
+        if let Some((copy, maps_before)) = &prepared.snapshot {
+            overwritten.extend(changed_since(pid, copy));
+            let now = mapped(pid);
+            if &now != maps_before {
+                mappings = Some(now);
+            }
+        }
+        let written: Vec<Range<u64>> = overwritten.iter().map(|run| run.address..run.address + run.old.len() as u64).collect();
+        self.log.push(tid.as_raw() as u64, &prepared.before, &after, overwritten, mappings, prepared.flow);
+        self.log.reads_of_last_step(&prepared.reads);
+        if prepared.unsaved {
+            let writable = process::read_maps(pid).unwrap_or_default().iter().filter(|m| m.writable).map(|m| m.start..m.end).collect();
+            self.log.lost_writes_of_last_step(writable);
+        }
+        self.others_see_writes(pid, tid, &written);
+        self.before_step(program, tid, None);
+    }
+
+    /// Thread `tid`'s step, now in the history, wrote `written`: another
+    /// thread's step that is under way with a copy of memory from before
+    /// (a system call blocked while this thread ran) takes the new bytes
+    /// into its copy, so that what its step is found to have changed is
+    /// what it changed itself, never the writes of the threads that ran
+    /// meanwhile (which are theirs, at their own instructions).
+    fn others_see_writes(&mut self, pid: Pid, tid: Pid, written: &[Range<u64>]) {
+        let mut copies = self.prepared.iter_mut().filter(|(other, _)| **other != tid).filter_map(|(_, prepared)| prepared.snapshot.as_mut()).peekable();
+        if written.is_empty() || copies.peek().is_none() {
+            return;
+        }
+        let now: Vec<Overwritten> = written.iter().map(|range| current_bytes(pid, range.start, (range.end - range.start) as usize)).collect();
+        for (copy, _) in copies {
+            for run in &now {
+                take_bytes(copy, run);
+            }
+        }
+    }
+
     /// An empty recording of `pid` as it is now.
     pub fn new(pid: Pid, mode: RecordMode) -> Self {
         FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, replayer: Replayer::default(), info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None }
@@ -378,168 +538,20 @@ impl ProcessTarget {
         tracing::debug!(position, "diversion from the past ends; the present is back");
     }
 
-    /// Reads what thread `tid` is about to do before it steps (resumed
-    /// with `signal`).
+    /// Tells the full recording, a step observer, that thread `tid` is
+    /// about to step (resumed with `signal`).
     pub(super) fn prepare_step(&mut self, tid: Pid, signal: Option<Signal>) {
-        let Some(full) = self.full.as_mut() else { return };
-        full.prepared.remove(&tid);
-        let mode = full.mode;
-        let entering_handler = signal.is_some_and(|signal| process::has_handler(self.pid, tid, signal));
-        let nothing_written =
-            |before: Regs| Prepared { before, overwritten: vec![], reads: vec![], snapshot: None, unsaved: false, repeats: false, system_call: false, flow: Flow::Other, entering_handler };
-        let prepared = if mode == RecordMode::Branch {
-            let Some(rip) = super::recording::rip(tid) else { return };
-            nothing_written(Regs::only_pc(rip))
-        } else {
-            let Ok(before) = read_all_registers(tid) else { return };
-            if entering_handler {
-                // The kernel writes the signal frame below the red zone.
-                let top = before.gpr[7].saturating_sub(128);
-                let len = SIGNAL_FRAME_ROOM - 128;
-                let frame = current_bytes(self.pid, top.saturating_sub(len), len as usize);
-                self.full.as_mut().expect("recording").log.overwritten_outside(frame);
-                nothing_written(before)
-            } else {
-                self.instruction_writes(before, entering_handler)
-            }
-        };
-        let mut prepared = prepared;
-        // Each address's kind is read once (the history's frame index needs
-        // it for every step).
-        let pc = prepared.before.rip;
-        prepared.flow = match self.full.as_ref().and_then(|full| full.flows.get(&pc)) {
-            Some(&flow) => flow,
-            None => {
-                let mut code = [0u8; 15];
-                let n = self.program_memory(pc, &mut code);
-                let flow = Flow::of(&code[..n], pc);
-                self.full.as_mut().expect("recording").flows.insert(pc, flow);
-                flow
-            }
-        };
-        self.full.as_mut().expect("recording").prepared.insert(tid, prepared);
+        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        if let Some(full) = self.full.as_mut() {
+            full.before_step(&program, tid, signal);
+        }
     }
 
-    /// The bytes the instruction at `before.rip` will overwrite, read now.
-    fn instruction_writes(&mut self, before: Regs, entering_handler: bool) -> Prepared {
-        let mut code = [0u8; 16];
-        let n = self.program_memory(before.rip, &mut code);
-        let insn = Decoder::with_ip(64, &code[..n], before.rip, DecoderOptions::NONE).decode();
-        let system_call = insn.mnemonic() == Mnemonic::Syscall;
-        let mut whole_memory = insn.is_invalid() || system_call;
-        let mut overwritten = Vec::new();
-        let mut reads = Vec::new();
-        if !whole_memory {
-            let registers = address_registers(&before);
-            let info = &mut self.full.as_mut().expect("recording").info;
-            for used in info.info(&insn).used_memory() {
-                let size = used.memory_size().size();
-                let address = used.virtual_address(0, |register, _, _| registers.address_part(register));
-                if matches!(used.access(), OpAccess::Read | OpAccess::CondRead | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
-                    if let Some(address) = address.filter(|_| size > 0) {
-                        reads.push(address..address.saturating_add(size as u64));
-                    }
-                }
-                if !matches!(used.access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
-                    continue;
-                }
-                match address {
-                    Some(address) if size > 0 && !used.index().is_vector_register() => overwritten.push(current_bytes(self.pid, address, size)),
-                    _ => whole_memory = true,
-                }
-            }
-        }
-        let snapshot = if whole_memory { snapshot(self.pid) } else { None };
-        let unsaved = whole_memory && snapshot.is_none();
-        if unsaved {
-            tracing::warn!(pc = format_args!("{:#x}", before.rip), "writable memory over {SNAPSHOT_LIMIT} bytes: what this instruction writes is not kept, and earlier memory it may write reads as unavailable");
-        }
-        let repeats = insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix();
-        Prepared { before, overwritten, reads, snapshot, unsaved, repeats, system_call, flow: Flow::Other, entering_handler }
-    }
-
-    /// Thread `tid` finished a step: it goes into the history, and its
-    /// next step is prepared.
+    /// Tells the full recording that thread `tid` finished a step.
     pub(super) fn step_done(&mut self, tid: Pid) {
-        let Some(full) = self.full.as_mut() else { return };
-        let Some(prepared) = full.prepared.remove(&tid) else {
-            self.prepare_step(tid, None);
-            return;
-        };
-        if prepared.entering_handler {
-            // Stopped at the handler's entry: nothing ran yet.
-            full.log.entering_handler(tid.as_raw() as u64);
-            self.prepare_step(tid, None);
-            return;
-        }
-        let after = match full.mode {
-            RecordMode::Branch => super::recording::rip(tid).map(Regs::only_pc),
-            RecordMode::Full => read_all_registers(tid).ok(),
-        };
-        let Some(after) = after else { return };
-        if prepared.repeats && after.rip == prepared.before.rip {
-            // One iteration of a REP string instruction: the rest of it is
-            // the same step.
-            let before = prepared.before;
-            let mut overwritten = prepared.overwritten;
-            let mut reads = prepared.reads;
-            self.prepare_step(tid, None);
-            if let Some(next) = self.full.as_mut().and_then(|full| full.prepared.get_mut(&tid)) {
-                overwritten.append(&mut next.overwritten);
-                next.overwritten = overwritten;
-                reads.append(&mut next.reads);
-                next.reads = reads;
-                next.before = before;
-            }
-            return;
-        }
-        let mut after = after;
-        if prepared.system_call && after.gpr[11] & TRAP_FLAG != 0 && prepared.before.eflags as u64 & TRAP_FLAG == 0 {
-            // `syscall` saved RFLAGS in r11 with the trap flag of our
-            // single step: the program would not have seen it.
-            after.gpr[11] &= !TRAP_FLAG;
-            if let Ok(mut regs) = nix::sys::ptrace::getregs(tid) {
-                regs.r11 &= !TRAP_FLAG;
-                let _ = nix::sys::ptrace::setregs(tid, regs);
-            }
-        }
-        let mut overwritten = prepared.overwritten;
-        let mut mappings = None;
-        if let Some((copy, maps_before)) = &prepared.snapshot {
-            overwritten.extend(changed_since(self.pid, copy));
-            let now = mapped(self.pid);
-            if &now != maps_before {
-                mappings = Some(now);
-            }
-        }
-        let written: Vec<Range<u64>> = overwritten.iter().map(|run| run.address..run.address + run.old.len() as u64).collect();
-        full.log.push(tid.as_raw() as u64, &prepared.before, &after, overwritten, mappings, prepared.flow);
-        full.log.reads_of_last_step(&prepared.reads);
-        if prepared.unsaved {
-            let writable = process::read_maps(self.pid).unwrap_or_default().iter().filter(|m| m.writable).map(|m| m.start..m.end).collect();
-            full.log.lost_writes_of_last_step(writable);
-        }
-        self.others_see_writes(tid, &written);
-        self.prepare_step(tid, None);
-    }
-
-    /// Thread `tid`'s step, now in the history, wrote `written`: another
-    /// thread's step that is under way with a copy of memory from before
-    /// (a system call blocked while this thread ran) takes the new bytes
-    /// into its copy, so that what its step is found to have changed is
-    /// what it changed itself, never the writes of the threads that ran
-    /// meanwhile (which are theirs, at their own instructions).
-    fn others_see_writes(&mut self, tid: Pid, written: &[Range<u64>]) {
-        let Some(full) = self.full.as_mut() else { return };
-        let mut copies = full.prepared.iter_mut().filter(|(other, _)| **other != tid).filter_map(|(_, prepared)| prepared.snapshot.as_mut()).peekable();
-        if written.is_empty() || copies.peek().is_none() {
-            return;
-        }
-        let now: Vec<Overwritten> = written.iter().map(|range| current_bytes(self.pid, range.start, (range.end - range.start) as usize)).collect();
-        for (copy, _) in copies {
-            for run in &now {
-                take_bytes(copy, run);
-            }
+        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        if let Some(full) = self.full.as_mut() {
+            full.after_step(&program, tid);
         }
     }
 
@@ -662,7 +674,7 @@ impl ProcessTarget {
             // that ran last stops there before running it, as on the
             // processor.
             let tid = Pid::from_raw(self.thread_at(len - 1) as i32);
-            if super::recording::rip(tid).is_some_and(|pc| self.breakpoints.contains_key(&pc)) {
+            if super::rip(tid).is_some_and(|pc| self.breakpoints.contains_key(&pc)) {
                 return Some(StopReason::SwBreak(tid_of(tid)));
             }
         }

@@ -136,6 +136,11 @@ enum ExecEvents {
     Gdb,
 }
 
+/// A stopped thread's RIP, where it can be read.
+fn rip(tid: Pid) -> Option<u64> {
+    retrace_collector::control::rip(tid).ok()
+}
+
 /// gdbstub's thread id for a Linux thread.
 pub(crate) fn tid_of(pid: Pid) -> Tid {
     NonZeroUsize::new(pid.as_raw() as usize).expect("thread ids are positive")
@@ -155,6 +160,33 @@ fn poke_into(pid: Pid, address: u64, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let mem = std::fs::OpenOptions::new().write(true).open(format!("/proc/{pid}/mem"))?;
     mem.write_all_at(bytes, address)
+}
+
+/// The program's memory as the program has it: what the step observers
+/// (the trace rings, the full recording) read, with the stub's breakpoints
+/// and block-run `int3`s hidden. Built from the target's fields, so that an
+/// observer borrowed mutably beside it can read through it.
+struct ProgramMemory<'a> {
+    /// The process.
+    pid: Pid,
+    /// The stub's software breakpoints: address → original byte.
+    breakpoints: &'a HashMap<u64, u8>,
+    /// The block runs' own `int3`s.
+    blocks: &'a block_runs::BlockRuns,
+}
+
+impl ProgramMemory<'_> {
+    /// Reads at `address`; how many bytes were read.
+    fn read(&self, address: u64, buf: &mut [u8]) -> usize {
+        let n = process::read_memory(self.pid, address, buf);
+        self.blocks.hide(address, &mut buf[..n]);
+        for (i, byte) in buf[..n].iter_mut().enumerate() {
+            if let Some(original) = self.breakpoints.get(&(address + i as u64)) {
+                *byte = *original;
+            }
+        }
+        n
+    }
 }
 
 impl ProcessTarget {
@@ -246,14 +278,7 @@ impl ProcessTarget {
     /// Reads the process's memory as the program has it now: our
     /// breakpoints hidden. Returns how many bytes were read.
     pub(super) fn program_memory(&self, address: u64, buf: &mut [u8]) -> usize {
-        let n = process::read_memory(self.pid, address, buf);
-        self.blocks.hide(address, &mut buf[..n]);
-        for (i, byte) in buf[..n].iter_mut().enumerate() {
-            if let Some(original) = self.breakpoints.get(&(address + i as u64)) {
-                *byte = *original;
-            }
-        }
-        n
+        ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks }.read(address, buf)
     }
 
     /// A signal deferred for a thread this resume would run: its stop,

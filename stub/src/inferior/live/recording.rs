@@ -26,7 +26,7 @@ use retrace_collector::process;
 use retrace_collector::trace_ring::{TraceRing, MIN_RING_SIZE};
 use retrace_decoder::x86::{FlowKind, InsnInfo};
 
-use super::{tid_of, ProcessTarget, INT3};
+use super::{rip, tid_of, ProcessTarget, ProgramMemory, INT3};
 use crate::inferior::InferiorError;
 use crate::inferior::{StopNote, StopReason, ThreadTraceStatus, TraceStart, TraceState, TraceStatus};
 
@@ -36,11 +36,6 @@ pub const MAX_RING_SIZE: u64 = 1 << 30;
 
 /// The largest PSB period exponent accepted (2^(7+11) = 256 KiB).
 pub const MAX_PSB_PERIOD: u64 = 7;
-
-/// A thread's RIP, where it can be read.
-pub(super) fn rip(tid: Pid) -> Option<u64> {
-    retrace_collector::control::rip(tid).ok()
-}
 
 /// Which recorder makes the traces (`retrace-stub --trace-with`, `monitor
 /// trace recorder`).
@@ -300,6 +295,56 @@ pub(super) const STEPS_IN_A_ROW: u32 = 256;
 const MAPPING_SYSCALLS: [u64; 4] = [9, 10, 11, 25];
 
 impl Tracing {
+    /// The instruction at `ip` as the program has it, and its first byte
+    /// (kept while its code cannot change).
+    fn decode_at(&mut self, program: &ProgramMemory, ip: u64) -> Option<(InsnInfo, u8)> {
+        if let Some(known) = self.code.decoded.get(ip) {
+            return Some(known);
+        }
+        let mut bytes = [0u8; 16];
+        let n = program.read(ip, &mut bytes);
+        let maps = self.code.maps.get_or_insert_with(|| process::read_maps(program.pid).unwrap_or_default());
+        self.code.decoded.decode(ip, &bytes[..n], maps)
+    }
+
+    /// A traced thread's single step ended (a `SIGTRAP` stop) with its PC
+    /// at `now`: the instruction it was about to execute goes into its
+    /// trace. Returns that instruction. (A signal-delivery stop comes before
+    /// the instruction runs: nothing is recorded for it.)
+    fn after_step(&mut self, program: &ProgramMemory, tid: Pid, now: u64) -> Option<InsnInfo> {
+        let pending = self.threads.get(&tid)?.next_ip;
+        let Some(ip) = pending else {
+            self.threads.get_mut(&tid)?.next_ip = Some(now);
+            return None;
+        };
+        let insn = self.decode_at(program, ip).map(|(insn, _)| insn);
+        if insn.is_some_and(|insn| insn.kind == FlowKind::Syscall) {
+            // The mappings may have changed: decode afresh.
+            if let Some(number) = ptrace::getregs(tid).ok().map(|regs| regs.orig_rax) {
+                if MAPPING_SYSCALLS.contains(&number) {
+                    self.code.clear();
+                }
+            }
+        }
+        if now == ip && insn.is_some_and(|insn| insn.kind == FlowKind::Other) {
+            // Nothing ran (a REP string instruction stops after each
+            // iteration without finishing, and counts once, as in hardware).
+            return None;
+        }
+        let time = self.clock.now();
+        let thread = self.threads.get_mut(&tid)?;
+        thread.next_ip = Some(now);
+        let ring = thread.ring()?;
+        match insn {
+            Some(insn) => ring.executed(ip, &insn, Some(now), time),
+            None => {
+                tracing::warn!(tid = tid.as_raw(), ip = format_args!("{ip:#x}"), "cannot decode an executed instruction: a gap in the trace");
+                ring.stopped(ip);
+            }
+        }
+        insn
+    }
+
     /// Whether `tid` is traced.
     pub(super) fn traces(&self, tid: Pid) -> bool {
         self.threads.contains_key(&tid)
@@ -435,14 +480,8 @@ impl ProcessTarget {
     /// The instruction at `ip` as the program has it (our breakpoints
     /// hidden), and its first byte.
     fn decode_at(&mut self, ip: u64) -> Option<(InsnInfo, u8)> {
-        if let Some(known) = self.tracing.code.decoded.get(ip) {
-            return Some(known);
-        }
-        let mut bytes = [0u8; 16];
-        let n = self.program_memory(ip, &mut bytes);
-        let code = &mut self.tracing.code;
-        let maps = code.maps.get_or_insert_with(|| process::read_maps(self.pid).unwrap_or_default());
-        code.decoded.decode(ip, &bytes[..n], maps)
+        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        self.tracing.decode_at(&program, ip)
     }
 
     /// Whether `ip` lies in a mapping no one can write (code that cannot
@@ -481,43 +520,14 @@ impl ProcessTarget {
         self.decode_at(ip).is_some_and(|(insn, _)| insn.kind != FlowKind::Syscall)
     }
 
-    /// A traced thread's single step ended (a `SIGTRAP` stop) with its PC
-    /// at `now`: the instruction it was about to execute goes into its
-    /// trace. Returns that instruction. (A signal-delivery stop comes before
-    /// the instruction runs: nothing is recorded for it.)
+    /// A recorded thread's single step ended (a `SIGTRAP` stop) with its
+    /// PC at `now`: every step observer hears of it — the full recording
+    /// ([`ProcessTarget::step_done`]), then the thread's trace ring, which
+    /// returns the instruction that ran.
     pub(super) fn record_progress(&mut self, tid: Pid, now: u64) -> Option<InsnInfo> {
         self.step_done(tid);
-        let pending = self.tracing.threads.get(&tid)?.next_ip;
-        let Some(ip) = pending else {
-            self.tracing.threads.get_mut(&tid)?.next_ip = Some(now);
-            return None;
-        };
-        let insn = self.decode_at(ip).map(|(insn, _)| insn);
-        if insn.is_some_and(|insn| insn.kind == FlowKind::Syscall) {
-            // The mappings may have changed: decode afresh.
-            if let Some(number) = ptrace::getregs(tid).ok().map(|regs| regs.orig_rax) {
-                if MAPPING_SYSCALLS.contains(&number) {
-                    self.tracing.code.clear();
-                }
-            }
-        }
-        if now == ip && insn.is_some_and(|insn| insn.kind == FlowKind::Other) {
-            // Nothing ran (a REP string instruction stops after each
-            // iteration without finishing, and counts once, as in hardware).
-            return None;
-        }
-        let time = self.tracing.clock.now();
-        let thread = self.tracing.threads.get_mut(&tid)?;
-        thread.next_ip = Some(now);
-        let ring = thread.ring()?;
-        match insn {
-            Some(insn) => ring.executed(ip, &insn, Some(now), time),
-            None => {
-                tracing::warn!(tid = tid.as_raw(), ip = format_args!("{ip:#x}"), "cannot decode an executed instruction: a gap in the trace");
-                ring.stopped(ip);
-            }
-        }
-        insn
+        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        self.tracing.after_step(&program, tid, now)
     }
 
     /// A traced thread is about to be resumed with `signal`: it is followed

@@ -12,7 +12,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use retrace_collector::control::{ProcessEvent, Resume, Spawn, Wait};
 
-use super::recording::{rip, STEPS_IN_A_ROW};
+use super::recording::STEPS_IN_A_ROW;
+use super::rip;
 use super::{tid_of, triggered_slot, ExecEvents, ProcessTarget};
 use retrace_collector::process;
 use crate::inferior::{StopNote, StopReason};
