@@ -37,11 +37,18 @@ impl ProcessTarget {
     /// reaped every other thread (the exec killed them), so waiting on it
     /// alone would wait for ever.
     pub(super) fn stop_others(&mut self, except: Option<Pid>) {
-        let mut waiting: BTreeSet<Pid> = self.running.iter().copied().filter(|t| Some(*t) != except).collect();
+        let waiting: BTreeSet<Pid> = self.running.iter().copied().filter(|t| Some(*t) != except).collect();
         for tid in &waiting {
             // SAFETY: tgkill has no memory-safety preconditions.
             unsafe { libc::syscall(libc::SYS_tgkill, self.pid.as_raw(), tid.as_raw(), libc::SIGSTOP) };
         }
+        self.wait_for_sigstops(waiting);
+    }
+
+    /// Takes the process's events until every thread of `waiting` has
+    /// stopped for the SIGSTOP the stub sent it (or is gone): the one loop
+    /// that waits for threads to stand still, whatever else comes first.
+    fn wait_for_sigstops(&mut self, mut waiting: BTreeSet<Pid>) {
         while !waiting.is_empty() {
             let event = match self.control.next_event(Wait::Block) {
                 Ok(Some(event)) => event,
@@ -221,34 +228,13 @@ impl ProcessTarget {
         if pending.is_none_or(|mask| mask & (1 << (libc::SIGSTOP - 1)) == 0) {
             return;
         }
-        // Delivered before the thread runs an instruction.
+        // Delivered before the thread runs an instruction (signals pending
+        // across the exec come first, and are deferred as any met while
+        // threads are stopped).
         if self.control.resume(tid, Resume::Free, None).is_err() {
             return;
         }
-        loop {
-            match self.control.next_event(Wait::Thread(tid)) {
-                Ok(Some(ProcessEvent::Signal(t, Signal::SIGSTOP))) if t == tid => return,
-                Ok(Some(event @ (ProcessEvent::Exited(_) | ProcessEvent::Killed(_)))) => {
-                    self.ended = process_end(event);
-                    self.thread_gone(tid);
-                    return;
-                }
-                Ok(Some(ProcessEvent::Signal(t, signal))) if t == tid => {
-                    // Pending across the exec, delivered before the SIGSTOP.
-                    self.deferred_signals.entry(tid).or_default().push_back(signal);
-                    let _ = self.control.resume(tid, Resume::Free, None);
-                }
-                Ok(Some(event)) => {
-                    tracing::debug!(?event, "an event while collecting a SIGSTOP after an exec");
-                    self.side_event(event);
-                    if let Some(stopped) = event.stopped_thread().filter(|&t| t == tid) {
-                        let _ = self.control.resume(stopped, Resume::Free, None);
-                    }
-                }
-                Ok(None) if !self.control.is_over() => {}
-                Ok(None) | Err(_) => return,
-            }
-        }
+        self.wait_for_sigstops(BTreeSet::from([tid]));
     }
 
     /// Bookkeeping for an event met while waiting for something else: a
