@@ -40,7 +40,7 @@ use super::{read_all_registers, tid_of, ProcessTarget, ProgramMemory};
 use crate::inferior::InferiorError;
 use crate::arch::Regs;
 use crate::inferior::frames::Flow;
-use crate::inferior::replay::{self, Breakpoints, Forward, History, Replayer, Step};
+use crate::inferior::replay::{Breakpoints, Forward, History, Replayer, Step};
 use crate::inferior::state_log::{Overwritten, StateLog};
 use crate::inferior::{GotoStop, GotoTarget, HistoryListing, HistoryOps, HistoryPosition, HistoryRequest, HistorySource, HistoryStatus, StopNote, StopReason};
 
@@ -130,6 +130,8 @@ struct Diversion {
 /// The recording and where the debugger stands in it.
 #[derive(Debug)]
 pub struct FullRecording {
+    /// The process recorded.
+    pid: Pid,
     mode: RecordMode,
     log: StateLog,
     prepared: HashMap<Pid, Prepared>,
@@ -306,9 +308,40 @@ impl FullRecording {
         }
     }
 
+    /// Thread `tid`'s registers before step `position` (the PC only in
+    /// `branch` mode).
+    fn registers_at(&self, tid: Pid, position: u64) -> Option<Regs> {
+        let regs = self.log.registers_at(tid.as_raw() as u64, position)?;
+        Some(match self.mode {
+            RecordMode::Full => regs,
+            RecordMode::Branch => Regs::only_pc(regs.rip),
+        })
+    }
+
+    /// Memory before step `position`, read over the process as it is now;
+    /// how many bytes are known.
+    fn memory_at(&self, program: &ProgramMemory, position: u64, address: u64, buf: &mut [u8]) -> usize {
+        match self.mode {
+            RecordMode::Full => self.log.read_at(position, address, buf, &mut |address, buf| program.read(address, buf)),
+            RecordMode::Branch => {
+                // Only what nobody can write.
+                let maps = process::read_maps(self.pid).unwrap_or_default();
+                let Some(m) = maps.iter().find(|m| m.start <= address && address < m.end && !m.writable) else { return 0 };
+                let n = buf.len().min((m.end - address) as usize);
+                program.read(address, &mut buf[..n])
+            }
+        }
+    }
+
+    /// The thread a stop at `position` is reported for.
+    fn thread_at(&self, position: u64) -> u64 {
+        let log = &self.log;
+        log.at(position).or_else(|| log.at(position.saturating_sub(1))).map_or(self.pid.as_raw() as u64, |(tid, _)| tid)
+    }
+
     /// An empty recording of `pid` as it is now.
     pub fn new(pid: Pid, mode: RecordMode) -> Self {
-        FullRecording { mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, replayer: Replayer::default(), info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None }
+        FullRecording { pid, mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, replayer: Replayer::default(), info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None }
     }
 }
 
@@ -468,7 +501,7 @@ impl ProcessTarget {
     /// past state.
     pub(super) fn divert(&mut self) -> Result<(), InferiorError> {
         let Some(position) = self.past() else { return Ok(()) };
-        let full = self.full.as_ref().expect("recording");
+        let Some(full) = self.full.as_ref() else { return Ok(()) };
         if full.mode == RecordMode::Branch {
             return Err(InferiorError::Refused("the past cannot be changed or run in `--record=branch` mode: only its instruction addresses are recorded".into()));
         }
@@ -506,7 +539,9 @@ impl ProcessTarget {
             }
         }
         tracing::debug!(position, "diversion from the past begins");
-        self.full.as_mut().expect("recording").diversion = Some(Diversion { memory, registers });
+        if let Some(full) = self.full.as_mut() {
+            full.diversion = Some(Diversion { memory, registers });
+        }
         Ok(())
     }
 
@@ -526,7 +561,7 @@ impl ProcessTarget {
         if forward && !full.replayer.is_armed() && !back() {
             return;
         }
-        let diversion = self.full.as_mut().expect("recording").diversion.take().expect("a diversion");
+        let Some(diversion) = self.full.as_mut().and_then(|full| full.diversion.take()) else { return };
         for run in &diversion.memory {
             let mut now = vec![0u8; run.old.len()];
             let n = process::read_memory(self.pid, run.address, &mut now);
@@ -578,12 +613,7 @@ impl ProcessTarget {
     /// Registers of `tid` at the past `position`: `None` when the history
     /// does not change them (a thread that never ran in it).
     pub(super) fn past_registers(&self, tid: Pid, position: u64) -> Option<Regs> {
-        let full = self.full.as_ref()?;
-        let regs = full.log.registers_at(tid.as_raw() as u64, position)?;
-        Some(match full.mode {
-            RecordMode::Full => regs,
-            RecordMode::Branch => Regs::only_pc(regs.rip),
-        })
+        self.full.as_ref()?.registers_at(tid, position)
     }
 
     /// In the past: the threads there, in the order they started — each
@@ -617,40 +647,33 @@ impl ProcessTarget {
 
     /// Memory at the past `position`.
     pub(super) fn past_memory(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
-        let Some(full) = self.full.as_ref() else { return 0 };
-        match full.mode {
-            RecordMode::Full => full.log.read_at(position, address, buf, &mut |address, buf| self.program_memory(address, buf)),
-            RecordMode::Branch => {
-                // Only what nobody can write.
-                let maps = process::read_maps(self.pid).unwrap_or_default();
-                let Some(m) = maps.iter().find(|m| m.start <= address && address < m.end && !m.writable) else { return 0 };
-                let n = buf.len().min((m.end - address) as usize);
-                self.program_memory(address, &mut buf[..n])
-            }
-        }
+        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        self.full.as_ref().map_or(0, |full| full.memory_at(&program, position, address, buf))
     }
 
     fn thread_at(&self, position: u64) -> u64 {
-        LiveHistory { target: self }.thread_at(position)
+        self.full.as_ref().map_or(self.pid.as_raw() as u64, |full| full.thread_at(position))
     }
 
     fn boundary(&self, position: u64, pos: ReplayLogPosition) -> StopReason {
-        replay::boundary(&LiveHistory { target: self }, position, pos)
+        let tid = gdbstub::common::Tid::new(self.thread_at(position) as usize).unwrap_or(tid_of(self.pid));
+        StopReason::ReplayLog { tid: Some(tid), pos }
     }
 
     /// Runs `action` with the replayer standing where the debugger stands
     /// (the end of the history at the present), over the recording; the
     /// debugger stands where it leaves the replayer.
-    pub(super) fn replay<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> R {
-        let full = self.full.as_mut().expect("recording");
+    /// `None` without a recording.
+    pub(super) fn replay<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
+        let breakpoints = self.breakpoint_table();
+        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        let full = self.full.as_mut()?;
         let mut replayer = std::mem::take(&mut full.replayer);
         replayer.move_to(full.position.unwrap_or(full.log.len()));
-        let breakpoints = self.breakpoint_table();
-        let result = action(&mut replayer, &LiveHistory { target: self }, &breakpoints);
-        let full = self.full.as_mut().expect("recording");
+        let result = action(&mut replayer, &LiveHistory { full, program }, &breakpoints);
         full.position = (replayer.position() < full.log.len()).then_some(replayer.position());
         full.replayer = replayer;
-        result
+        Some(result)
     }
 
     /// See [`crate::inferior::Inferior::take_stood_still`].
@@ -664,11 +687,11 @@ impl ProcessTarget {
     /// `None`: the live process is to run on.
     pub(super) fn replay_forwards(&mut self, step: Option<Pid>) -> Option<StopReason> {
         let step_tid = step.map(|t| t.as_raw() as u64);
-        match self.replay(|replayer, history, breakpoints| replayer.run_forwards(history, breakpoints, step_tid)) {
+        match self.replay(|replayer, history, breakpoints| replayer.run_forwards(history, breakpoints, step_tid))? {
             Forward::Stopped(stop) => return Some(stop),
             Forward::End => {}
         }
-        let len = self.full.as_ref().expect("recording").log.len();
+        let len = self.full.as_ref()?.log.len();
         if step.is_none() && len > 0 {
             // Arriving at the present where a breakpoint sits: the thread
             // that ran last stops there before running it, as on the
@@ -683,9 +706,9 @@ impl ProcessTarget {
 
 }
 
-impl HistoryOps for ProcessTarget {
+impl HistoryOps for FullRecording {
     fn history_status(&self) -> HistoryStatus {
-        let full = self.full.as_ref().expect("recording");
+        let full = &*self;
         let len = full.log.len();
         let index = full.position.unwrap_or(len);
         let tid = self.thread_at(index);
@@ -712,7 +735,7 @@ impl HistoryOps for ProcessTarget {
 
     /// `goto begin|end|ID [TID] [--hold]`.
     fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, InferiorError> {
-        let full = self.full.as_ref().expect("recording");
+        let full = &*self;
         let len = full.log.len();
         if len == 0 {
             return Err(InferiorError::Refused("the history is empty: nothing has run since recording started".into()));
@@ -726,14 +749,14 @@ impl HistoryOps for ProcessTarget {
             }
         };
         let pc = full.log.at(position).map(|(_, pc)| pc);
-        self.full.as_mut().expect("recording").replayer.arm(position, hold);
+        self.replayer.arm(position, hold);
         let tid = self.thread_at(position);
-        let id = self.full.as_ref().expect("recording").log.steps_of_thread_before(tid, position);
+        let id = self.log.steps_of_thread_before(tid, position);
         Ok(GotoStop { tid, id, pc })
     }
 
     fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, InferiorError> {
-        let full = self.full.as_ref().expect("recording");
+        let full = &*self;
         let position = full.position.unwrap_or(full.log.len());
         let tid = request.tid.unwrap_or_else(|| self.thread_at(position));
         let id = request.before.unwrap_or_else(|| full.log.steps_of_thread_before(tid, position));
@@ -744,12 +767,13 @@ impl HistoryOps for ProcessTarget {
 /// The live recording as a [`History`]: its state log, read over the
 /// process (at the end of the history, the present).
 struct LiveHistory<'a> {
-    target: &'a ProcessTarget,
+    full: &'a FullRecording,
+    program: ProgramMemory<'a>,
 }
 
 impl LiveHistory<'_> {
     fn log(&self) -> &StateLog {
-        &self.target.full.as_ref().expect("recording").log
+        &self.full.log
     }
 }
 
@@ -763,8 +787,7 @@ impl History for LiveHistory<'_> {
     }
 
     fn thread_at(&self, position: u64) -> u64 {
-        let log = self.log();
-        log.at(position).or_else(|| log.at(position.saturating_sub(1))).map_or(self.target.pid.as_raw() as u64, |(tid, _)| tid)
+        self.full.thread_at(position)
     }
 
     fn previous_of_thread(&self, tid: u64, before: u64) -> Option<u64> {
@@ -804,11 +827,11 @@ impl History for LiveHistory<'_> {
     }
 
     fn registers_at(&self, tid: u64, position: u64) -> Option<Regs> {
-        self.target.past_registers(Pid::from_raw(tid as i32), position)
+        self.full.registers_at(Pid::from_raw(tid as i32), position)
     }
 
     /// (Position `len()` reads the present.)
     fn memory_at(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
-        self.target.past_memory(position, address, buf)
+        self.full.memory_at(&self.program, position, address, buf)
     }
 }

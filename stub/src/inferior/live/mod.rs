@@ -479,10 +479,7 @@ impl Inferior for ProcessTarget {
     }
 
     fn support_history(&mut self) -> Option<&mut dyn crate::inferior::HistoryOps> {
-        match self.full_recording() {
-            true => Some(self),
-            false => None,
-        }
+        self.full.as_mut().map(|full| full as &mut dyn crate::inferior::HistoryOps)
     }
 
     fn records_history_when_asked(&self) -> bool {
@@ -650,7 +647,7 @@ impl MultiThreadResume for ProcessTarget {
 
 impl crate::inferior::replay::TimeTravel for ProcessTarget {
     fn replay_history<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
-        self.full_recording().then(|| self.replay(action))
+        self.replay(action)
     }
 
     fn before_move(&mut self) {
