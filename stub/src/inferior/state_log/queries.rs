@@ -222,8 +222,8 @@ impl StateLog {
         while end > 0 {
             let chunk = (end - 1) / CHUNK;
             if any_within(addresses, self.pc_bounds[chunk]) {
-                if let Some(k) = last_of(&self.instructions[chunk * CHUNK..end], &ids) {
-                    return Some((chunk * CHUNK + k) as u64);
+                if let Some(i) = (chunk * CHUNK..end).rev().find(|&i| ids.binary_search(&self.instructions[i]).is_ok()) {
+                    return Some(i as u64);
                 }
             }
             end = chunk * CHUNK;
@@ -240,8 +240,8 @@ impl StateLog {
             let chunk = start / CHUNK;
             let end = ((chunk + 1) * CHUNK).min(self.instructions.len());
             if any_within(addresses, self.pc_bounds[chunk]) {
-                if let Some(k) = first_of(&self.instructions[start..end], &ids) {
-                    return Some((start + k) as u64);
+                if let Some(i) = (start..end).find(|&i| ids.binary_search(&self.instructions[i]).is_ok()) {
+                    return Some(i as u64);
                 }
             }
             start = end;
@@ -389,25 +389,5 @@ impl StateLog {
             i -= 1;
         }
         0
-    }
-}
-
-/// Where the last of `steps` is one of `ids` (sorted): a slice walked
-/// without bounds checks, one comparison a step for a single id (a
-/// breakpoint's address decodes to one instruction).
-fn last_of(steps: &[u32], ids: &[u32]) -> Option<usize> {
-    match ids {
-        [] => None,
-        [id] => steps.iter().rposition(|step| step == id),
-        _ => steps.iter().rposition(|step| ids.binary_search(step).is_ok()),
-    }
-}
-
-/// Where the first of `steps` is one of `ids` (sorted); see [`last_of`].
-fn first_of(steps: &[u32], ids: &[u32]) -> Option<usize> {
-    match ids {
-        [] => None,
-        [id] => steps.iter().position(|step| step == id),
-        _ => steps.iter().position(|step| ids.binary_search(step).is_ok()),
     }
 }
