@@ -33,7 +33,9 @@
 //! it), and each write as its address (the signed difference from the
 //! previous write's) and length in LEB128, then the old bytes. Where every
 //! [`CHUNK`]-th step's record starts is kept, so a record is found by
-//! reading at most `CHUNK - 1` others. Which thread ran is kept per run of
+//! reading at most `CHUNK - 1` others; which instructions ran is kept
+//! per [`SPAN`] steps as a filter, and the lowest and highest address per
+//! `CHUNK`, for searches to pass over. Which thread ran is kept per run of
 //! steps, the call depth per step in one byte beside a mark every
 //! [`CHUNK`] steps. `docs/benchmarks.md` has what this costs per
 //! instruction against GDB's `record full`.
@@ -47,11 +49,13 @@ use crate::arch::{Regs, REGISTER_COUNT};
 use crate::inferior::frames::Flow;
 
 use records::{change_of, register_value, reserve, Change, Records};
+use id_filter::{IdFilter, SPAN};
 use steps::{FrameBlock, ThreadSteps, FRAME_BLOCK};
 use words::{index_words, WordWrites};
 
 pub use steps::CHECKPOINT_EVERY;
 
+mod id_filter;
 mod queries;
 mod records;
 mod steps;
@@ -89,6 +93,9 @@ pub struct StateLog {
     code_index: HashMap<(u64, Flow), u32>,
     /// The lowest and highest address of every [`CHUNK`] steps.
     pc_bounds: Vec<(u64, u64)>,
+    /// The instructions every [`SPAN`] steps ran, as a filter searches
+    /// pass over spans by.
+    span_ids: Vec<IdFilter>,
     /// (first position, thread) of every run of one thread's steps.
     thread_runs: Vec<(u64, u64)>,
     /// Each step's record (see the module documentation).
@@ -167,7 +174,7 @@ impl StateLog {
         let pages: usize = self.bulk_pages.capacity() * entry(24) + self.bulk_pages.values().map(vec).sum::<usize>();
         let mappings: usize = [&self.mappings, &self.lost].iter().map(|list| vec(list) + list.iter().map(|(_, m)| vec(m)).sum::<usize>()).sum();
         let code = vec(&self.code) + self.code_index.capacity() * entry(16);
-        vec(&self.instructions) + code + vec(&self.pc_bounds) + vec(&self.thread_runs) + vec(&self.records) + vec(&self.record_starts) + threads + words + pages + mappings
+        vec(&self.instructions) + code + vec(&self.pc_bounds) + vec(&self.span_ids) + vec(&self.thread_runs) + vec(&self.records) + vec(&self.record_starts) + threads + words + pages + mappings
     }
 
     /// The thread that ran step `position`.
@@ -226,6 +233,12 @@ impl StateLog {
         let id = *self.code_index.entry((pc, flow)).or_insert(next_id);
         if id == next_id {
             self.code.push((pc, flow));
+        }
+        if position as usize % SPAN == 0 {
+            self.span_ids.push(IdFilter::default());
+        }
+        if let Some(filter) = self.span_ids.last_mut() {
+            filter.insert(id);
         }
         reserve(&mut self.instructions, 1);
         self.instructions.push(id);

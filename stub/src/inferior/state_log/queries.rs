@@ -4,13 +4,13 @@
 
 use std::ops::Range;
 
-
 use crate::arch::Regs;
 use crate::inferior::frames::{Executed, Flow, FrameStep};
 
 use super::records::{register_value, set_register_value, RegisterChange};
 use super::steps::{ThreadSteps, FRAME_BLOCK};
 use super::words::{any_within, first_in_words, last_in_words};
+use super::id_filter::SPAN;
 use super::{StateLog, CHUNK, PAGE, SMALL_WRITE};
 
 impl StateLog {
@@ -214,12 +214,18 @@ impl StateLog {
     }
 
     /// The latest step before `before` whose address is one of
-    /// `addresses` (sorted), passing over whole chunks that ran nowhere
-    /// near them.
+    /// `addresses` (sorted), passing over whole spans whose instructions
+    /// surely were none of them and whole chunks that ran nowhere near
+    /// them.
     pub fn last_pc_before(&self, addresses: &[u64], before: u64) -> Option<u64> {
         let ids = self.ids_at(addresses);
         let mut end = before.min(self.len()) as usize;
-        while end > 0 {
+        while end > 0 && !ids.is_empty() {
+            let span = (end - 1) / SPAN;
+            if !self.span_ids[span].may_hold_any(&ids) {
+                end = span * SPAN;
+                continue;
+            }
             let chunk = (end - 1) / CHUNK;
             if any_within(addresses, self.pc_bounds[chunk]) {
                 if let Some(i) = (chunk * CHUNK..end).rev().find(|&i| ids.binary_search(&self.instructions[i]).is_ok()) {
@@ -232,11 +238,17 @@ impl StateLog {
     }
 
     /// The first step at or after `from` whose address is one of
-    /// `addresses` (sorted).
+    /// `addresses` (sorted), passing over spans and chunks as
+    /// [`StateLog::last_pc_before`] does.
     pub fn first_pc_from(&self, addresses: &[u64], from: u64) -> Option<u64> {
         let ids = self.ids_at(addresses);
         let mut start = from as usize;
-        while start < self.instructions.len() {
+        while start < self.instructions.len() && !ids.is_empty() {
+            let span = start / SPAN;
+            if !self.span_ids[span].may_hold_any(&ids) {
+                start = (span + 1) * SPAN;
+                continue;
+            }
             let chunk = start / CHUNK;
             let end = ((chunk + 1) * CHUNK).min(self.instructions.len());
             if any_within(addresses, self.pc_bounds[chunk]) {

@@ -244,9 +244,12 @@ fn searches_by_address_and_by_write_find_what_a_walk_finds() {
     let mut random = xorshift(0x5851f42d4c957f2d);
     let mut log = StateLog::new(vec![0x1000..0x3000]);
     let mut tid = 1;
-    for _ in 0..4000u64 {
-        // Stretches of steps far from the addresses searched for.
-        let pc = if random(300) < 3 { 0x10 + random(4) } else { 0x1000 + random(64) };
+    for step in 0..12_000u64 {
+        // Stretches of steps far from the addresses searched for, and
+        // whole spans of steps without them (steps 0..5000 and
+        // 6000..11000 run only 0x1000..0x1040).
+        let rare = (5000..6000).contains(&step) || step >= 11_000;
+        let pc = if rare && random(30) < 3 { 0x10 + random(4) } else { 0x1000 + random(64) };
         let writes = (0..random(3))
             .map(|_| {
                 let len = if random(12) == 0 { 17 + random(5000) } else { [1, 2, 4, 8, 16][random(5) as usize] };
