@@ -128,6 +128,14 @@ impl Int3s {
         self.original.clear();
     }
 
+    /// Reads `pid`'s memory at `address` into `buf` as the program holds
+    /// it, without these breakpoints; returns how many bytes were read.
+    pub fn read_hidden(&self, pid: Pid, address: u64, buf: &mut [u8]) -> usize {
+        let n = crate::process::read_memory(pid, address, buf);
+        self.hide(address, &mut buf[..n]);
+        n
+    }
+
     /// Replaces in `buf`, read from `address`, every `int3` of ours with
     /// the program's byte.
     pub fn hide(&self, address: u64, buf: &mut [u8]) {

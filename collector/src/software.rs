@@ -256,19 +256,13 @@ impl Recorder<'_> {
 
     /// Reads code at `ip` as it is without our breakpoints.
     fn read_code(&self, ip: u64, buf: &mut [u8]) -> usize {
-        let n = process::read_memory(self.pid, ip, buf);
-        self.int3s.hide(ip, &mut buf[..n]);
-        n
+        self.int3s.read_hidden(self.pid, ip, buf)
     }
 
     fn decode_at(&mut self, ip: u64) -> Option<InsnInfo> {
-        if let Some((insn, _)) = self.insn_cache.get(ip) {
-            return Some(insn);
-        }
-        let mut bytes = [0u8; 16];
-        let n = self.read_code(ip, &mut bytes);
         // Code in writable mappings may change under us (JIT): never kept.
-        self.insn_cache.decode(ip, &bytes[..n], &self.maps).map(|(insn, _)| insn)
+        let (pid, int3s, maps) = (self.pid, &self.int3s, &self.maps);
+        self.insn_cache.decode(ip, |bytes| int3s.read_hidden(pid, ip, bytes), || maps).map(|(insn, _)| insn)
     }
 
     fn record_executed(&mut self, tid: Pid, ip: u64, insn: &InsnInfo, next: Option<u64>) {

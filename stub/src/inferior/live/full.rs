@@ -40,7 +40,7 @@ use super::{read_all_registers, tid_of, ProcessTarget, ProgramMemory};
 use crate::inferior::InferiorError;
 use crate::arch::Regs;
 use crate::inferior::frames::Flow;
-use crate::inferior::replay::{Breakpoints, Forward, History, Replayer, Step};
+use crate::inferior::replay::{self, Breakpoints, Forward, History, Replayer, Step};
 use crate::inferior::state_log::{Overwritten, StateLog};
 use crate::inferior::{GotoStop, GotoTarget, HistoryListing, HistoryOps, HistoryPosition, HistoryRequest, HistorySource, HistoryStatus, StopNote, StopReason};
 
@@ -576,7 +576,7 @@ impl ProcessTarget {
     /// Tells the full recording, a step observer, that thread `tid` is
     /// about to step (resumed with `signal`).
     pub(super) fn prepare_step(&mut self, tid: Pid, signal: Option<Signal>) {
-        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        let program = program_memory_of!(self);
         if let Some(full) = self.full.as_mut() {
             full.before_step(&program, tid, signal);
         }
@@ -584,7 +584,7 @@ impl ProcessTarget {
 
     /// Tells the full recording that thread `tid` finished a step.
     pub(super) fn step_done(&mut self, tid: Pid) {
-        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        let program = program_memory_of!(self);
         if let Some(full) = self.full.as_mut() {
             full.after_step(&program, tid);
         }
@@ -647,17 +647,12 @@ impl ProcessTarget {
 
     /// Memory at the past `position`.
     pub(super) fn past_memory(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
-        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        let program = program_memory_of!(self);
         self.full.as_ref().map_or(0, |full| full.memory_at(&program, position, address, buf))
     }
 
     fn thread_at(&self, position: u64) -> u64 {
         self.full.as_ref().map_or(self.pid.as_raw() as u64, |full| full.thread_at(position))
-    }
-
-    fn boundary(&self, position: u64, pos: ReplayLogPosition) -> StopReason {
-        let tid = gdbstub::common::Tid::new(self.thread_at(position) as usize).unwrap_or(tid_of(self.pid));
-        StopReason::ReplayLog { tid: Some(tid), pos }
     }
 
     /// Runs `action` with the replayer standing where the debugger stands
@@ -666,7 +661,7 @@ impl ProcessTarget {
     /// `None` without a recording.
     pub(super) fn replay<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
         let breakpoints = self.breakpoint_table();
-        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        let program = program_memory_of!(self);
         let full = self.full.as_mut()?;
         let mut replayer = std::mem::take(&mut full.replayer);
         replayer.move_to(full.position.unwrap_or(full.log.len()));
@@ -701,7 +696,10 @@ impl ProcessTarget {
                 return Some(StopReason::SwBreak(tid_of(tid)));
             }
         }
-        self.history_end_stops.then(|| self.boundary(len, ReplayLogPosition::End))
+        if !self.history_end_stops {
+            return None;
+        }
+        self.replay(|_, history, _| replay::boundary(history, len, ReplayLogPosition::End))
     }
 
 }

@@ -35,6 +35,15 @@ use crate::arch::{RegNumber, Regs};
 use crate::inferior::{copy_window, Inferior, MemoryRegion, Movement, StopNote, StopReason};
 use crate::inferior::replay::{Breakpoints, History, Replayer};
 
+/// The program's memory as [`ProgramMemory`] reads it, from a
+/// `ProcessTarget`'s fields only (so that another of its fields can be
+/// borrowed mutably beside it).
+macro_rules! program_memory_of {
+    ($target:expr) => {
+        ProgramMemory { pid: $target.pid, breakpoints: &$target.breakpoints, blocks: &$target.blocks }
+    };
+}
+
 mod block_runs;
 mod breakpoints;
 mod full;
@@ -278,7 +287,7 @@ impl ProcessTarget {
     /// Reads the process's memory as the program has it now: our
     /// breakpoints hidden. Returns how many bytes were read.
     pub(super) fn program_memory(&self, address: u64, buf: &mut [u8]) -> usize {
-        ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks }.read(address, buf)
+        program_memory_of!(self).read(address, buf)
     }
 
     /// A signal deferred for a thread this resume would run: its stop,

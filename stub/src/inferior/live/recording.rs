@@ -298,13 +298,8 @@ impl Tracing {
     /// The instruction at `ip` as the program has it, and its first byte
     /// (kept while its code cannot change).
     fn decode_at(&mut self, program: &ProgramMemory, ip: u64) -> Option<(InsnInfo, u8)> {
-        if let Some(known) = self.code.decoded.get(ip) {
-            return Some(known);
-        }
-        let mut bytes = [0u8; 16];
-        let n = program.read(ip, &mut bytes);
-        let maps = self.code.maps.get_or_insert_with(|| process::read_maps(program.pid).unwrap_or_default());
-        self.code.decoded.decode(ip, &bytes[..n], maps)
+        let maps = &mut self.code.maps;
+        self.code.decoded.decode(ip, |bytes| program.read(ip, bytes), || maps.get_or_insert_with(|| process::read_maps(program.pid).unwrap_or_default()))
     }
 
     /// A traced thread's single step ended (a `SIGTRAP` stop) with its PC
@@ -480,7 +475,7 @@ impl ProcessTarget {
     /// The instruction at `ip` as the program has it (our breakpoints
     /// hidden), and its first byte.
     fn decode_at(&mut self, ip: u64) -> Option<(InsnInfo, u8)> {
-        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        let program = program_memory_of!(self);
         self.tracing.decode_at(&program, ip)
     }
 
@@ -526,7 +521,7 @@ impl ProcessTarget {
     /// returns the instruction that ran.
     pub(super) fn record_progress(&mut self, tid: Pid, now: u64) -> Option<InsnInfo> {
         self.step_done(tid);
-        let program = ProgramMemory { pid: self.pid, breakpoints: &self.breakpoints, blocks: &self.blocks };
+        let program = program_memory_of!(self);
         self.tracing.after_step(&program, tid, now)
     }
 
