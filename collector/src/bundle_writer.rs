@@ -8,7 +8,7 @@ use retrace_decoder::bundle::{
     BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress, Recorder, TraceBundle, TscConversion,
 };
 
-use crate::software::{ImageRecording, Recording};
+use crate::software::{FullStateStream, ImageRecording, Recording};
 
 /// Why a bundle could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -84,15 +84,28 @@ pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Res
         let image_dir = dir.join(format!("exec{number}"));
         io(&image_dir, std::fs::create_dir_all(&image_dir))?;
         let process = write_image(dir, "../", recording.pid, number, image)?;
-        write_description(&image_dir.join("trace.json"), recording, info, process, Vec::new())?;
+        let full_state = match &image.full_state {
+            Some(stream) => {
+                write_full_state(&image_dir, "state.rtstate", stream)?;
+                Some("state.rtstate".to_string())
+            }
+            None => None,
+        };
+        write_description(&image_dir.join("trace.json"), recording, info, process, Vec::new(), full_state)?;
         exec_images.push(relative);
     }
-    let first = match recording.images.first() {
-        Some(image) => write_image(dir, "", recording.pid, 0, image)?,
-        None => write_image(dir, "", recording.pid, 0, &ImageRecording::default())?,
+    let empty = ImageRecording::default();
+    let image = recording.images.first().unwrap_or(&empty);
+    let first = write_image(dir, "", recording.pid, 0, image)?;
+    let full_state = match &image.full_state {
+        Some(stream) => {
+            write_full_state(dir, "state.rtstate", stream)?;
+            Some("state.rtstate".to_string())
+        }
+        None => None,
     };
     let json_path = dir.join("trace.json");
-    write_description(&json_path, recording, info, first, exec_images)?;
+    write_description(&json_path, recording, info, first, exec_images, full_state)?;
     Ok(json_path)
 }
 
@@ -102,6 +115,7 @@ fn write_description(
     info: &BundleInfo,
     process: BundleProcess,
     exec_images: Vec<String>,
+    full_state: Option<String>,
 ) -> Result<(), BundleWriteError> {
     let bundle = TraceBundle {
         kind: "intel-pt".into(),
@@ -118,6 +132,7 @@ fn write_description(
             version: env!("CARGO_PKG_VERSION").into(),
             cpu_info_is_synthetic: info.cpu_info_is_synthetic,
             exec_images,
+            full_state,
         }),
     };
     io(path, std::fs::write(path, bundle.to_json()))
@@ -173,17 +188,7 @@ fn write_image(dir: &Path, up: &str, pid: u32, number: usize, image: &ImageRecor
                 io(&path, std::fs::write(&path, bytes))?;
                 name
             }
-            None => {
-                let name = format!("modules/{}", module.path.trim_start_matches('/'));
-                let path = dir.join(&name);
-                if !path.exists() {
-                    if let Some(parent) = path.parent() {
-                        io(parent, std::fs::create_dir_all(parent))?;
-                    }
-                    io(Path::new(&module.path), std::fs::copy(&module.path, &path))?;
-                }
-                name
-            }
+            None => copy_file(dir, &module.path)?,
         };
         modules.push(BundleModule {
             system_path: module.path.clone(),
@@ -192,5 +197,49 @@ fn write_image(dir: &Path, up: &str, pid: u32, number: usize, image: &ImageRecor
             uuid: None,
         });
     }
+    // The other files mapped (data files), for the full state's file
+    // mappings: up to a size (a byte of a larger one is unavailable).
+    if image.full_state.is_some() {
+        for path in &image.mapped_files {
+            if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAPPED_FILE_MAX) {
+                copy_file(dir, path)?;
+            }
+        }
+    }
     Ok(BundleProcess { pid: pid as u64, triple: Some("x86_64-pc-linux-gnu".into()), threads, modules, jitdumps: Vec::new() })
+}
+
+/// The largest data file a full-state bundle keeps a copy of.
+const MAPPED_FILE_MAX: u64 = 64 << 20;
+
+/// Copies the file at `path` to `modules/<path>` under `dir` (once);
+/// returns that relative name. Full-state readers find any mapped file
+/// there.
+fn copy_file(dir: &Path, path: &str) -> Result<String, BundleWriteError> {
+    let name = format!("modules/{}", path.trim_start_matches('/'));
+    let copy = dir.join(&name);
+    if !copy.exists() {
+        if let Some(parent) = copy.parent() {
+            io(parent, std::fs::create_dir_all(parent))?;
+        }
+        io(Path::new(path), std::fs::copy(path, &copy))?;
+    }
+    Ok(name)
+}
+
+/// Writes an image's full-state stream as `name` under `dir` (the stored
+/// beginning moved there, the rest appended).
+fn write_full_state(dir: &Path, name: &str, stream: &FullStateStream) -> Result<(), BundleWriteError> {
+    let path = dir.join(name);
+    match &stream.stored {
+        Some((stored, _)) => {
+            if std::fs::rename(stored, &path).is_err() {
+                io(&path, std::fs::copy(stored, &path).map(drop))?;
+                let _ = std::fs::remove_file(stored);
+            }
+            let mut file = io(&path, std::fs::OpenOptions::new().append(true).open(&path))?;
+            io(&path, std::io::Write::write_all(&mut file, &stream.bytes))
+        }
+        None => io(&path, std::fs::write(&path, &stream.bytes)),
+    }
 }

@@ -134,7 +134,7 @@ impl<T> OpenImage<T> {
             .into_iter()
             .map(|(tid, _, trace)| ThreadRecording { tid: tid.as_raw() as u32, trace, trace_file: None, instructions: 0, instruction_log: None })
             .collect();
-        ImageRecording { threads, modules: self.modules }
+        ImageRecording { threads, modules: self.modules, full_state: None, mapped_files: Vec::new() }
     }
 
     fn refresh_modules(&mut self, pid: Pid) {

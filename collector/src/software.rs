@@ -127,6 +127,22 @@ pub struct ImageRecording {
     pub threads: Vec<ThreadRecording>,
     /// Modules seen mapped while this image ran.
     pub modules: Vec<LoadedModule>,
+    /// Every register and memory change, when recorded with full state.
+    pub full_state: Option<FullStateStream>,
+    /// The files mapped that are not modules (data files), for the full
+    /// state's file mappings.
+    pub mapped_files: Vec<String>,
+}
+
+/// A full-state stream ([`retrace_decoder::full_state`]): its beginning
+/// stored as it grew (the bundle writer moves it into the bundle), then
+/// the rest.
+#[derive(Debug, Clone, Default)]
+pub struct FullStateStream {
+    /// Where the beginning is stored, and its length.
+    pub stored: Option<(std::path::PathBuf, usize)>,
+    /// The bytes after it.
+    pub bytes: Vec<u8>,
 }
 
 /// A finished recording.
@@ -483,7 +499,7 @@ impl Recorder<'_> {
             })
             .collect();
         threads.sort_by_key(|(order, _)| *order);
-        ImageRecording { threads: threads.into_iter().map(|(_, t)| t).collect(), modules: std::mem::take(&mut self.modules) }
+        ImageRecording { threads: threads.into_iter().map(|(_, t)| t).collect(), modules: std::mem::take(&mut self.modules), full_state: None, mapped_files: Vec::new() }
     }
 
     /// `execve` succeeded in `former` (now `tid`): the old image's traces end

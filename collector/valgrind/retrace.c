@@ -33,6 +33,22 @@
  *   'F' u64 ip           the program ends (the last record) with the
  *                        running thread at ip: after its exit system call,
  *                        or at the instruction a fatal signal stopped.
+ * With --retrace-full=yes (full state), besides:
+ *   'R' u16 index u8 n, n x (u8 register, u64 value)
+ *        the instruction `index` of the superblock entered last changed
+ *        these registers (numbered as collector/src/valgrind/log.rs says);
+ *   'W' u16 index u64 address u16 size, bytes   it wrote memory (the bytes
+ *        as they are after it);
+ *   'D' u16 index u64 address u16 size          it read memory;
+ *   'r' u32 number u8 n, n x (u8 register, u64 value)   the thread's
+ *        registers changed other than by an instruction (a system call's
+ *        result, a signal delivered, its first registers);
+ *   'K' u32 number u64 address u64 size, bytes  memory written other than
+ *        by an instruction (by the kernel in the thread's system call, a
+ *        signal frame; number 0: before the program's first instruction);
+ *   'Z' u64 start u64 length    memory mapped zero-filled (anonymous, brk);
+ *   'U' u64 start u64 length    memory unmapped;
+ *   'C' u64 from u64 to u64 length   memory moved (mremap).
  * The log starts with "RTVGLOG2" and a 'P' u32 pid record. With
  * --retrace-server=127.0.0.1:PORT each program image's log is a TCP
  * connection to retrace (which converts it while the program runs; a
@@ -55,6 +71,7 @@
 #include "pub_tool_vki.h"
 #include "pub_tool_vkiscnums.h"
 #include "pub_tool_mallocfree.h"
+#include "libvex_guest_amd64.h"
 
 /* Exported by Valgrind's core (its --log-socket and its own files use
    them) though not declared in the tool headers. */
@@ -92,6 +109,13 @@ static Addr predicted = 0;
 static Int way_slot = -1;
 static UInt way_slot_max = 0;
 static Bool in_foreign_code = False;
+/* --retrace-full=yes: every register and byte the program changes. */
+static Bool full = False;
+/* By slot: whether its registers were logged since it began. */
+static Bool pieces_known[MAX_SLOTS];
+/* By slot: whether its thread was named in a 'T' record since it began
+   (its registers are logged from then on). */
+static Bool introduced[MAX_SLOTS];
 
 static void flush(void)
 {
@@ -120,6 +144,25 @@ static inline void put(const void* bytes, UInt n)
       flush();
    VG_(memcpy)(buffer + used, bytes, n);
    used += n;
+}
+
+/* Any number of bytes (more than the buffer holds go straight out). */
+static void put_bytes(const void* bytes, ULong n)
+{
+   if (n <= sizeof buffer) {
+      put(bytes, (UInt)n);
+      return;
+   }
+   flush();
+   while (n > 0 && log_fd >= 0) {
+      Int done = VG_(write)(log_fd, bytes, n > (1 << 30) ? (1 << 30) : (UInt)n);
+      if (done <= 0) {
+         VG_(umsg)("retrace: cannot write the log\n");
+         VG_(exit)(1);
+      }
+      bytes = (const UChar*)bytes + done;
+      n -= done;
+   }
 }
 
 static inline void put_u8(UChar v) { put(&v, 1); }
@@ -187,14 +230,33 @@ static void log_mapping(Addr a, SizeT len)
    put(name, n);
 }
 
+static void zero_mapped(Addr a, SizeT len, Bool readable_now);
+static void kernel_wrote(ThreadId slot, Addr a, SizeT len);
+
+static Bool is_file_mapping(Addr a)
+{
+   NSegment const* seg = VG_(am_find_nsegment)(a);
+   return seg != NULL && seg->kind == SkFileC;
+}
+
 static void new_mem_startup(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong di_handle)
 {
    log_mapping(a, len);
+   /* Full state: a file's unwritable mapping is the file's bytes; what
+      may differ (data, bss, the stack) is logged as it is. */
+   if (!full || len == 0)
+      return;
+   if (!is_file_mapping(a))
+      zero_mapped(a, len, rr);
+   else if (ww && rr)
+      kernel_wrote(VG_INVALID_THREADID, a, len);
 }
 
 static void new_mem_mmap(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong di_handle)
 {
    log_mapping(a, len);
+   if (full && !is_file_mapping(a))
+      zero_mapped(a, len, False);
 }
 
 static UInt thread_number(ThreadId slot)
@@ -205,16 +267,22 @@ static UInt thread_number(ThreadId slot)
    return number_of_slot[slot];
 }
 
+static void log_thread_state(ThreadId slot);
+
 static void start_client_code(ThreadId slot, ULong blocks_done)
 {
-   if (slot == running_slot)
-      return;
-   running_slot = slot;
-   last_slot = slot;
-   predicted = 0;
-   put_u8('T');
-   put_u32(thread_number(slot));
-   put_u32((UInt)VG_(gettid)());
+   if (slot != running_slot) {
+      running_slot = slot;
+      last_slot = slot;
+      predicted = 0;
+      put_u8('T');
+      put_u32(thread_number(slot));
+      put_u32((UInt)VG_(gettid)());
+      introduced[slot] = True;
+   }
+   /* Whatever changed its registers since it last ran (a system call, a
+      signal delivered, its creation). */
+   log_thread_state(slot);
 }
 
 static void thread_create(ThreadId parent, ThreadId child)
@@ -229,6 +297,8 @@ static void thread_exit(ThreadId slot)
    put_u32(thread_number(slot));
    put_u64(VG_(get_IP)(slot));
    number_of_slot[slot] = 0;
+   pieces_known[slot] = False;
+   introduced[slot] = False;
    if (running_slot == slot)
       running_slot = VG_INVALID_THREADID;
 }
@@ -322,6 +392,386 @@ static void at_fork_pre(ThreadId tid)
    flush();
 }
 
+/* ---- Full state (--retrace-full=yes) ----
+
+   Registers are logged as 8-byte pieces, numbered for retrace:
+     0..15   rax rbx rcx rdx rsi rdi rbp rsp r8..r15 (GDB's order)
+     16      rflags (computed from Valgrind's flags thunk, DF, ID, AC)
+     17, 18  fs_base, gs_base
+     32+2n, 33+2n   xmm n, bytes 0..7 and 8..15 (n = 0..15)
+     64+2n, 65+2n   ymm n, bytes 16..23 and 24..31
+     96      Valgrind's SSE rounding mode
+     100+k   x87 register k (physical), as Valgrind keeps it (a double)
+     108 FTOP, 109 the eight tag bytes, 110 x87 rounding, 111 C3..C0
+   Each thread's last logged values are kept here; an instruction's
+   helper compares the pieces it may have written and logs those that
+   changed. */
+#define PIECES 112
+#define PIECE_RFLAGS 16
+#define STATE_UNITS 128
+#define NOT_LOGGED 0xff
+static Int piece_offset[PIECES];
+static UChar piece_of_unit[STATE_UNITS];
+/* The guest state's range the flags are computed from. */
+static Int flags_from = 0, flags_to = 0;
+/* By slot: the values last logged. */
+static ULong* logged_pieces[MAX_SLOTS];
+
+static void set_piece(UInt piece, Int offset)
+{
+   piece_offset[piece] = offset;
+   piece_of_unit[offset / 8] = (UChar)piece;
+}
+
+static void init_pieces(void)
+{
+   Int k;
+   const Int gprs[16] = {
+      offsetof(VexGuestAMD64State, guest_RAX), offsetof(VexGuestAMD64State, guest_RBX),
+      offsetof(VexGuestAMD64State, guest_RCX), offsetof(VexGuestAMD64State, guest_RDX),
+      offsetof(VexGuestAMD64State, guest_RSI), offsetof(VexGuestAMD64State, guest_RDI),
+      offsetof(VexGuestAMD64State, guest_RBP), offsetof(VexGuestAMD64State, guest_RSP),
+      offsetof(VexGuestAMD64State, guest_R8), offsetof(VexGuestAMD64State, guest_R9),
+      offsetof(VexGuestAMD64State, guest_R10), offsetof(VexGuestAMD64State, guest_R11),
+      offsetof(VexGuestAMD64State, guest_R12), offsetof(VexGuestAMD64State, guest_R13),
+      offsetof(VexGuestAMD64State, guest_R14), offsetof(VexGuestAMD64State, guest_R15),
+   };
+   const Int flags[7] = {
+      offsetof(VexGuestAMD64State, guest_CC_OP), offsetof(VexGuestAMD64State, guest_CC_DEP1),
+      offsetof(VexGuestAMD64State, guest_CC_DEP2), offsetof(VexGuestAMD64State, guest_CC_NDEP),
+      offsetof(VexGuestAMD64State, guest_DFLAG), offsetof(VexGuestAMD64State, guest_IDFLAG),
+      offsetof(VexGuestAMD64State, guest_ACFLAG),
+   };
+   tl_assert(sizeof(VexGuestAMD64State) <= STATE_UNITS * 8);
+   for (k = 0; k < STATE_UNITS; k++)
+      piece_of_unit[k] = NOT_LOGGED;
+   for (k = 0; k < PIECES; k++)
+      piece_offset[k] = -1;
+   for (k = 0; k < 16; k++)
+      set_piece(k, gprs[k]);
+   flags_from = flags[0];
+   flags_to = flags[0] + 8;
+   for (k = 0; k < 7; k++) {
+      piece_of_unit[flags[k] / 8] = PIECE_RFLAGS;
+      if (flags[k] < flags_from)
+         flags_from = flags[k];
+      if (flags[k] + 8 > flags_to)
+         flags_to = flags[k] + 8;
+   }
+   set_piece(17, offsetof(VexGuestAMD64State, guest_FS_CONST));
+   set_piece(18, offsetof(VexGuestAMD64State, guest_GS_CONST));
+   for (k = 0; k < 16; k++) {
+      Int ymm = offsetof(VexGuestAMD64State, guest_YMM0) + 32 * k;
+      set_piece(32 + 2 * k, ymm);
+      set_piece(33 + 2 * k, ymm + 8);
+      set_piece(64 + 2 * k, ymm + 16);
+      set_piece(65 + 2 * k, ymm + 24);
+   }
+   set_piece(96, offsetof(VexGuestAMD64State, guest_SSEROUND));
+   for (k = 0; k < 8; k++)
+      set_piece(100 + k, offsetof(VexGuestAMD64State, guest_FPREG) + 8 * k);
+   set_piece(108, offsetof(VexGuestAMD64State, guest_FTOP));
+   set_piece(109, offsetof(VexGuestAMD64State, guest_FPTAG));
+   set_piece(110, offsetof(VexGuestAMD64State, guest_FPROUND));
+   set_piece(111, offsetof(VexGuestAMD64State, guest_FC3210));
+}
+
+static inline ULong piece_value(const VexGuestAMD64State* state, UInt piece)
+{
+   if (piece == PIECE_RFLAGS)
+      return LibVEX_GuestAMD64_get_rflags(state);
+   return *(const ULong*)((const UChar*)state + piece_offset[piece]);
+}
+
+static ULong* pieces_of(ThreadId slot)
+{
+   tl_assert(slot < MAX_SLOTS);
+   if (logged_pieces[slot] == NULL)
+      logged_pieces[slot] = VG_(malloc)("retrace.pieces", PIECES * sizeof(ULong));
+   return logged_pieces[slot];
+}
+
+/* Logs the pieces of `state` in `lo`/`hi` (bit p: piece p, p < 64 in lo)
+   that differ from what was logged last for `slot`: as 'R' with `index`,
+   or as 'r' for the thread when index < 0. */
+static void log_changed(ThreadId slot, const VexGuestAMD64State* state, Int index, ULong lo, ULong hi)
+{
+   UChar record[8 + PIECES * 9];
+   UInt n = 0, used_bytes;
+   UInt p;
+   ULong* last = pieces_of(slot);
+   Bool known = pieces_known[slot];
+   if (index >= 0) {
+      UShort i = (UShort)index;
+      record[0] = 'R';
+      VG_(memcpy)(record + 1, &i, 2);
+      used_bytes = 4;
+   } else {
+      UInt number = thread_number(slot);
+      record[0] = 'r';
+      VG_(memcpy)(record + 1, &number, 4);
+      used_bytes = 6;
+   }
+   for (p = 0; p < PIECES; p++) {
+      ULong value;
+      if (!((p < 64 ? lo >> p : hi >> (p - 64)) & 1) || (piece_offset[p] < 0 && p != PIECE_RFLAGS))
+         continue;
+      value = piece_value(state, p);
+      if (known && value == last[p])
+         continue;
+      last[p] = value;
+      record[used_bytes] = (UChar)p;
+      VG_(memcpy)(record + used_bytes + 1, &value, 8);
+      used_bytes += 9;
+      n++;
+   }
+   pieces_known[slot] = True;
+   if (n == 0)
+      return;
+   record[index >= 0 ? 3 : 5] = (UChar)n;
+   put(record, used_bytes);
+}
+
+/* Every piece of thread `slot` that changed since it was logged (or all,
+   the first time): what changed other than by an instruction. */
+static void log_thread_state(ThreadId slot)
+{
+   VexGuestAMD64State state;
+   if (!full || slot == VG_INVALID_THREADID || slot >= MAX_SLOTS || !introduced[slot])
+      return;
+   VG_(get_shadow_regs_area)(slot, (UChar*)&state, 0, 0, sizeof state);
+   log_changed(slot, &state, -1, ~0ULL, ~0ULL);
+}
+
+/* The instruction `index` of the running superblock may have written the
+   pieces in lo/hi. */
+static void regs_written(HWord state, HWord index, HWord lo, HWord hi)
+{
+   if (running_slot == VG_INVALID_THREADID)
+      return;
+   log_changed(running_slot, (const VexGuestAMD64State*)state, (Int)index, lo, hi);
+}
+
+static VG_REGPARM(3) void stored(HWord index, HWord address, HWord size)
+{
+   UShort i = (UShort)index, n = (UShort)size;
+   put_u8('W');
+   put_u16(i);
+   put_u64(address);
+   put_u16(n);
+   put((const void*)address, n);
+}
+
+static VG_REGPARM(3) void loaded(HWord index, HWord address, HWord size)
+{
+   put_u8('D');
+   put_u16((UShort)index);
+   put_u64(address);
+   put_u16((UShort)size);
+}
+
+static void kernel_wrote(ThreadId slot, Addr a, SizeT len)
+{
+   put_u8('K');
+   put_u32(slot == VG_INVALID_THREADID ? 0 : thread_number(slot));
+   put_u64(a);
+   put_u64(len);
+   put_bytes((const void*)a, len);
+}
+
+static void post_mem_write(CorePart part, ThreadId slot, Addr a, SizeT len)
+{
+   if (full && len > 0)
+      kernel_wrote(slot, a, len);
+}
+
+static void post_reg_write(CorePart part, ThreadId slot, PtrdiffT offset, SizeT size)
+{
+   log_thread_state(slot);
+}
+
+static void range_record(UChar tag, Addr a, SizeT len)
+{
+   if (!full || len == 0)
+      return;
+   put_u8(tag);
+   put_u64(a);
+   put_u64(len);
+}
+
+/* Zero-filled memory mapped at `a`; what is already written in it (a
+   startup mapping: the stack) logged as the kernel's. */
+static void zero_mapped(Addr a, SizeT len, Bool readable_now)
+{
+   Addr page;
+   range_record('Z', a, len);
+   if (!readable_now)
+      return;
+   for (page = a; page < a + len; page += 4096) {
+      const ULong* words = (const ULong*)page;
+      SizeT size = a + len - page < 4096 ? a + len - page : 4096;
+      SizeT k;
+      for (k = 0; k < size / 8; k++) {
+         if (words[k] != 0) {
+            kernel_wrote(VG_INVALID_THREADID, page, size);
+            break;
+         }
+      }
+   }
+}
+
+static void new_mem_brk(Addr a, SizeT len, ThreadId slot)
+{
+   range_record('Z', a, len);
+}
+
+static void die_mem(Addr a, SizeT len)
+{
+   range_record('U', a, len);
+}
+
+static void copy_mem_remap(Addr from, Addr to, SizeT len)
+{
+   if (!full || len == 0)
+      return;
+   put_u8('C');
+   put_u64(from);
+   put_u64(to);
+   put_u64(len);
+}
+
+/* The pieces a write of `size` bytes at guest state `offset` touches. */
+static void mark_written(Int offset, Int size, ULong* lo, ULong* hi)
+{
+   Int unit;
+   if (offset < 0 || size <= 0)
+      return;
+   for (unit = offset / 8; unit <= (offset + size - 1) / 8 && unit < STATE_UNITS; unit++) {
+      UChar p = piece_of_unit[unit];
+      if (p == NOT_LOGGED)
+         continue;
+      if (p < 64)
+         *lo |= 1ULL << p;
+      else
+         *hi |= 1ULL << (p - 64);
+   }
+}
+
+/* Adds the helper logging the pieces instruction `index` wrote so far. */
+static void flush_written(IRSB* out, Int index, ULong* lo, ULong* hi)
+{
+   IRDirty* d;
+   Int from = 1 << 30, to = 0, p;
+   if (index < 0 || (*lo == 0 && *hi == 0))
+      return;
+   for (p = 0; p < PIECES; p++) {
+      if (!((p < 64 ? *lo >> p : *hi >> (p - 64)) & 1))
+         continue;
+      if (p == PIECE_RFLAGS) {
+         if (flags_from < from)
+            from = flags_from;
+         if (flags_to > to)
+            to = flags_to;
+      } else if (piece_offset[p] >= 0) {
+         if (piece_offset[p] < from)
+            from = piece_offset[p];
+         if (piece_offset[p] + 8 > to)
+            to = piece_offset[p] + 8;
+      }
+   }
+   d = unsafeIRDirty_0_N(0, "regs_written", VG_(fnptr_to_fnentry)(&regs_written),
+                         mkIRExprVec_4(IRExpr_GSPTR(), mkIRExpr_HWord((HWord)index), mkIRExpr_HWord(*lo), mkIRExpr_HWord(*hi)));
+   /* It reads the guest state: the pieces must be there, not in temps. */
+   d->nFxState = 1;
+   VG_(memset)(&d->fxState[0], 0, sizeof d->fxState[0]);
+   d->fxState[0].fx = Ifx_Read;
+   d->fxState[0].offset = (UShort)from;
+   d->fxState[0].size = (UShort)(to - from);
+   addStmtToIRSB(out, IRStmt_Dirty(d));
+   *lo = 0;
+   *hi = 0;
+}
+
+/* Adds a call of `helper` (stored or loaded) for `size` bytes at `address`,
+   when `guard` holds (NULL: always). */
+static void add_access(IRSB* out, const HChar* name, void* helper, Int index, IRExpr* address, Int size, IRExpr* guard)
+{
+   IRDirty* d;
+   if (size <= 0)
+      return;
+   d = unsafeIRDirty_0_N(3, name, VG_(fnptr_to_fnentry)(helper),
+                         mkIRExprVec_3(mkIRExpr_HWord((HWord)index), deepCopyIRExpr(address), mkIRExpr_HWord((HWord)size)));
+   if (guard != NULL)
+      d->guard = deepCopyIRExpr(guard);
+   addStmtToIRSB(out, IRStmt_Dirty(d));
+}
+
+/* Full state: what statement `st` (of instruction `index`, already
+   added to `out`) wrote or read. */
+static void instrument_effects(IRSB* out, IRStmt* st, Int index, ULong* lo, ULong* hi)
+{
+   switch (st->tag) {
+   case Ist_Put:
+      mark_written(st->Ist.Put.offset, sizeofIRType(typeOfIRExpr(out->tyenv, st->Ist.Put.data)), lo, hi);
+      break;
+   case Ist_PutI: {
+      IRRegArray* array = st->Ist.PutI.details->descr;
+      mark_written(array->base, array->nElems * sizeofIRType(array->elemTy), lo, hi);
+      break;
+   }
+   case Ist_WrTmp:
+      if (st->Ist.WrTmp.data->tag == Iex_Load)
+         add_access(out, "loaded", &loaded, index, st->Ist.WrTmp.data->Iex.Load.addr, sizeofIRType(st->Ist.WrTmp.data->Iex.Load.ty), NULL);
+      break;
+   case Ist_LoadG: {
+      IRLoadG* load = st->Ist.LoadG.details;
+      IRType ty = Ity_INVALID, widened = Ity_INVALID;
+      typeOfIRLoadGOp(load->cvt, &widened, &ty);
+      add_access(out, "loaded", &loaded, index, load->addr, sizeofIRType(ty), load->guard);
+      break;
+   }
+   case Ist_Store:
+      add_access(out, "stored", &stored, index, st->Ist.Store.addr, sizeofIRType(typeOfIRExpr(out->tyenv, st->Ist.Store.data)), NULL);
+      break;
+   case Ist_StoreG: {
+      IRStoreG* store = st->Ist.StoreG.details;
+      add_access(out, "stored", &stored, index, store->addr, sizeofIRType(typeOfIRExpr(out->tyenv, store->data)), store->guard);
+      break;
+   }
+   case Ist_CAS: {
+      IRCAS* cas = st->Ist.CAS.details;
+      Int size = sizeofIRType(typeOfIRExpr(out->tyenv, cas->dataLo)) * (cas->dataHi != NULL ? 2 : 1);
+      add_access(out, "loaded", &loaded, index, cas->addr, size, NULL);
+      add_access(out, "stored", &stored, index, cas->addr, size, NULL);
+      break;
+   }
+   case Ist_LLSC:
+      if (st->Ist.LLSC.storedata == NULL)
+         add_access(out, "loaded", &loaded, index, st->Ist.LLSC.addr, sizeofIRType(typeOfIRTemp(out->tyenv, st->Ist.LLSC.result)), NULL);
+      else
+         add_access(out, "stored", &stored, index, st->Ist.LLSC.addr, sizeofIRType(typeOfIRExpr(out->tyenv, st->Ist.LLSC.storedata)), NULL);
+      break;
+   case Ist_Dirty: {
+      IRDirty* d = st->Ist.Dirty.details;
+      Int k;
+      for (k = 0; k < d->nFxState; k++) {
+         if (d->fxState[k].fx == Ifx_Write || d->fxState[k].fx == Ifx_Modify) {
+            Int r;
+            for (r = 0; r <= d->fxState[k].nRepeats; r++)
+               mark_written(d->fxState[k].offset + r * d->fxState[k].repeatLen, d->fxState[k].size, lo, hi);
+         }
+      }
+      if (d->mFx == Ifx_Read || d->mFx == Ifx_Modify)
+         add_access(out, "loaded", &loaded, index, d->mAddr, d->mSize, d->guard);
+      if (d->mFx == Ifx_Write || d->mFx == Ifx_Modify)
+         add_access(out, "stored", &stored, index, d->mAddr, d->mSize, d->guard);
+      break;
+   }
+   default:
+      break;
+   }
+}
+
 static Bool is_client_code(Addr a)
 {
    NSegment const* seg = VG_(am_find_nsegment)(a);
@@ -343,6 +793,10 @@ static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayo
    IRSB* out = deepCopyIRSBExceptStmts(in);
    Int i = 0;
    Int exits = 0;
+   /* Full state: the instruction the statements are of, and the pieces
+      it wrote since they were last logged. */
+   Int index = -1;
+   ULong written_lo = 0, written_hi = 0;
    UInt id;
    Addr entry;
    Bool ours;
@@ -428,6 +882,10 @@ static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayo
    }
    for (; i < in->stmts_used; i++) {
       IRStmt* st = in->stmts[i];
+      if (full && (st->tag == Ist_IMark || st->tag == Ist_Exit))
+         flush_written(out, index, &written_lo, &written_hi);
+      if (st->tag == Ist_IMark)
+         index++;
       if (st->tag == Ist_Exit) {
          IRDirty* d = unsafeIRDirty_0_N(2, "left_at", VG_(fnptr_to_fnentry)(&left_at),
                                         mkIRExprVec_2(mkIRExpr_HWord(exits), mkIRExpr_HWord(exit_target(st))));
@@ -436,7 +894,11 @@ static IRSB* instrument(VgCallbackClosure* closure, IRSB* in, const VexGuestLayo
          addStmtToIRSB(out, IRStmt_Dirty(d));
       }
       addStmtToIRSB(out, st);
+      if (full)
+         instrument_effects(out, st, index, &written_lo, &written_hi);
    }
+   if (full)
+      flush_written(out, index, &written_lo, &written_hi);
    return out;
 }
 
@@ -451,6 +913,9 @@ static Bool process_option(const HChar* arg)
    if (VG_INT_CLO(arg, "--retrace-max-insns", max_instructions)) {
       return True;
    }
+   if (VG_BOOL_CLO(arg, "--retrace-full", full)) {
+      return True;
+   }
    return False;
 }
 
@@ -459,6 +924,7 @@ static void print_usage(void)
    VG_(printf)("    --retrace-server=IP:PORT   send each image's log to retrace there\n");
    VG_(printf)("    --retrace-out=PATH   write the log to PATH.<pid>.<n>\n");
    VG_(printf)("    --retrace-max-insns=N   end the program after about N instructions\n");
+   VG_(printf)("    --retrace-full=yes   also log every register and memory write, and what the kernel writes\n");
 }
 
 static void print_debug_usage(void)
@@ -472,6 +938,20 @@ static void post_clo_init(void)
       VG_(exit)(1);
    }
    open_log();
+   if (full) {
+      /* Every register in the guest state at every instruction: else
+         VEX keeps a value in a temporary when a later instruction of the
+         superblock overwrites it, and the helpers could not see it. (As
+         --vex-iropt-register-updates=allregs-at-each-insn.) */
+      VG_(clo_vex_control).iropt_register_updates_default = VexRegUpdAllregsAtEachInsn;
+      VG_(clo_px_file_backed) = VexRegUpdAllregsAtEachInsn;
+      VG_(track_post_mem_write)(post_mem_write);
+      VG_(track_post_reg_write)(post_reg_write);
+      VG_(track_new_mem_brk)(new_mem_brk);
+      VG_(track_die_mem_brk)(die_mem);
+      VG_(track_die_mem_munmap)(die_mem);
+      VG_(track_copy_mem_remap)(copy_mem_remap);
+   }
 }
 
 static void fini(Int exitcode)
@@ -500,6 +980,7 @@ static void pre_clo_init(void)
    VG_(track_pre_thread_ll_exit)(thread_exit);
    VG_(track_pre_deliver_signal)(deliver_signal);
    VG_(atfork)(at_fork_pre, NULL, at_fork_child);
+   init_pieces();
 }
 
 VG_DETERMINE_INTERFACE_VERSION(pre_clo_init)

@@ -10,6 +10,8 @@
 //!   and a byte-exact encoder used by the software recorder.
 //! * [`xray`] — LLVM XRay logs (basic and flight-data-recorder modes, every
 //!   version), instrumentation maps and per-thread call timelines.
+//! * [`full_state`] — full-state recordings: every register and memory
+//!   change beside a recording's Intel PT, encoded and decoded as a stream.
 //! * [`jitdump`] — perf jitdump files (what JIT runtimes write for
 //!   `perf inject --jit`): records, and the generated functions by address
 //!   and time, placed into an [`image::Image`] and a [`symbols::Symbolizer`].
@@ -27,6 +29,7 @@
 pub mod bundle;
 pub mod calls;
 pub mod flow;
+pub mod full_state;
 pub mod history;
 pub mod image;
 pub mod item;

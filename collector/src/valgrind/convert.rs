@@ -8,13 +8,14 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use retrace_decoder::full_state::{StateRecord, StateWriter};
 use retrace_decoder::history::AddressHasher;
 use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 
 use super::log::{log_records, parse_record, LogError, LogRecord, Parsed, ENTERED_NEXT, LOG_MAGIC};
 use crate::process::LoadedModule;
 use crate::pt_writer::{StraightRun, ThreadPtWriter, DEFAULT_PSB_PERIOD};
-use crate::software::{ImageRecording, ThreadRecording};
+use crate::software::{FullStateStream, ImageRecording, ThreadRecording};
 
 /// Signals a faulting instruction raises (SIGILL, SIGTRAP, SIGBUS, SIGFPE,
 /// SIGSEGV): delivered at that instruction, which did not complete.
@@ -57,6 +58,9 @@ struct ThreadState {
     /// The last instruction, waiting for where control went after it.
     pending: Option<Instruction>,
     log: Option<Vec<u64>>,
+    /// Instructions counted so far (the pending one included), as the
+    /// trace numbers them: where full-state records are placed.
+    steps: u64,
 }
 
 impl ThreadState {
@@ -79,6 +83,7 @@ impl ThreadState {
         if let Some(log) = self.log.as_mut() {
             log.push(insn.ip);
         }
+        self.steps += 1;
         self.pending = Some(insn);
     }
 
@@ -98,6 +103,7 @@ impl ThreadState {
                 // The run, but not the last instruction executed.
                 i = (insn.run_end as usize).min(instructions.len() - 1);
                 self.writer.executed_plain(insn.ip, (i - start) as u64, 0);
+                self.steps += (i - start) as u64;
                 if let Some(log) = self.log.as_mut() {
                     log.extend(instructions[start..i].iter().map(|x| x.ip));
                 }
@@ -120,6 +126,7 @@ impl ThreadState {
             self.writer.executed(previous.ip, &info, Some(first.ip), 0);
         }
         self.writer.executed_straight(first.ip, straight, 0);
+        self.steps += instructions.len() as u64;
         if let Some(log) = self.log.as_mut() {
             log.extend(instructions.iter().map(|x| x.ip));
         }
@@ -171,6 +178,7 @@ impl ThreadState {
                 if let Some(log) = self.log.as_mut() {
                     log.pop();
                 }
+                self.steps -= 1;
                 self.writer.disable_async(previous.ip);
             }
         }
@@ -277,6 +285,12 @@ pub struct LogConverter {
     /// Where instructions converted are counted for a progress display
     /// (with how many of this converter's were counted there).
     progress: Option<(Arc<std::sync::atomic::AtomicU64>, u64)>,
+    /// Full state: the stream written from the log's state records, and
+    /// where it is stored as it grows.
+    state: Option<StateWriter>,
+    state_stored: Option<(PathBuf, std::fs::File, usize)>,
+    /// State bytes taken from the writer that could not be stored.
+    state_kept: Vec<u8>,
 }
 
 impl LogConverter {
@@ -304,7 +318,126 @@ impl LogConverter {
             spill_error: None,
             fast: true,
             progress: None,
+            state: None,
+            state_stored: None,
+            state_kept: Vec::new(),
         }
+    }
+
+    /// Writes a full-state stream from the log's state records (a log the
+    /// tool wrote with `--retrace-full=yes`).
+    pub fn with_full_state(mut self, full: bool) -> Self {
+        self.state = full.then(StateWriter::new);
+        self
+    }
+
+    /// The thread running and its step count after instruction `index` of
+    /// the superblock entered last (counted as the trace counts: a REP
+    /// instruction's next iteration is the same instruction, an
+    /// undecodable one is none).
+    fn at_instruction(&self, index: u16) -> Option<(u32, u64)> {
+        let (id, _) = self.open?;
+        let superblock = self.superblocks.get(id as usize)?.as_ref()?;
+        let thread = self.threads.get(self.current?)?;
+        let first = superblock.instructions.first()?;
+        let last = (index as usize).min(superblock.instructions.len() - 1);
+        let counted = superblock.instructions[..=last].iter().filter(|i| i.info.is_some()).count() as u64;
+        let repeated = first.rep && thread.pending.is_some_and(|p| p.ip == first.ip);
+        Some((thread.tid, (thread.steps + counted).saturating_sub(repeated as u64)))
+    }
+
+    /// The thread the tool numbers `number` (the running one when it
+    /// does not know it) and its steps completed.
+    fn at_thread(&self, number: u32) -> Option<(u32, u64)> {
+        let index = self.numbers.get(&number).copied().or(self.current)?;
+        let thread = self.threads.get(index)?;
+        Some((thread.tid, thread.steps))
+    }
+
+    /// Writes a full-state record of thread `tid` (0: before any ran).
+    fn state_record(&mut self, tid: u32, record: StateRecord<'_>) {
+        let Some(state) = self.state.as_mut() else { return };
+        state.push(&StateRecord::Thread(tid));
+        state.push(&record);
+        if let Some((folder, at)) = &self.spill {
+            if state.pending_len() >= *at {
+                let bytes = state.take_bytes();
+                if self.state_stored.is_none() {
+                    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+                    let path = folder.join(format!("state.{}.rtstate", NEXT.fetch_add(1, Ordering::Relaxed)));
+                    match std::fs::File::create(&path) {
+                        Ok(file) => self.state_stored = Some((path, file, 0)),
+                        Err(error) => {
+                            self.spill_error.get_or_insert(format!("storing the full state in {}: {error}", path.display()));
+                            self.spill = None;
+                        }
+                    }
+                }
+                match self.state_stored.as_mut() {
+                    Some((path, file, len)) => match std::io::Write::write_all(file, &bytes) {
+                        Ok(()) => *len += bytes.len(),
+                        Err(error) => {
+                            let _ = file.set_len(*len as u64);
+                            self.spill_error.get_or_insert(format!("storing the full state in {}: {error}", path.display()));
+                            self.spill = None;
+                            self.state_kept.extend(bytes);
+                        }
+                    },
+                    None => self.state_kept.extend(bytes),
+                }
+            }
+        }
+    }
+
+    /// A state record the tool wrote inside a superblock (an instruction's
+    /// registers, writes and reads).
+    fn feed_instruction_state(&mut self, record: &LogRecord<'_>) {
+        let index = match record {
+            LogRecord::Registers { index, .. } | LogRecord::Wrote { index, .. } | LogRecord::Read { index, .. } => *index,
+            _ => return,
+        };
+        let Some((tid, at)) = self.at_instruction(index) else { return };
+        let state = match *record {
+            LogRecord::Registers { changes, .. } => StateRecord::Registers { at, by_instruction: true, changes: changes.iter().collect() },
+            LogRecord::Wrote { address, bytes, .. } => StateRecord::Wrote { at, by_instruction: true, address, bytes },
+            LogRecord::Read { address, size, .. } => StateRecord::Read { at, address, size: u64::from(size) },
+            _ => return,
+        };
+        self.state_record(tid, state);
+    }
+
+    /// A state record the tool wrote between superblocks (what changed
+    /// other than by an instruction).
+    fn feed_other_state(&mut self, record: &LogRecord<'_>) {
+        let current = || self.current.and_then(|i| self.threads.get(i)).map(|t| (t.tid, t.steps)).unwrap_or((0, 0));
+        let (tid, state) = match *record {
+            LogRecord::ThreadRegisters { number, changes } => {
+                let Some((tid, at)) = self.at_thread(number) else { return };
+                (tid, StateRecord::Registers { at, by_instruction: false, changes: changes.iter().collect() })
+            }
+            LogRecord::KernelWrote { number, address, bytes } => {
+                let (tid, at) = if number == 0 { (0, 0) } else { self.at_thread(number).unwrap_or_else(current) };
+                (tid, StateRecord::Wrote { at, by_instruction: false, address, bytes })
+            }
+            LogRecord::Zeroed { start, length } => {
+                let (tid, at) = current();
+                (tid, StateRecord::Zeroed { at, start, length })
+            }
+            LogRecord::Unmapped { start, length } => {
+                let (tid, at) = current();
+                (tid, StateRecord::Unmapped { at, start, length })
+            }
+            LogRecord::Moved { from, to, length } => {
+                let (tid, at) = current();
+                (tid, StateRecord::Moved { at, from, to, length })
+            }
+            LogRecord::Mapping { start, length, offset, path, .. } => {
+                let (tid, at) = current();
+                (tid, StateRecord::FileMapped { at, start, length, offset, path })
+            }
+            _ => return,
+        };
+        self.state_record(tid, state);
     }
 
     /// Stores each thread's stream in `folder` whenever `bytes` of it are
@@ -536,6 +669,11 @@ impl LogConverter {
         match record {
             LogRecord::LeftAt { exit } => return self.leave(exit as usize + 1),
             LogRecord::EnteredNext { way } => return self.entered_next(way),
+            // (Inside the superblock entered last: it stays open.)
+            LogRecord::Registers { .. } | LogRecord::Wrote { .. } | LogRecord::Read { .. } => {
+                self.feed_instruction_state(&record);
+                return Ok(());
+            }
             _ => {}
         }
         // A fault stops a superblock at the faulting instruction: what
@@ -597,7 +735,7 @@ impl LogConverter {
                 let (psb_period, keep) = (self.psb_period, self.keep_instruction_log);
                 let threads = &mut self.threads;
                 let index = *self.numbers.entry(number).or_insert_with(|| {
-                    threads.push(ThreadState { tid, writer: ThreadPtWriter::new(psb_period).without_timestamps(), stored: None, kept: Vec::new(), pending: None, log: keep.then(Vec::new) });
+                    threads.push(ThreadState { tid, writer: ThreadPtWriter::new(psb_period).without_timestamps(), stored: None, kept: Vec::new(), pending: None, log: keep.then(Vec::new), steps: 0 });
                     threads.len() - 1
                 });
                 self.threads[index].tid = tid;
@@ -625,7 +763,12 @@ impl LogConverter {
             }
             LogRecord::Mapping { start, length, offset, prot, path } => {
                 self.mappings.push((start, length, offset, prot, String::from_utf8_lossy(path).into_owned()));
+                self.feed_other_state(&record);
             }
+            LogRecord::ThreadRegisters { .. } | LogRecord::KernelWrote { .. } | LogRecord::Zeroed { .. } | LogRecord::Unmapped { .. } | LogRecord::Moved { .. } => {
+                self.feed_other_state(&record);
+            }
+            LogRecord::Registers { .. } | LogRecord::Wrote { .. } | LogRecord::Read { .. } => unreachable!("handled above"),
             LogRecord::Limit => self.limited = true,
             LogRecord::Process(_) => {}
             LogRecord::Final(ip) => {
@@ -670,7 +813,15 @@ impl LogConverter {
                 .unwrap_or(start.wrapping_sub(*offset));
             modules.push(LoadedModule { path: path.clone(), base, image: None });
         }
-        (ImageRecording { threads, modules }, self.undecodable)
+        let full_state = self.state.take().map(|mut state| {
+            let mut bytes = std::mem::take(&mut self.state_kept);
+            bytes.extend(state.take_bytes());
+            FullStateStream { bytes, stored: self.state_stored.take().map(|(path, _, len)| (path, len)) }
+        });
+        let mut mapped_files: Vec<String> = self.mappings.iter().map(|m| m.4.clone()).filter(|path| !path.ends_with("-amd64-linux") && !modules.iter().any(|m| &m.path == path)).collect();
+        mapped_files.sort();
+        mapped_files.dedup();
+        (ImageRecording { threads, modules, full_state, mapped_files }, self.undecodable)
     }
 }
 

@@ -85,6 +85,87 @@ pub enum LogRecord<'a> {
     Process(u32),
     /// The program ends with the running thread at `ip`.
     Final(u64),
+    /// Full state: instruction `index` of the superblock entered last
+    /// changed registers.
+    Registers {
+        /// The instruction's index in the superblock.
+        index: u16,
+        /// What changed.
+        changes: RegisterChanges<'a>,
+    },
+    /// Full state: thread `number`'s registers changed other than by an
+    /// instruction.
+    ThreadRegisters {
+        /// The tool's number for the thread.
+        number: u32,
+        /// What changed.
+        changes: RegisterChanges<'a>,
+    },
+    /// Full state: instruction `index` wrote `bytes` at `address` (the
+    /// bytes after it).
+    Wrote {
+        /// The instruction's index in the superblock.
+        index: u16,
+        /// First address.
+        address: u64,
+        /// The bytes.
+        bytes: &'a [u8],
+    },
+    /// Full state: instruction `index` read `size` bytes at `address`.
+    Read {
+        /// The instruction's index in the superblock.
+        index: u16,
+        /// First address.
+        address: u64,
+        /// How many bytes.
+        size: u16,
+    },
+    /// Full state: memory written other than by an instruction, in thread
+    /// `number`'s system call or signal delivery (0: before any ran).
+    KernelWrote {
+        /// The tool's number for the thread (0: none).
+        number: u32,
+        /// First address.
+        address: u64,
+        /// The bytes.
+        bytes: &'a [u8],
+    },
+    /// Full state: memory mapped zero-filled.
+    Zeroed {
+        /// First address.
+        start: u64,
+        /// Bytes.
+        length: u64,
+    },
+    /// Full state: memory unmapped.
+    Unmapped {
+        /// First address.
+        start: u64,
+        /// Bytes.
+        length: u64,
+    },
+    /// Full state: memory moved (`mremap`).
+    Moved {
+        /// Where it was.
+        from: u64,
+        /// Where it is.
+        to: u64,
+        /// Bytes.
+        length: u64,
+    },
+}
+
+/// Register changes as the tool logs them: (piece, value) pairs, 9 bytes
+/// each, read in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegisterChanges<'a>(&'a [u8]);
+
+impl<'a> RegisterChanges<'a> {
+    /// Each piece changed (numbered as [`retrace_decoder::full_state::piece`]
+    /// says) and its value.
+    pub fn iter(&self) -> impl Iterator<Item = (u8, u64)> + 'a {
+        self.0.chunks_exact(9).map(|pair| (pair[0], u64::from_le_bytes(pair[1..9].try_into().expect("9-byte chunks"))))
+    }
 }
 
 /// A log that cannot be read on from `offset`.
@@ -97,7 +178,7 @@ pub struct LogError {
     pub what: String,
 }
 
-const KNOWN_TAGS: &[u8] = b"BEXGTSQMLPF";
+const KNOWN_TAGS: &[u8] = b"BEXGTSQMLPFRrWDKZUC";
 
 /// The byte of a [`LogRecord::EnteredNext`]: this bit and the way.
 pub(super) const ENTERED_NEXT: u8 = 0x80;
@@ -234,6 +315,28 @@ impl<'a> LogReader<'a> {
             b'L' => LogRecord::Limit,
             b'P' => LogRecord::Process(self.u32()?),
             b'F' => LogRecord::Final(self.u64()?),
+            b'R' => {
+                let index = self.u16()?;
+                let n = self.u8()?;
+                LogRecord::Registers { index, changes: RegisterChanges(self.bytes(9 * n as usize)?) }
+            }
+            b'r' => {
+                let number = self.u32()?;
+                let n = self.u8()?;
+                LogRecord::ThreadRegisters { number, changes: RegisterChanges(self.bytes(9 * n as usize)?) }
+            }
+            b'W' => {
+                let (index, address, size) = (self.u16()?, self.u64()?, self.u16()?);
+                LogRecord::Wrote { index, address, bytes: self.bytes(size as usize)? }
+            }
+            b'D' => LogRecord::Read { index: self.u16()?, address: self.u64()?, size: self.u16()? },
+            b'K' => {
+                let (number, address, size) = (self.u32()?, self.u64()?, self.u64()?);
+                LogRecord::KernelWrote { number, address, bytes: self.bytes(usize::try_from(size).ok()?)? }
+            }
+            b'Z' => LogRecord::Zeroed { start: self.u64()?, length: self.u64()? },
+            b'U' => LogRecord::Unmapped { start: self.u64()?, length: self.u64()? },
+            b'C' => LogRecord::Moved { from: self.u64()?, to: self.u64()?, length: self.u64()? },
             _ => return None,
         })
     }

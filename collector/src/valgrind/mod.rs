@@ -23,6 +23,21 @@
 //! | `F` | u64 ip | the program ends with the running thread at `ip` (after its exit system call, or at the instruction a fatal signal stopped) |
 //! | `P` | u32 pid | the process the log is of (right after the magic) |
 //!
+//! With `--retrace-full=yes` (full state) the tool also logs what the
+//! program changed, which [`LogConverter`] writes as a full-state stream
+//! ([`retrace_decoder::full_state`]):
+//!
+//! | tag | fields | meaning |
+//! |---|---|---|
+//! | `R` | u16 index, u8 n, n × (u8 piece, u64 value) | instruction `index` of the superblock entered last changed these register pieces |
+//! | `r` | u32 number, u8 n, n × (u8 piece, u64 value) | thread `number`'s registers changed other than by an instruction |
+//! | `W` | u16 index, u64 address, u16 size, bytes | instruction `index` wrote memory (the bytes after) |
+//! | `D` | u16 index, u64 address, u16 size | instruction `index` read memory |
+//! | `K` | u32 number, u64 address, u64 size, bytes | memory written other than by an instruction (thread 0: at the start) |
+//! | `Z` | u64 start, u64 length | memory mapped zero-filled |
+//! | `U` | u64 start, u64 length | memory unmapped |
+//! | `C` | u64 from, u64 to, u64 length | memory moved |
+//!
 //! What Valgrind runs that the program does not (its `freeres` at exit,
 //! its replacement of the vsyscall page) is either switched off or logged as
 //! a gap; a REP string instruction, which Valgrind runs as one superblock
@@ -42,7 +57,7 @@ mod convert;
 mod log;
 
 pub use convert::{convert_log, convert_stream, ConvertedLog, LogConverter};
-pub use log::{log_records, parse_record, LogError, LogRecord, Parsed, LOG_MAGIC};
+pub use log::{log_records, parse_record, LogError, LogRecord, Parsed, RegisterChanges, LOG_MAGIC};
 
 /// One connection's log: the process it names (when it is the program's)
 /// and its conversion.
@@ -168,11 +183,14 @@ pub struct ValgrindOptions {
     /// Called about five times a second with the instructions converted so
     /// far (all images).
     pub progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+    /// Also record every register and memory change (each image's
+    /// [`crate::software::ImageRecording::full_state`]).
+    pub full_state: bool,
 }
 
 impl Default for ValgrindOptions {
     fn default() -> Self {
-        ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, max_instructions: None, spill_folder: None, stop: Arc::new(AtomicBool::new(false)), progress: None }
+        ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, max_instructions: None, spill_folder: None, stop: Arc::new(AtomicBool::new(false)), progress: None, full_state: false }
     }
 }
 
@@ -210,7 +228,8 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
                             let converter = LogConverter::new(options.psb_period, options.keep_instruction_log)
                                 .with_limit(options.max_instructions)
                                 .with_spill(options.spill_folder.clone(), SPILL_BYTES)
-                                .with_progress(converted);
+                                .with_progress(converted)
+                                .with_full_state(options.full_state);
                             let (pid, converted) = convert_stream(&mut stream, converter, &is_main)?;
                             Ok((pid.filter(|&pid| is_main(pid)), converted))
                         }));
@@ -235,6 +254,7 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
         .arg("--tool=retrace")
         .arg(format!("--retrace-server={address}"))
         .args(options.max_instructions.map(|n| format!("--retrace-max-insns={n}")))
+        .args(options.full_state.then_some("--retrace-full=yes"))
         .arg(program)
         .args(args)
         .spawn();

@@ -163,6 +163,10 @@ pub struct Recorder {
     /// follows them: its processes are this bundle's, then theirs.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub exec_images: Vec<String>,
+    /// The full-state stream (every register and memory change, see
+    /// [`crate::full_state`]), relative to this file, when recorded.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub full_state: Option<String>,
 }
 
 /// The whole `trace.json`.

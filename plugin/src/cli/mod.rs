@@ -99,7 +99,11 @@ enum Command {
         backend: record::Backend,
         /// The ptrace backend's mode: step (single-step every instruction,
         /// its default) or branch (a stop per branch). Given with `auto`,
-        /// it asks for the ptrace backend where Intel PT is missing.
+        /// it asks for the ptrace backend where Intel PT is missing. With
+        /// `--backend valgrind`: full records, beside the control flow,
+        /// every register and memory change and what the kernel wrote
+        /// (`state.rtstate` in the bundle), so that `retrace-stub --replay`
+        /// serves every past value.
         #[arg(long, value_enum)]
         mode: Option<record::Mode>,
         /// Bundle directory to write.

@@ -28,6 +28,7 @@ pub enum Backend {
 pub enum Mode {
     Step,
     Branch,
+    Full,
 }
 
 pub struct Args {
@@ -133,8 +134,11 @@ fn choose_backend(backend: Backend) -> Result<Option<PerfIntelPt>, CliError> {
 
 pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     clear_output(&args.output, args.force)?;
-    if args.backend == Backend::Valgrind {
+    if args.backend == Backend::Valgrind || (args.backend == Backend::Auto && args.mode == Some(Mode::Full)) {
         return run_valgrind(args);
+    }
+    if args.mode == Some(Mode::Full) {
+        return Err(CliError::Message("--mode full records under Valgrind: give --backend valgrind (or no --backend)".into()));
     }
     let hardware = choose_backend(args.backend)?;
     if hardware.is_none() && args.backend == Backend::Auto && args.mode.is_none() {
@@ -164,7 +168,7 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     let options = RecordOptions {
         mode: match mode {
             Mode::Step => StepMode::Step,
-            Mode::Branch => StepMode::Branch,
+            Mode::Branch | Mode::Full => StepMode::Branch,
         },
         max_instructions: args.max_insns,
         keep_instruction_log: args.insn_log,
@@ -183,7 +187,7 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
             backend: "software".into(),
             mode: Some(match mode {
                 Mode::Step => "step".into(),
-                Mode::Branch => "branch".into(),
+                Mode::Branch | Mode::Full => "branch".into(),
             }),
             cpu_info: CpuInfo::software_recording(),
             cpu_info_is_synthetic: true,
@@ -303,9 +307,11 @@ fn show_instructions(bar: indicatif::ProgressBar) -> Arc<dyn Fn(u64) + Send + Sy
 fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
     use retrace_collector::valgrind;
     valgrind::availability().map_err(|why| CliError::Message(format!("--backend valgrind: {why}")))?;
-    if args.mode.is_some() {
-        return Err(CliError::Message("--backend valgrind has no --mode (it sees every branch); --mode is the ptrace backend's".into()));
-    }
+    let full_state = match args.mode {
+        None => false,
+        Some(Mode::Full) => true,
+        Some(_) => return Err(CliError::Message("--backend valgrind sees every branch: its only --mode is full (every register and memory change too); step and branch are the ptrace backend's".into())),
+    };
     let stop = install_interrupt_handler();
     let mut command = args.command.into_iter();
     let program = command.next().expect("clap requires a program");
@@ -325,13 +331,14 @@ fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
         spill_folder: Some(spill.clone()),
         stop,
         progress: progress.clone().map(show_instructions),
+        full_state,
         ..Default::default()
     };
     let recorded = valgrind::record(&program, &rest, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")));
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-    let info = BundleInfo { backend: "valgrind".into(), mode: None, cpu_info: CpuInfo::software_recording(), cpu_info_is_synthetic: true };
+    let info = BundleInfo { backend: "valgrind".into(), mode: full_state.then(|| "full".into()), cpu_info: CpuInfo::software_recording(), cpu_info_is_synthetic: true };
     let written = recorded.and_then(|recording| {
         let trace_json = write_bundle(&args.output, &recording, &info).map_err(|e| CliError::Message(e.to_string()))?;
         Ok((recording, trace_json))

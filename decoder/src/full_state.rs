@@ -1,0 +1,717 @@
+//! Full-state recordings: beside a recording's Intel PT streams (which say
+//! what ran), every change the program's registers and memory went through,
+//! so that any register or byte at any past position can be served. Written
+//! by `retrace record --backend valgrind --full` as `state/<pid>.rtstate` in
+//! the bundle; `docs/full-state-format.md` describes the format and
+//! [`StateWriter`] / [`state_records`] encode and decode it.
+//!
+//! Every record is a thread's and says *when* it took effect as `at`: how
+//! many of the thread's instructions had completed (an instruction's own
+//! effects have `at` = its step number + 1; what the kernel did in its
+//! system call is placed the same way, after the system call's step). The
+//! process-wide records before any thread ran (the memory at the start)
+//! are thread 0's with `at` 0.
+//!
+//! Encoding (after the magic `RTSTATE1`; numbers are LEB128, "signed" ones
+//! zigzag-mapped): each record is a tag byte, then `at` as the difference
+//! from the previous record of the same thread, then its fields:
+//!
+//! | tag | fields | meaning |
+//! |---|---|---|
+//! | `T` | tid (no `at`) | the records that follow are thread `tid`'s |
+//! | `R` | n, n × (piece u8, signed difference from the thread's last value of the piece) | an instruction changed registers: their values after it |
+//! | `r` | as `R` | registers changed other than by an instruction (a system call's result, a signal delivered, a thread's first registers) |
+//! | `W` | signed address difference from the previous `W`, `K` or `D`'s, size, bytes | an instruction wrote memory: the bytes after it |
+//! | `K` | as `W` | memory written other than by an instruction (by the kernel, the memory at the start) |
+//! | `D` | signed address difference, size | an instruction read memory |
+//! | `Z` | start, length | memory mapped zero-filled |
+//! | `U` | start, length | memory unmapped |
+//! | `C` | from, to, length | memory moved (`mremap`) |
+//! | `F` | start, length, file offset, path length, path | a file mapped: its bytes (a module copied into the bundle, by its path) |
+//!
+//! Register pieces are 8 bytes each, numbered as [`piece`] says.
+
+use std::collections::HashMap;
+
+use crate::leb128;
+
+/// The magic at the start of a full-state stream.
+pub const STATE_MAGIC: &[u8; 8] = b"RTSTATE1";
+
+/// The register pieces (8 bytes each) records name.
+pub mod piece {
+    /// How many numbers there are (not all are used).
+    pub const COUNT: usize = 112;
+    /// `rax rbx rcx rdx rsi rdi rbp rsp r8 … r15` are 0..16, GDB's order.
+    pub const GENERAL: std::ops::Range<u8> = 0..16;
+    /// `rflags`.
+    pub const RFLAGS: u8 = 16;
+    /// `fs_base`.
+    pub const FS_BASE: u8 = 17;
+    /// `gs_base`.
+    pub const GS_BASE: u8 = 18;
+    /// The SSE rounding mode, as Valgrind keeps it (0..4).
+    pub const SSE_ROUNDING: u8 = 96;
+    /// x87's top-of-stack index.
+    pub const X87_TOP: u8 = 108;
+    /// The eight x87 tag bytes (1: full).
+    pub const X87_TAGS: u8 = 109;
+    /// The x87 rounding mode.
+    pub const X87_ROUNDING: u8 = 110;
+    /// The x87 condition bits C3..C0, where the status word keeps them.
+    pub const X87_CONDITION: u8 = 111;
+
+    /// Bytes 0..8 of `xmm{n}` (bytes 8..16 are the next piece).
+    pub const fn xmm(n: u8) -> u8 {
+        32 + 2 * n
+    }
+
+    /// Bytes 16..24 of `ymm{n}` (24..32 are the next piece).
+    pub const fn ymm_upper(n: u8) -> u8 {
+        64 + 2 * n
+    }
+
+    /// x87 physical register `k`, as a double.
+    pub const fn x87(k: u8) -> u8 {
+        100 + k
+    }
+}
+
+/// One record (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateRecord<'a> {
+    /// The records that follow are thread `tid`'s (0: the process's, at
+    /// its start).
+    Thread(u32),
+    /// Registers changed: `(piece, value after)`.
+    Registers {
+        /// The thread's steps completed when they changed.
+        at: u64,
+        /// By an instruction (its step is `at - 1`), or not.
+        by_instruction: bool,
+        /// Each piece changed and its value then.
+        changes: Vec<(u8, u64)>,
+    },
+    /// Memory written: the bytes as they were after.
+    Wrote {
+        /// The thread's steps completed when it was written.
+        at: u64,
+        /// By an instruction (its step is `at - 1`), or not.
+        by_instruction: bool,
+        /// First address.
+        address: u64,
+        /// The bytes.
+        bytes: &'a [u8],
+    },
+    /// An instruction read memory.
+    Read {
+        /// Its step + 1.
+        at: u64,
+        /// First address.
+        address: u64,
+        /// How many bytes.
+        size: u64,
+    },
+    /// Memory mapped zero-filled.
+    Zeroed {
+        /// When.
+        at: u64,
+        /// First address.
+        start: u64,
+        /// Bytes.
+        length: u64,
+    },
+    /// Memory unmapped.
+    Unmapped {
+        /// When.
+        at: u64,
+        /// First address.
+        start: u64,
+        /// Bytes.
+        length: u64,
+    },
+    /// Memory moved.
+    Moved {
+        /// When.
+        at: u64,
+        /// Where it was.
+        from: u64,
+        /// Where it is.
+        to: u64,
+        /// Bytes.
+        length: u64,
+    },
+    /// A file's bytes mapped.
+    FileMapped {
+        /// When.
+        at: u64,
+        /// First address.
+        start: u64,
+        /// Bytes.
+        length: u64,
+        /// Offset in the file.
+        offset: u64,
+        /// The file's path when recorded.
+        path: &'a [u8],
+    },
+}
+
+/// What both ends keep to code differences: per thread, the last `at` and
+/// register values; the last address.
+#[derive(Debug, Default, Clone)]
+struct DeltaState {
+    tid: u32,
+    threads: HashMap<u32, ThreadDeltas>,
+    address: u64,
+}
+
+#[derive(Debug, Clone)]
+struct ThreadDeltas {
+    at: u64,
+    pieces: Box<[u64; piece::COUNT]>,
+}
+
+impl Default for ThreadDeltas {
+    fn default() -> Self {
+        ThreadDeltas { at: 0, pieces: Box::new([0; piece::COUNT]) }
+    }
+}
+
+impl DeltaState {
+    fn thread(&mut self) -> &mut ThreadDeltas {
+        self.threads.entry(self.tid).or_default()
+    }
+}
+
+/// Encodes records into a growing buffer, which the owner takes as it
+/// grows ([`StateWriter::take_bytes`]) so that memory stays bounded.
+#[derive(Debug, Clone)]
+pub struct StateWriter {
+    out: Vec<u8>,
+    deltas: DeltaState,
+    written: u64,
+}
+
+impl Default for StateWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StateWriter {
+    /// A stream holding only the magic (thread 0's records first).
+    pub fn new() -> Self {
+        StateWriter { out: STATE_MAGIC.to_vec(), deltas: DeltaState::default(), written: 0 }
+    }
+
+    /// Bytes not taken yet.
+    pub fn pending_len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Bytes written in all (taken or not).
+    pub fn len(&self) -> u64 {
+        self.written + self.out.len() as u64
+    }
+
+    /// Only the magic so far.
+    pub fn is_empty(&self) -> bool {
+        self.len() == STATE_MAGIC.len() as u64
+    }
+
+    /// The bytes written since the last call.
+    pub fn take_bytes(&mut self) -> Vec<u8> {
+        self.written += self.out.len() as u64;
+        std::mem::take(&mut self.out)
+    }
+
+    /// Appends `record`. `at` must not go back within a thread (a record
+    /// that does is written at the thread's last `at`).
+    pub fn push(&mut self, record: &StateRecord<'_>) {
+        let deltas = &mut self.deltas;
+        let out = &mut self.out;
+        let tag = match record {
+            StateRecord::Thread(tid) => {
+                if *tid != deltas.tid {
+                    out.push(b'T');
+                    leb128::put(out, u64::from(*tid));
+                    deltas.tid = *tid;
+                }
+                return;
+            }
+            StateRecord::Registers { by_instruction: true, .. } => b'R',
+            StateRecord::Registers { .. } => b'r',
+            StateRecord::Wrote { by_instruction: true, .. } => b'W',
+            StateRecord::Wrote { .. } => b'K',
+            StateRecord::Read { .. } => b'D',
+            StateRecord::Zeroed { .. } => b'Z',
+            StateRecord::Unmapped { .. } => b'U',
+            StateRecord::Moved { .. } => b'C',
+            StateRecord::FileMapped { .. } => b'F',
+        };
+        out.push(tag);
+        let thread = deltas.threads.entry(deltas.tid).or_default();
+        let at = record.at().max(thread.at);
+        leb128::put(out, at - thread.at);
+        thread.at = at;
+        match record {
+            StateRecord::Thread(_) => unreachable!("written above"),
+            StateRecord::Registers { changes, .. } => {
+                let changes: Vec<&(u8, u64)> = changes.iter().filter(|(p, _)| (*p as usize) < piece::COUNT).collect();
+                leb128::put(out, changes.len() as u64);
+                for &&(p, value) in &changes {
+                    out.push(p);
+                    let last = &mut thread.pieces[p as usize];
+                    leb128::put_signed(out, value.wrapping_sub(*last) as i64);
+                    *last = value;
+                }
+            }
+            StateRecord::Wrote { address, bytes, .. } => {
+                leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
+                deltas.address = *address;
+                leb128::put(out, bytes.len() as u64);
+                out.extend_from_slice(bytes);
+            }
+            StateRecord::Read { address, size, .. } => {
+                leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
+                deltas.address = *address;
+                leb128::put(out, *size);
+            }
+            StateRecord::Zeroed { start, length, .. } | StateRecord::Unmapped { start, length, .. } => {
+                leb128::put(out, *start);
+                leb128::put(out, *length);
+            }
+            StateRecord::Moved { from, to, length, .. } => {
+                leb128::put(out, *from);
+                leb128::put(out, *to);
+                leb128::put(out, *length);
+            }
+            StateRecord::FileMapped { start, length, offset, path, .. } => {
+                leb128::put(out, *start);
+                leb128::put(out, *length);
+                leb128::put(out, *offset);
+                leb128::put(out, path.len() as u64);
+                out.extend_from_slice(path);
+            }
+        }
+    }
+}
+
+impl StateRecord<'_> {
+    /// When it took effect (0 for [`StateRecord::Thread`]).
+    pub fn at(&self) -> u64 {
+        match self {
+            StateRecord::Thread(_) => 0,
+            StateRecord::Registers { at, .. }
+            | StateRecord::Wrote { at, .. }
+            | StateRecord::Read { at, .. }
+            | StateRecord::Zeroed { at, .. }
+            | StateRecord::Unmapped { at, .. }
+            | StateRecord::Moved { at, .. }
+            | StateRecord::FileMapped { at, .. } => *at,
+        }
+    }
+}
+
+/// A stream that cannot be read on from `offset`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("full-state stream at byte {offset}: {what}")]
+pub struct StateError {
+    /// Where in the stream.
+    pub offset: usize,
+    /// What is wrong there.
+    pub what: String,
+}
+
+/// The records of a stream with the thread each is of, in order. A damaged
+/// or cut record ends the iteration with an error naming its offset (the
+/// differences cannot be followed past it).
+pub fn state_records(stream: &[u8]) -> StateRecords<'_> {
+    if !stream.starts_with(STATE_MAGIC) {
+        return StateRecords { stream, at: stream.len(), deltas: DeltaState::default(), error: Some(StateError { offset: 0, what: "not a retrace full-state stream (no RTSTATE1)".into() }) };
+    }
+    StateRecords { stream, at: STATE_MAGIC.len(), deltas: DeltaState::default(), error: None }
+}
+
+/// See [`state_records`].
+#[derive(Debug, Clone)]
+pub struct StateRecords<'a> {
+    stream: &'a [u8],
+    at: usize,
+    deltas: DeltaState,
+    error: Option<StateError>,
+}
+
+impl<'a> StateRecords<'a> {
+    /// The byte offset of the next record.
+    pub fn offset(&self) -> usize {
+        self.at
+    }
+
+    fn number(&mut self) -> Option<u64> {
+        leb128::get(self.stream, &mut self.at)
+    }
+
+    fn signed(&mut self) -> Option<i64> {
+        leb128::get_signed(self.stream, &mut self.at)
+    }
+
+    fn bytes(&mut self, n: u64) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(usize::try_from(n).ok()?)?;
+        let bytes = self.stream.get(self.at..end)?;
+        self.at = end;
+        Some(bytes)
+    }
+
+    fn record(&mut self) -> Result<(u32, StateRecord<'a>), &'static str> {
+        let tag = *self.stream.get(self.at).ok_or("cut short")?;
+        self.at += 1;
+        if tag == b'T' {
+            let tid = self.number().and_then(|t| u32::try_from(t).ok()).ok_or("thread record cut short or out of range")?;
+            self.deltas.tid = tid;
+            return Ok((tid, StateRecord::Thread(tid)));
+        }
+        if !b"RrWKDZUCF".contains(&tag) {
+            return Err("unknown record tag");
+        }
+        let step = self.number().ok_or("cut short")?;
+        let tid = self.deltas.tid;
+        let thread = self.deltas.thread();
+        let at = thread.at.checked_add(step).ok_or("position out of range")?;
+        thread.at = at;
+        let cut = "cut short";
+        let record = match tag {
+            b'R' | b'r' => {
+                let n = self.number().ok_or(cut)?;
+                if n > piece::COUNT as u64 {
+                    return Err("more register pieces than there are");
+                }
+                let mut changes = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let p = *self.stream.get(self.at).ok_or(cut)?;
+                    self.at += 1;
+                    let difference = self.signed().ok_or(cut)?;
+                    let slot = self.deltas.thread().pieces.get_mut(p as usize).ok_or("register piece out of range")?;
+                    *slot = slot.wrapping_add(difference as u64);
+                    changes.push((p, *slot));
+                }
+                StateRecord::Registers { at, by_instruction: tag == b'R', changes }
+            }
+            b'W' | b'K' | b'D' => {
+                let address = self.deltas.address.wrapping_add(self.signed().ok_or(cut)? as u64);
+                self.deltas.address = address;
+                let size = self.number().ok_or(cut)?;
+                if tag == b'D' {
+                    StateRecord::Read { at, address, size }
+                } else {
+                    StateRecord::Wrote { at, by_instruction: tag == b'W', address, bytes: self.bytes(size).ok_or(cut)? }
+                }
+            }
+            b'Z' | b'U' => {
+                let (start, length) = (self.number().ok_or(cut)?, self.number().ok_or(cut)?);
+                if tag == b'Z' {
+                    StateRecord::Zeroed { at, start, length }
+                } else {
+                    StateRecord::Unmapped { at, start, length }
+                }
+            }
+            b'C' => StateRecord::Moved { at, from: self.number().ok_or(cut)?, to: self.number().ok_or(cut)?, length: self.number().ok_or(cut)? },
+            _ => {
+                let (start, length, offset) = (self.number().ok_or(cut)?, self.number().ok_or(cut)?, self.number().ok_or(cut)?);
+                let n = self.number().ok_or(cut)?;
+                StateRecord::FileMapped { at, start, length, offset, path: self.bytes(n).ok_or(cut)? }
+            }
+        };
+        Ok((tid, record))
+    }
+}
+
+impl<'a> Iterator for StateRecords<'a> {
+    type Item = Result<(u32, StateRecord<'a>), StateError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(error) = self.error.take() {
+            self.at = self.stream.len();
+            return Some(Err(error));
+        }
+        if self.at >= self.stream.len() {
+            return None;
+        }
+        let start = self.at;
+        match self.record() {
+            Ok(item) => Some(Ok(item)),
+            Err(what) => {
+                let tag = self.stream[start];
+                self.at = self.stream.len();
+                Some(Err(StateError { offset: start, what: format!("record {:?}: {what}", tag as char) }))
+            }
+        }
+    }
+}
+
+/// Bytes per page of [`StateMachine`]'s memory.
+const PAGE: u64 = 4096;
+
+/// One page: its bytes and which of them are known.
+#[derive(Debug, Clone)]
+struct Page {
+    bytes: Box<[u8; PAGE as usize]>,
+    known: [u64; PAGE as usize / 64],
+}
+
+impl Default for Page {
+    fn default() -> Self {
+        Page { bytes: Box::new([0; PAGE as usize]), known: [0; PAGE as usize / 64] }
+    }
+}
+
+/// The registers and memory a stream's records build, applied in the
+/// order they took effect: what a reader replays forwards. A register or
+/// byte no record gave is unknown (`None`), never a guess.
+#[derive(Debug, Default, Clone)]
+pub struct StateMachine {
+    threads: HashMap<u32, Box<[Option<u64>; piece::COUNT]>>,
+    memory: std::collections::BTreeMap<u64, Page>,
+}
+
+impl StateMachine {
+    /// An empty machine: nothing known.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies thread `tid`'s `record`. A file mapping's bytes come from
+    /// `file(path, offset, buf)`, which fills `buf` from the file at
+    /// `offset` and returns how many bytes it could (the rest, up to the
+    /// page end, reads as zeros as the kernel maps them; past it, unknown).
+    pub fn apply(&mut self, tid: u32, record: &StateRecord<'_>, file: &mut dyn FnMut(&[u8], u64, &mut [u8]) -> usize) {
+        match record {
+            StateRecord::Thread(_) | StateRecord::Read { .. } => {}
+            StateRecord::Registers { changes, .. } => {
+                let registers = self.threads.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT]));
+                for &(p, value) in changes {
+                    if let Some(slot) = registers.get_mut(p as usize) {
+                        *slot = Some(value);
+                    }
+                }
+            }
+            StateRecord::Wrote { address, bytes, .. } => self.write(*address, bytes),
+            StateRecord::Zeroed { start, length, .. } => self.fill(*start, *length, Some(0)),
+            StateRecord::Unmapped { start, length, .. } => self.fill(*start, *length, None),
+            StateRecord::Moved { from, to, length, .. } => {
+                let mut bytes = Vec::new();
+                let mut at = 0;
+                while at < *length {
+                    let n = (*length - at).min(PAGE);
+                    let mut chunk = vec![0; n as usize];
+                    let known = self.read(from + at, &mut chunk);
+                    chunk.truncate(known);
+                    bytes.push((at, chunk));
+                    at += n;
+                }
+                self.fill(*from, *length, None);
+                self.fill(*to, *length, None);
+                for (at, chunk) in bytes {
+                    self.write(to + at, &chunk);
+                }
+            }
+            StateRecord::FileMapped { start, length, offset, path, .. } => {
+                self.fill(*start, *length, None);
+                let mut at = 0;
+                while at < *length {
+                    let n = (*length - at).min(1 << 20);
+                    let mut chunk = vec![0; n as usize];
+                    let read = file(path, offset + at, &mut chunk).min(chunk.len());
+                    // What the file lacks reads as zeros to the end of its page.
+                    let end = if read < chunk.len() { (((start + at + read as u64) + PAGE - 1) / PAGE * PAGE - (start + at)).min(n) as usize } else { read };
+                    self.write(start + at, &chunk[..end]);
+                    if read < chunk.len() {
+                        break;
+                    }
+                    at += n;
+                }
+            }
+        }
+    }
+
+    /// Thread `tid`'s register `piece`, if known.
+    pub fn register(&self, tid: u32, piece: u8) -> Option<u64> {
+        *self.threads.get(&tid)?.get(piece as usize)?
+    }
+
+    /// Reads memory at `address` into `buf`; returns how many bytes from
+    /// the start are known.
+    pub fn read(&self, address: u64, buf: &mut [u8]) -> usize {
+        for (i, byte) in buf.iter_mut().enumerate() {
+            let at = address.wrapping_add(i as u64);
+            let Some(page) = self.memory.get(&(at / PAGE)) else { return i };
+            let offset = (at % PAGE) as usize;
+            if page.known[offset / 64] & (1 << (offset % 64)) == 0 {
+                return i;
+            }
+            *byte = page.bytes[offset];
+        }
+        buf.len()
+    }
+
+    fn write(&mut self, address: u64, bytes: &[u8]) {
+        for (i, &byte) in bytes.iter().enumerate() {
+            let at = address.wrapping_add(i as u64);
+            let page = self.memory.entry(at / PAGE).or_default();
+            let offset = (at % PAGE) as usize;
+            page.bytes[offset] = byte;
+            page.known[offset / 64] |= 1 << (offset % 64);
+        }
+    }
+
+    /// Makes `length` bytes at `start` all `value` (`None`: unknown).
+    fn fill(&mut self, start: u64, length: u64, value: Option<u8>) {
+        let end = start.saturating_add(length);
+        let mut at = start;
+        while at < end {
+            let page_end = (at / PAGE + 1).saturating_mul(PAGE).min(end);
+            let whole = at % PAGE == 0 && page_end - at == PAGE;
+            match (value, whole) {
+                (None, true) => {
+                    self.memory.remove(&(at / PAGE));
+                }
+                (Some(byte), true) => {
+                    let page = self.memory.entry(at / PAGE).or_default();
+                    page.bytes.fill(byte);
+                    page.known = [u64::MAX; PAGE as usize / 64];
+                }
+                _ => {
+                    let page = self.memory.entry(at / PAGE).or_default();
+                    for offset in (at % PAGE) as usize..(at % PAGE) as usize + (page_end - at) as usize {
+                        match value {
+                            Some(byte) => {
+                                page.bytes[offset] = byte;
+                                page.known[offset / 64] |= 1 << (offset % 64);
+                            }
+                            None => page.known[offset / 64] &= !(1 << (offset % 64)),
+                        }
+                    }
+                }
+            }
+            at = page_end;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<StateRecord<'static>> {
+        vec![
+            StateRecord::Thread(0),
+            StateRecord::Zeroed { at: 0, start: 0x7000, length: 0x1000 },
+            StateRecord::Wrote { at: 0, by_instruction: false, address: 0x7ff0, bytes: b"stack" },
+            StateRecord::FileMapped { at: 0, start: 0x400000, length: 0x2000, offset: 0, path: b"/bin/true" },
+            StateRecord::Thread(42),
+            StateRecord::Registers { at: 0, by_instruction: false, changes: vec![(0, 5), (piece::RFLAGS, 0x202), (7, 0x7fff_0000)] },
+            StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 3)] },
+            StateRecord::Wrote { at: 2, by_instruction: true, address: 0x7fef, bytes: &[1, 2, 3, 4, 5, 6, 7, 8] },
+            StateRecord::Read { at: 2, address: 0x600010, size: 4 },
+            StateRecord::Thread(43),
+            StateRecord::Registers { at: 0, by_instruction: false, changes: vec![(0, u64::MAX)] },
+            StateRecord::Thread(42),
+            StateRecord::Registers { at: 9, by_instruction: true, changes: vec![(0, 0), (piece::xmm(3), 0x8000_0000_0000_0000)] },
+            StateRecord::Moved { at: 9, from: 0x7000, to: 0x9000, length: 0x1000 },
+            StateRecord::Unmapped { at: 9, start: 0x9000, length: 0x1000 },
+        ]
+    }
+
+    #[test]
+    fn records_round_trip_with_their_threads_and_small_steps_take_few_bytes() {
+        let records = sample();
+        let mut writer = StateWriter::new();
+        for record in &records {
+            writer.push(record);
+        }
+        let bytes = writer.take_bytes();
+        let mut thread = 0;
+        let expected: Vec<(u32, StateRecord)> = records
+            .iter()
+            .filter(|r| {
+                // A thread record naming the thread already current is not written.
+                if let StateRecord::Thread(tid) = r {
+                    let changed = *tid != thread;
+                    thread = *tid;
+                    return changed;
+                }
+                true
+            })
+            .scan(0, |tid, r| {
+                if let StateRecord::Thread(t) = r {
+                    *tid = *t;
+                }
+                Some((*tid, r.clone()))
+            })
+            .collect();
+        let read: Vec<(u32, StateRecord)> = state_records(&bytes).map(|r| r.unwrap()).collect();
+        assert_eq!(read, expected);
+        // An instruction's one register, one step on: tag, step, count,
+        // piece, one-byte difference.
+        let mut small = StateWriter::new();
+        small.push(&StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 3)] });
+        assert_eq!(small.take_bytes().len(), STATE_MAGIC.len() + 5);
+    }
+
+    #[test]
+    fn the_machine_knows_what_records_gave_and_nothing_else() {
+        let mut machine = StateMachine::new();
+        let mut no_file = |_: &[u8], _: u64, _: &mut [u8]| 0;
+        for (tid, record) in [
+            (0, StateRecord::Zeroed { at: 0, start: 0x1000, length: 0x2000 }),
+            (0, StateRecord::Wrote { at: 0, by_instruction: false, address: 0x1ffe, bytes: &[1, 2, 3, 4] }),
+            (7, StateRecord::Registers { at: 0, by_instruction: false, changes: vec![(0, 10), (piece::RFLAGS, 2)] }),
+            (7, StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 11)] }),
+        ] {
+            machine.apply(tid, &record, &mut no_file);
+        }
+        assert_eq!((machine.register(7, 0), machine.register(7, piece::RFLAGS), machine.register(7, 1), machine.register(8, 0)), (Some(11), Some(2), None, None));
+        let mut buf = [9u8; 8];
+        assert_eq!(machine.read(0x1ffc, &mut buf), 8);
+        assert_eq!(buf, [0, 0, 1, 2, 3, 4, 0, 0]);
+        // Unmapped: unknown; moved: known where it went.
+        machine.apply(0, &StateRecord::Moved { at: 1, from: 0x1000, to: 0x5000, length: 0x1000 }, &mut no_file);
+        assert_eq!(machine.read(0x1000, &mut buf), 0);
+        assert_eq!(machine.read(0x5ffc, &mut buf), 4);
+        assert_eq!(&buf[..4], &[0, 0, 1, 2]);
+        machine.apply(0, &StateRecord::Unmapped { at: 1, start: 0x2000, length: 1 }, &mut no_file);
+        assert_eq!(machine.read(0x1fff, &mut buf[..2]), 0);
+        // A file shorter than its mapping: zeros to its page's end, then unknown.
+        let mut file = |path: &[u8], offset: u64, buf: &mut [u8]| {
+            assert_eq!((path, offset), (&b"/data"[..], 0x10));
+            buf[..3].copy_from_slice(b"abc");
+            3
+        };
+        machine.apply(0, &StateRecord::FileMapped { at: 1, start: 0x9000, length: 0x2000, offset: 0x10, path: b"/data" }, &mut file);
+        assert_eq!(machine.read(0x9000, &mut buf), 8);
+        assert_eq!(&buf, b"abc\0\0\0\0\0");
+        assert_eq!(machine.read(0x9ffe, &mut buf), 2);
+    }
+
+    #[test]
+    fn damage_is_reported_at_its_offset_and_ends_the_records() {
+        let mut writer = StateWriter::new();
+        for record in &sample() {
+            writer.push(record);
+        }
+        let bytes = writer.take_bytes();
+        for cut in STATE_MAGIC.len()..bytes.len() {
+            let items: Vec<_> = state_records(&bytes[..cut]).collect();
+            let errors: Vec<_> = items.iter().filter_map(|r| r.as_ref().err()).collect();
+            assert!(errors.len() <= 1 && items.last().is_some_and(|r| r.is_err()) == (errors.len() == 1), "cut at {cut}");
+            if let Some(error) = errors.first() {
+                assert!(error.offset < cut, "cut at {cut}: {error}");
+            }
+        }
+        let mut bad = bytes.clone();
+        bad[STATE_MAGIC.len()] = b'?';
+        let error = state_records(&bad).next().unwrap().unwrap_err();
+        assert_eq!(error.offset, STATE_MAGIC.len());
+        assert!(state_records(b"RTVGLOG2").next().unwrap().is_err());
+    }
+}
