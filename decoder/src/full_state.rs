@@ -539,6 +539,35 @@ impl StateMachine {
         *self.threads.get(&tid)?.get(piece as usize)?
     }
 
+    /// Thread `tid`'s register pieces as known (by piece number).
+    pub fn registers(&self, tid: u32) -> Option<&[Option<u64>; piece::COUNT]> {
+        self.threads.get(&tid).map(|r| &**r)
+    }
+
+    /// The known bytes of `start..start + length`, as runs `(address,
+    /// bytes)` in address order; visits only the pages that hold some.
+    pub fn known_runs(&self, start: u64, length: u64) -> Vec<(u64, Vec<u8>)> {
+        let end = start.saturating_add(length);
+        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+        if length == 0 {
+            return runs;
+        }
+        for (&number, page) in self.memory.range(start / PAGE..=(end - 1) / PAGE) {
+            let base = number * PAGE;
+            for offset in 0..PAGE as usize {
+                let at = base + offset as u64;
+                if at < start || at >= end || page.known[offset / 64] & (1 << (offset % 64)) == 0 {
+                    continue;
+                }
+                match runs.last_mut() {
+                    Some((run, bytes)) if *run + bytes.len() as u64 == at => bytes.push(page.bytes[offset]),
+                    _ => runs.push((at, vec![page.bytes[offset]])),
+                }
+            }
+        }
+        runs
+    }
+
     /// Reads memory at `address` into `buf`; returns how many bytes from
     /// the start are known.
     pub fn read(&self, address: u64, buf: &mut [u8]) -> usize {
@@ -691,6 +720,8 @@ mod tests {
         assert_eq!(machine.read(0x9000, &mut buf), 8);
         assert_eq!(&buf, b"abc\0\0\0\0\0");
         assert_eq!(machine.read(0x9ffe, &mut buf), 2);
+        assert_eq!(machine.known_runs(0x9ffe, 0x10), vec![(0x9ffe, vec![0, 0])]);
+        assert_eq!(machine.known_runs(0x5ffa, 8), vec![(0x5ffa, vec![0, 0, 0, 0, 1, 2])]);
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod frames;
 pub mod host_files;
 pub mod inert;
 pub mod live;
+pub mod recorded_state;
 pub mod saved_trace;
 pub mod state_log;
 pub mod replay;

@@ -40,6 +40,7 @@ use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 use super::frames::{flows_by_address, frame_history, Executed};
 use super::live::libraries::{library_list_xml, LinkMapEntry};
 use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel};
+use super::recorded_state::{FullStateHistory, RecordedState};
 use super::timeline::{RecordedThread, Timeline};
 use crate::inferior::InferiorError;
 use crate::arch::{RegNumber, Regs};
@@ -135,6 +136,8 @@ pub struct SavedTrace {
     /// Words for the next stop reply ([`Inferior::take_stop_note`]).
     stop_note: Option<StopNote>,
     killed: bool,
+    /// Every register and byte, for a recording with full state.
+    state: Option<RecordedState>,
 }
 
 /// The pages of a read-only segment, mapped from a module file.
@@ -227,6 +230,30 @@ fn push_auxv(auxv: &mut Vec<u8>, key: u64, value: u64) {
     auxv.extend_from_slice(&value.to_le_bytes());
 }
 
+/// Loads the full-state stream `name` of the bundle in `dir` over
+/// `timeline`: mapped files are read from the bundle's copies
+/// (`modules/<path>`).
+fn load_full_state(dir: &Path, name: &str, timeline: &Timeline) -> Result<RecordedState, String> {
+    let path = dir.join(name);
+    let stream = std::fs::read(&path).map_err(|e| format!("the full-state stream {}: {e}", path.display()))?;
+    let mut files: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>> = std::collections::HashMap::new();
+    let mut file = |path: &[u8], offset: u64, buf: &mut [u8]| {
+        let bytes = files.entry(path.to_vec()).or_insert_with(|| {
+            let relative = String::from_utf8_lossy(path).trim_start_matches('/').to_string();
+            std::fs::read(dir.join("modules").join(relative)).ok()
+        });
+        let Some(bytes) = bytes else { return 0 };
+        let from = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
+        let n = buf.len().min(bytes.len() - from);
+        buf[..n].copy_from_slice(&bytes[from..from + n]);
+        n
+    };
+    let started = std::time::Instant::now();
+    let state = RecordedState::load(timeline, &stream, &mut file)?;
+    tracing::info!(bytes = stream.len(), seconds = started.elapsed().as_secs_f64(), "full state loaded");
+    Ok(state)
+}
+
 impl SavedTrace {
     /// Loads and decodes the bundle described by `trace_json`. The error is
     /// a sentence for the user.
@@ -307,6 +334,10 @@ impl SavedTrace {
             (Some(linker), Some(first)) if linker.rendezvous.is_some() => Some(rendezvous_page(linker, first.link_map)),
             _ => None,
         };
+        let state = match loaded.description.retrace.as_ref().and_then(|r| r.full_state.as_ref()) {
+            Some(name) => Some(load_full_state(dir, name, &timeline).map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?),
+            None => None,
+        };
         let position = timeline.len() - 1;
         let tsc_conversion = loaded.description.tsc_perf_zero_conversion.as_ref().and_then(|c| {
             Some(crate::inferior::TscConversion { time_mult: c.time_mult, time_shift: c.time_shift, time_zero: c.time_zero.parse().ok()? })
@@ -330,6 +361,7 @@ impl SavedTrace {
             stop: None,
             stop_note: None,
             killed: false,
+            state,
         })
     }
 
@@ -535,6 +567,10 @@ impl Inferior for SavedTrace {
 impl MultiThreadBase for SavedTrace {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {
         let index = self.timeline.thread_of(tid(thread)).ok_or(TargetError::NonFatal)?;
+        if let Some(known) = self.state.as_ref().and_then(|state| state.registers_at(tid(thread), self.position())) {
+            *regs = known;
+            return Ok(());
+        }
         *regs = match self.timeline.next_pc_of_thread(self.position(), index) {
             Some(pc) => Regs::only_pc(pc),
             // It runs no more in the history: where it stands is not known.
@@ -558,6 +594,10 @@ impl MultiThreadBase for SavedTrace {
             let n = data.len().min(bytes.len() - from);
             data[..n].copy_from_slice(&bytes[from..from + n]);
             return Ok(n);
+        }
+        if let Some(state) = &self.state {
+            let n = state.memory_at(self.position(), start, data);
+            return if n == 0 { Err(TargetError::NonFatal) } else { Ok(n) };
         }
         self.unchanging_bytes(start, data).ok_or(TargetError::NonFatal)
     }
@@ -598,10 +638,14 @@ impl MultiThreadResume for SavedTrace {
     fn resume(&mut self) -> Result<(), Self::Error> {
         let stop = match crate::inferior::replay::take_armed(self, self.step.is_some()) {
             Some(stop) => stop,
-            None => match self.replayer.run_forwards(&self.timeline, &self.breakpoints, self.step) {
-                Forward::Stopped(stop) => stop,
-                Forward::End => boundary(&self.timeline, self.position(), ReplayLogPosition::End),
-            },
+            None => {
+                let step = self.step;
+                self.replay_history(|replayer, history, breakpoints| match replayer.run_forwards(history, breakpoints, step) {
+                    Forward::Stopped(stop) => stop,
+                    Forward::End => boundary(history, replayer.position(), ReplayLogPosition::End),
+                })
+                .expect("a saved trace always has its history")
+            }
         };
         self.stop = Some(stop);
         Ok(())
@@ -648,7 +692,10 @@ impl MultiThreadSchedulerLocking for SavedTrace {
 
 impl TimeTravel for SavedTrace {
     fn replay_history<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
-        Some(action(&mut self.replayer, &self.timeline, &self.breakpoints))
+        match &self.state {
+            Some(state) => Some(action(&mut self.replayer, &FullStateHistory { timeline: &self.timeline, state }, &self.breakpoints)),
+            None => Some(action(&mut self.replayer, &self.timeline, &self.breakpoints)),
+        }
     }
 
     fn note_stop(&mut self, note: StopNote) {

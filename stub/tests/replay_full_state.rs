@@ -1,0 +1,109 @@
+//! `retrace-stub --replay` of a full-state recording (`retrace record
+//! --backend valgrind --mode full`) against GDB 13 on the same program run
+//! natively. At every hit of a breakpoint in a loop, the locals, globals,
+//! heap bytes and the buffer the kernel filled (from a pipe) that GDB
+//! prints on the replay must be what it prints natively at the same
+//! iteration. The replay reaches them by reverse-continue from the end,
+//! then by continue. The program is linked `-no-pie` and static, and no
+//! value compared is an address, so Valgrind's other layout does not
+//! matter. No general register of the frame may read unavailable.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+mod common;
+
+use common::{gdb, retrace, start_stub_command};
+use retrace_tests::recordings::build;
+use retrace_tests::tools::{require, which};
+
+fn tools_present() -> bool {
+    require("gcc", which("gcc").is_some())
+        && require("gdb", which("gdb").is_some())
+        && require("valgrind (Debian package valgrind)", which("valgrind").is_some())
+        && require("retrace built with Valgrind's headers", retrace_collector::valgrind::availability().is_ok())
+}
+
+/// GDB's Python: `show` prints one `VALUES` line of the loop's state.
+const SHOW: &str = r#"
+import gdb
+class Show(gdb.Command):
+    def __init__(self):
+        super().__init__('show', gdb.COMMAND_USER)
+    def invoke(self, arg, tty):
+        i = int(gdb.parse_and_eval('i'))
+        inf = gdb.selected_inferior()
+        heap = int(gdb.parse_and_eval('(long)heap'))
+        written = inf.read_memory(heap, min(i, 16)).tobytes().hex() if i > 0 else ''
+        buffer = inf.read_memory(int(gdb.parse_and_eval('(long)&buffer')), 24).tobytes().hex()
+        print('VALUES %d total=%d counter=%d ratio=%s buffer=%s heap=%s' % (i, int(gdb.parse_and_eval('total')), int(gdb.parse_and_eval('counter')), gdb.parse_and_eval('ratio').format_string(), buffer, written))
+Show()
+"#;
+
+/// Every `VALUES` line by the loop's `i`.
+fn values(out: &str) -> BTreeMap<i64, String> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("VALUES "))
+        .map(|l| {
+            let (i, rest) = l.split_once(' ').unwrap();
+            (i.parse().unwrap(), rest.to_string())
+        })
+        .collect()
+}
+
+fn recorded(dir: &Path) -> (PathBuf, PathBuf) {
+    let program = build("full_state", dir, &["-O0", "-static", "-no-pie"]);
+    let bundle = dir.join("bundle");
+    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+    (program, bundle.join("trace.json"))
+}
+
+#[test]
+fn gdb_sees_on_the_replay_what_it_sees_natively_at_every_hit_backwards_and_forwards() {
+    if !tools_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-full-state").join("loop");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (program, trace_json) = recorded(&dir);
+    let script = dir.join("show.py");
+    std::fs::write(&script, SHOW).unwrap();
+    let source = format!("source {}", script.display());
+
+    // Natively: every hit, forwards.
+    let mut native_commands = vec![source.as_str(), "break full_state.c:37", "run"];
+    native_commands.extend(std::iter::repeat(["show", "continue"]).take(40).flatten());
+    let native = values(&gdb(&program, &native_commands));
+    assert_eq!(native.keys().copied().collect::<Vec<_>>(), (0..40).collect::<Vec<_>>(), "GDB's native hits");
+
+    // The replay: from the end, back through every hit, then forwards.
+    let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
+    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
+    let target = format!("target remote 127.0.0.1:{port}");
+    let mut commands = vec![source.as_str(), target.as_str(), "break full_state.c:37"];
+    commands.extend(std::iter::repeat(["reverse-continue", "show"]).take(40).flatten());
+    commands.extend(["info registers", "reverse-continue"]);
+    commands.extend(std::iter::repeat(["continue", "show"]).take(3).flatten());
+    let out = gdb(&program, &commands);
+    common::end_stub(stub);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("VALUES ")).collect();
+    assert_eq!(lines.len(), 43, "40 hits backwards, 3 forwards:\n{out}");
+    let backwards = values(&lines[..40].join("\n"));
+    assert_eq!(backwards.keys().rev().copied().collect::<Vec<_>>(), (0..40).rev().collect::<Vec<_>>(), "the hits, latest first:\n{out}");
+    for (i, seen) in &backwards {
+        assert_eq!(seen, &native[i], "reverse-continue to i = {i}:\n{out}");
+    }
+    // Past the first hit: the start of the history.
+    assert!(out.contains("No more reverse-execution history"), "{out}");
+    let forwards = values(&lines[40..].join("\n"));
+    assert_eq!(forwards.keys().copied().collect::<Vec<_>>(), vec![0, 1, 2], "{out}");
+    for (i, seen) in &forwards {
+        assert_eq!(seen, &native[i], "continue to i = {i}:\n{out}");
+    }
+    // At i = 0, every general register is known.
+    let registers: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("rax ")).take(18).collect();
+    assert_eq!(registers.len(), 18, "{out}");
+    assert!(registers.iter().all(|l| !l.contains("unavailable")), "{registers:#?}");
+}
