@@ -107,3 +107,62 @@ fn gdb_sees_on_the_replay_what_it_sees_natively_at_every_hit_backwards_and_forwa
     assert_eq!(registers.len(), 18, "{out}");
     assert!(registers.iter().all(|l| !l.contains("unavailable")), "{registers:#?}");
 }
+
+/// Watchpoints on the replay: a write, a read, and the kernel's write into
+/// a buffer (`read` from a pipe), found backwards, with the values GDB
+/// prints natively at the iteration they belong to.
+#[test]
+fn watchpoints_on_the_replay_stop_at_the_writes_reads_and_the_kernels_write() {
+    if !tools_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-full-state").join("watch");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (program, trace_json) = recorded(&dir);
+    let script = dir.join("show.py");
+    std::fs::write(&script, SHOW).unwrap();
+    let source = format!("source {}", script.display());
+    // Natively, at iteration 38's hit.
+    let native = values(&gdb(&program, &[source.as_str(), "break full_state.c:37 if i == 38", "run", "show"]));
+    let native_counter = native[&38].split(' ').find_map(|f| f.strip_prefix("counter=")).unwrap().to_string();
+
+    let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
+    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
+    let target = format!("target remote 127.0.0.1:{port}");
+    let out = gdb(
+        &program,
+        &[
+            &source,
+            &target,
+            "break full_state.c:37",
+            "reverse-continue",
+            "delete",
+            // Back from i = 39's hit: the write of counter in iteration 38.
+            "watch counter",
+            "reverse-continue",
+            "print i",
+            "print counter",
+            "delete",
+            // The read of ratio before it: line 38 of iteration 37.
+            "rwatch ratio",
+            "reverse-continue",
+            "print i",
+            "info line *$pc",
+            "delete",
+            // The kernel's write of the pipe's bytes into buffer.
+            "watch buffer[3]",
+            "reverse-continue",
+            "bt 2",
+        ],
+    );
+    common::end_stub(stub);
+    let printed: Vec<&str> = out.lines().filter_map(|l| l.split_once(" = ").filter(|(k, _)| k.starts_with('$')).map(|(_, v)| v)).collect();
+    assert_eq!(printed.len(), 3, "{out}");
+    assert_eq!(printed[0], "38", "the write of counter is in iteration 38:\n{out}");
+    // Before that write: the value at iteration 38's hit, natively.
+    assert_eq!(printed[1], native_counter, "{out}");
+    assert_eq!(printed[2], "37", "the read of ratio before it is in iteration 37:\n{out}");
+    assert!(out.contains("Line 38 of"), "the read is on line 38:\n{out}");
+    assert!(out.contains("in read ()") && out.contains("full_state.c:31"), "the kernel's write stops in read(), called from line 31:\n{out}");
+}

@@ -733,14 +733,30 @@ impl HwBreakpoint for SavedTrace {
     }
 }
 
+/// Watchpoints at once, as the processor's four debug registers allow.
+const WATCHPOINTS: usize = 4;
+
 impl HwWatchpoint for SavedTrace {
-    /// A trace has no data: a watchpoint could never trigger.
-    fn add_hw_watchpoint(&mut self, _addr: u64, _len: u64, _kind: WatchKind) -> TargetResult<bool, Self> {
-        Ok(false)
+    /// A trace of control flow alone has no data: a watchpoint could never
+    /// trigger, and is refused. A recording with full state knows every
+    /// write and read: up to four ranges are watched, as on the processor.
+    fn add_hw_watchpoint(&mut self, addr: u64, len: u64, kind: WatchKind) -> TargetResult<bool, Self> {
+        if self.state.is_none() || len == 0 || self.breakpoints.watches.len() >= WATCHPOINTS {
+            return Ok(false);
+        }
+        self.breakpoints.watches.push((addr..addr.saturating_add(len), kind));
+        Ok(true)
     }
 
-    fn remove_hw_watchpoint(&mut self, _addr: u64, _len: u64, _kind: WatchKind) -> TargetResult<bool, Self> {
-        Ok(true)
+    fn remove_hw_watchpoint(&mut self, addr: u64, len: u64, kind: WatchKind) -> TargetResult<bool, Self> {
+        let watched = addr..addr.saturating_add(len);
+        match self.breakpoints.watches.iter().position(|(range, k)| *range == watched && *k == kind) {
+            Some(index) => {
+                self.breakpoints.watches.remove(index);
+                Ok(true)
+            }
+            None => Ok(self.state.is_none()),
+        }
     }
 }
 
