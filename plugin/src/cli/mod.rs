@@ -8,6 +8,7 @@ mod jitdump;
 mod llvm_mc;
 mod ptdump;
 mod record;
+mod replay;
 mod xray;
 
 use std::path::PathBuf;
@@ -131,6 +132,32 @@ enum Command {
         /// everything from the program on is its own, as for perf and rr).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
         command: Vec<std::ffi::OsString>,
+    },
+    /// Debug a recording: start retrace-stub replaying the bundle and LLDB
+    /// (with the shim: `retrace reverse-step`, `reverse-next`, …) or GDB
+    /// connected to it, as `rr replay` does. The stub ends with the debugger.
+    ///
+    /// A bundle recorded with `--mode full` serves every register and byte
+    /// at every position (locals, watchpoints, reverse-continue to them);
+    /// other bundles serve the program counter.
+    ///
+    /// Example: retrace record --mode full -o run -- ./prog && retrace replay run
+    ///          retrace replay --gdb run -- -batch -ex "reverse-continue"
+    Replay {
+        /// The bundle directory (or its trace.json).
+        bundle: std::path::PathBuf,
+        /// Connect GDB instead of LLDB.
+        #[arg(long)]
+        gdb: bool,
+        /// The debugger to run [default: lldb-22 (else lldb), or gdb with --gdb].
+        #[arg(long, value_name = "PATH")]
+        debugger: Option<std::path::PathBuf>,
+        /// The retrace-stub to start [default: $RETRACE_STUB, else the one next to retrace].
+        #[arg(long, value_name = "PATH")]
+        stub: Option<std::path::PathBuf>,
+        /// Passed to the debugger after the commands that connect it (after `--`).
+        #[arg(last = true, value_name = "DEBUGGER ARGS")]
+        debugger_args: Vec<std::ffi::OsString>,
     },
     /// Decode a trace bundle and show what it recorded.
     #[command(subcommand)]
@@ -625,6 +652,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
             calls::run(&trace_json, tid, format, decode.options())
         }
         Command::Export { format, input, output, binaries, decode } => export::run(format, &input, &output, &binaries, decode.options()),
+        Command::Replay { bundle, gdb, debugger, stub, debugger_args } => replay::run(replay::Args { bundle, gdb, debugger, stub, debugger_args }),
         Command::Record { backend, mode, output, max_insns, aslr, insn_log, json, force, command } => {
             record::run(record::Args { backend, mode, output, max_insns, aslr, insn_log, json, force, command })
         }

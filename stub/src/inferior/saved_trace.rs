@@ -556,6 +556,9 @@ impl Inferior for SavedTrace {
     }
 
     fn register_available(&mut self, tid: u64, n: usize) -> bool {
+        if let Some(regs) = self.state.as_ref().and_then(|state| state.registers_at(tid, self.position())) {
+            return regs.is_available(n);
+        }
         self.timeline.thread_of(tid).and_then(|t| self.timeline.next_pc_of_thread(self.position(), t)).is_some() && n == 16
     }
 

@@ -1,0 +1,124 @@
+//! `retrace replay`: the one command after `retrace record`. Starts
+//! `retrace-stub --replay` on a bundle and a debugger connected to it —
+//! LLDB 22 with the shim loaded (`retrace reverse-step`, …), or GDB 13 —
+//! and ends the stub when the debugger ends.
+
+use std::ffi::OsString;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+
+use super::CliError;
+
+/// What `retrace replay` was asked.
+pub struct Args {
+    /// The bundle (its directory or its trace.json).
+    pub bundle: PathBuf,
+    /// GDB instead of LLDB.
+    pub gdb: bool,
+    /// The debugger to run (default: lldb-22, else lldb; gdb).
+    pub debugger: Option<PathBuf>,
+    /// The stub (default: $RETRACE_STUB, else the one beside this program).
+    pub stub: Option<PathBuf>,
+    /// Passed on to the debugger, after the commands that connect it.
+    pub debugger_args: Vec<OsString>,
+}
+
+/// The file beside this program named `name`, if there.
+fn beside_me(name: &str) -> Option<PathBuf> {
+    let path = std::env::current_exe().ok()?.with_file_name(name);
+    path.exists().then_some(path)
+}
+
+/// The first of `names` found on PATH.
+fn on_path(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|name| std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file()))
+}
+
+/// The shim LLDB loads: $RETRACE_SHIM, else this checkout's.
+fn shim() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("RETRACE_SHIM") {
+        return Some(PathBuf::from(path));
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lldb-scripts/retrace.py");
+    path.exists().then_some(path)
+}
+
+/// The program the bundle recorded: its own file if it is still there,
+/// else the bundle's copy.
+fn program_of(trace_json: &Path) -> Result<PathBuf, CliError> {
+    let text = std::fs::read_to_string(trace_json).map_err(|e| CliError::Message(format!("{}: {e}", trace_json.display())))?;
+    let bundle = retrace_decoder::bundle::TraceBundle::from_json(&text).map_err(|e| CliError::Message(format!("{}: {e}", trace_json.display())))?;
+    let module = bundle.processes.first().and_then(|p| p.modules.first()).ok_or_else(|| CliError::Message(format!("{}: the bundle names no program", trace_json.display())))?;
+    let own = PathBuf::from(&module.system_path);
+    if own.is_file() {
+        return Ok(own);
+    }
+    let copy = module.file.as_ref().map(|f| trace_json.parent().unwrap_or(Path::new(".")).join(f));
+    copy.filter(|c| c.is_file()).ok_or_else(|| CliError::Message(format!("{}: neither the program {} nor the bundle's copy of it is there", trace_json.display(), module.system_path)))
+}
+
+/// Runs the replay session; the debugger's exit status is the command's.
+pub fn run(args: Args) -> Result<ExitCode, CliError> {
+    let trace_json = retrace_decoder::bundle::load::trace_json_of(&args.bundle);
+    if !trace_json.is_file() {
+        return Err(CliError::Message(format!("{}: no trace.json there (give the directory `retrace record -o` wrote, or its trace.json)", args.bundle.display())));
+    }
+    let program = program_of(&trace_json)?;
+    let stub = args.stub.clone().or_else(|| std::env::var_os("RETRACE_STUB").map(PathBuf::from)).or_else(|| beside_me("retrace-stub")).ok_or_else(|| {
+        CliError::Message("retrace-stub is not beside retrace: build it (cargo build -p retrace-stub) or give --stub PATH".into())
+    })?;
+    let debugger = match (&args.debugger, args.gdb) {
+        (Some(path), _) => path.clone(),
+        (None, true) => on_path(&["gdb"]).ok_or_else(|| CliError::Message("gdb is not installed (apt-get install gdb)".into()))?,
+        (None, false) => on_path(&["lldb-22", "lldb"]).ok_or_else(|| CliError::Message("lldb is not installed (apt-get install lldb-22)".into()))?,
+    };
+    tracing::info!(stub = %stub.display(), bundle = %trace_json.display(), "starting the replay server");
+    let mut server = std::process::Command::new(&stub)
+        .args(["--listen", "127.0.0.1:0", "--replay"])
+        .arg(&trace_json)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| CliError::Message(format!("starting {}: {e}", stub.display())))?;
+    let mut stderr = std::io::BufReader::new(server.stderr.take().expect("piped"));
+    let mut line = String::new();
+    let address = loop {
+        line.clear();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            let _ = server.wait();
+            return Err(CliError::Message(format!("retrace-stub ended before it listened: {}", line.trim())));
+        }
+        if let Some((_, address)) = line.trim().rsplit_once("listening on ") {
+            eprintln!("{}", line.trim());
+            break address.to_string();
+        }
+        eprint!("{line}");
+    };
+    // The stub's later words go to our stderr.
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            eprintln!("{line}");
+        }
+    });
+    let mut command = std::process::Command::new(&debugger);
+    if args.gdb {
+        command.arg(&program).args(["-ex", &format!("target remote {address}")]);
+    } else {
+        command.arg(&program).args(["-o", &format!("gdb-remote {address}")]);
+        match shim() {
+            Some(shim) => {
+                command.arg("-o").arg(format!("command script import {}", shim.display()));
+            }
+            None => eprintln!("retrace: the LLDB shim (lldb-scripts/retrace.py) is not here: set RETRACE_SHIM to load `retrace reverse-step` and the others"),
+        }
+    }
+    command.args(&args.debugger_args);
+    let status = command.status().map_err(|e| CliError::Message(format!("running {}: {e}", debugger.display())));
+    let _ = server.kill();
+    let _ = server.wait();
+    let status = status?;
+    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
+}
