@@ -19,6 +19,7 @@
 //! | tag | fields | meaning |
 //! |---|---|---|
 //! | `T` | tid (no `at`) | the records that follow are thread `tid`'s |
+//! | `S` | — | the thread runs from its step `at` on, until another is scheduled: the one order the threads ran in |
 //! | `R` | n, n × (piece u8, signed difference from the thread's last value of the piece) | an instruction changed registers: their values after it |
 //! | `r` | as `R` | registers changed other than by an instruction (a system call's result, a signal delivered, a thread's first registers) |
 //! | `W` | signed address difference from the previous `W`, `K` or `D`'s, size, bytes | an instruction wrote memory: the bytes after it |
@@ -83,6 +84,12 @@ pub enum StateRecord<'a> {
     /// The records that follow are thread `tid`'s (0: the process's, at
     /// its start).
     Thread(u32),
+    /// The thread runs from its step `at` on, until another thread is
+    /// scheduled: the threads' steps in the one order they ran.
+    Scheduled {
+        /// Its steps completed when it was scheduled.
+        at: u64,
+    },
     /// Registers changed: `(piece, value after)`.
     Registers {
         /// The thread's steps completed when they changed.
@@ -239,6 +246,7 @@ impl StateWriter {
                 }
                 return;
             }
+            StateRecord::Scheduled { .. } => b'S',
             StateRecord::Registers { by_instruction: true, .. } => b'R',
             StateRecord::Registers { .. } => b'r',
             StateRecord::Wrote { by_instruction: true, .. } => b'W',
@@ -256,6 +264,7 @@ impl StateWriter {
         thread.at = at;
         match record {
             StateRecord::Thread(_) => unreachable!("written above"),
+            StateRecord::Scheduled { .. } => {}
             StateRecord::Registers { changes, .. } => {
                 let changes: Vec<&(u8, u64)> = changes.iter().filter(|(p, _)| (*p as usize) < piece::COUNT).collect();
                 leb128::put(out, changes.len() as u64);
@@ -302,7 +311,8 @@ impl StateRecord<'_> {
     pub fn at(&self) -> u64 {
         match self {
             StateRecord::Thread(_) => 0,
-            StateRecord::Registers { at, .. }
+            StateRecord::Scheduled { at }
+            | StateRecord::Registers { at, .. }
             | StateRecord::Wrote { at, .. }
             | StateRecord::Read { at, .. }
             | StateRecord::Zeroed { at, .. }
@@ -371,7 +381,7 @@ impl<'a> StateRecords<'a> {
             self.deltas.tid = tid;
             return Ok((tid, StateRecord::Thread(tid)));
         }
-        if !b"RrWKDZUCF".contains(&tag) {
+        if !b"SRrWKDZUCF".contains(&tag) {
             return Err("unknown record tag");
         }
         let step = self.number().ok_or("cut short")?;
@@ -381,6 +391,7 @@ impl<'a> StateRecords<'a> {
         thread.at = at;
         let cut = "cut short";
         let record = match tag {
+            b'S' => StateRecord::Scheduled { at },
             b'R' | b'r' => {
                 let n = self.number().ok_or(cut)?;
                 if n > piece::COUNT as u64 {
@@ -449,6 +460,27 @@ impl<'a> Iterator for StateRecords<'a> {
     }
 }
 
+/// The one order the threads ran in, from a stream's
+/// [`StateRecord::Scheduled`] records: each run of one thread as (tid, its
+/// first step, how many steps; `None`: to its end).
+pub fn schedule(stream: &[u8]) -> Result<Vec<(u32, u64, Option<u64>)>, StateError> {
+    let mut runs: Vec<(u32, u64, Option<u64>)> = Vec::new();
+    // Per thread, its latest run (its count is known once it runs again).
+    let mut latest: HashMap<u32, usize> = HashMap::new();
+    for item in state_records(stream) {
+        let (tid, record) = item?;
+        if let StateRecord::Scheduled { at } = record {
+            if let Some(&index) = latest.get(&tid) {
+                let run = &mut runs[index];
+                run.2 = Some(at.saturating_sub(run.1));
+            }
+            latest.insert(tid, runs.len());
+            runs.push((tid, at, None));
+        }
+    }
+    Ok(runs)
+}
+
 /// Bytes per page of [`StateMachine`]'s memory.
 const PAGE: u64 = 4096;
 
@@ -486,7 +518,7 @@ impl StateMachine {
     /// page end, reads as zeros as the kernel maps them; past it, unknown).
     pub fn apply(&mut self, tid: u32, record: &StateRecord<'_>, file: &mut dyn FnMut(&[u8], u64, &mut [u8]) -> usize) {
         match record {
-            StateRecord::Thread(_) | StateRecord::Read { .. } => {}
+            StateRecord::Thread(_) | StateRecord::Scheduled { .. } | StateRecord::Read { .. } => {}
             StateRecord::Registers { changes, .. } => {
                 let registers = self.threads.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT]));
                 for &(p, value) in changes {
@@ -638,6 +670,7 @@ mod tests {
             StateRecord::Wrote { at: 0, by_instruction: false, address: 0x7ff0, bytes: b"stack" },
             StateRecord::FileMapped { at: 0, start: 0x400000, length: 0x2000, offset: 0, path: b"/bin/true" },
             StateRecord::Thread(42),
+            StateRecord::Scheduled { at: 0 },
             StateRecord::Registers { at: 0, by_instruction: false, changes: vec![(0, 5), (piece::RFLAGS, 0x202), (7, 0x7fff_0000)] },
             StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 3)] },
             StateRecord::Wrote { at: 2, by_instruction: true, address: 0x7fef, bytes: &[1, 2, 3, 4, 5, 6, 7, 8] },
@@ -645,6 +678,7 @@ mod tests {
             StateRecord::Thread(43),
             StateRecord::Registers { at: 0, by_instruction: false, changes: vec![(0, u64::MAX)] },
             StateRecord::Thread(42),
+            StateRecord::Scheduled { at: 3 },
             StateRecord::Registers { at: 9, by_instruction: true, changes: vec![(0, 0), (piece::xmm(3), 0x8000_0000_0000_0000)] },
             StateRecord::Moved { at: 9, from: 0x7000, to: 0x9000, length: 0x1000 },
             StateRecord::Unmapped { at: 9, start: 0x9000, length: 0x1000 },
@@ -722,6 +756,17 @@ mod tests {
         assert_eq!(machine.read(0x9ffe, &mut buf), 2);
         assert_eq!(machine.known_runs(0x9ffe, 0x10), vec![(0x9ffe, vec![0, 0])]);
         assert_eq!(machine.known_runs(0x5ffa, 8), vec![(0x5ffa, vec![0, 0, 0, 0, 1, 2])]);
+    }
+
+    #[test]
+    fn the_schedule_is_each_threads_runs_in_order() {
+        let mut writer = StateWriter::new();
+        for (tid, at) in [(5, 0), (6, 0), (5, 10), (6, 4), (5, 12)] {
+            writer.push(&StateRecord::Thread(tid));
+            writer.push(&StateRecord::Scheduled { at });
+        }
+        let runs = schedule(&writer.take_bytes()).unwrap();
+        assert_eq!(runs, vec![(5, 0, Some(10)), (6, 0, Some(4)), (5, 10, Some(2)), (6, 4, None), (5, 12, None)]);
     }
 
     #[test]

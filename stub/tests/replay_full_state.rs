@@ -166,3 +166,48 @@ fn watchpoints_on_the_replay_stop_at_the_writes_reads_and_the_kernels_write() {
     assert!(out.contains("Line 38 of"), "the read is on line 38:\n{out}");
     assert!(out.contains("in read ()") && out.contains("full_state.c:31"), "the kernel's write stops in read(), called from line 31:\n{out}");
 }
+
+/// Four threads writing a shared table: on the replay, main after the
+/// joins sees every worker's writes, and a worker's breakpoint (a
+/// condition on its loop) shows its locals and the table, as GDB shows
+/// them natively. This holds only where the threads' steps fall in the
+/// order they ran.
+#[test]
+fn four_threads_interleave_as_they_ran_and_show_their_native_values() {
+    if !tools_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-full-state").join("threads");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let program = build("full_state_threads", &dir, &["-O0", "-static", "-no-pie", "-pthread"]);
+    let bundle = dir.join("bundle");
+    let out = retrace().args(["record", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+    let printed = |out: &str| -> Vec<String> { out.lines().filter_map(|l| l.split_once(" = ").filter(|(k, _)| k.starts_with('$')).map(|(_, v)| v.to_string())).collect() };
+    let after_joins = ["print sums", "print table[2][49]", "print table[0][0]"];
+    let in_worker = ["print acc", "print sums[2]", "print table[2][9]"];
+    let mut native_commands = vec!["break full_state_threads.c:35", "run"];
+    native_commands.extend(after_joins);
+    native_commands.extend(["kill", "delete", "break full_state_threads.c:20 if id == 2 && r == 10", "run"]);
+    native_commands.extend(in_worker);
+    native_commands.push("kill");
+    let native_out = gdb(&program, &native_commands);
+    let native = printed(&native_out);
+    assert_eq!(native.len(), 6, "{native_out}");
+
+    let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), bundle.join("trace.json").as_os_str()]);
+    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
+    let target = format!("target remote 127.0.0.1:{port}");
+    let mut commands = vec![target.as_str(), "break full_state_threads.c:35", "reverse-continue"];
+    commands.extend(after_joins);
+    commands.extend(["delete", "break full_state_threads.c:20 if id == 2 && r == 10", "reverse-continue"]);
+    commands.extend(in_worker);
+    commands.push("info threads");
+    let out = gdb(&program, &commands);
+    common::end_stub(stub);
+    assert_eq!(printed(&out), native, "{out}");
+    assert!(out.contains("hit Breakpoint 2, work (arg=0x2)"), "{out}");
+    let listed = out.lines().skip_while(|l| !l.trim_start().starts_with("Id ")).skip(1).filter(|l| l.contains(" Thread ")).count();
+    assert_eq!(listed, 5, "five threads:\n{out}");
+}

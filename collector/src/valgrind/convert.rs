@@ -742,6 +742,8 @@ impl LogConverter {
                 self.current = Some(index);
                 self.predicted = None;
                 self.predicted_by = None;
+                let at = self.threads[index].steps;
+                self.state_record(tid, StateRecord::Scheduled { at });
             }
             LogRecord::Signal { ip, .. } => {
                 self.predicted = None;

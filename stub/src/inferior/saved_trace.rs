@@ -230,12 +230,39 @@ fn push_auxv(auxv: &mut Vec<u8>, key: u64, value: u64) {
     auxv.extend_from_slice(&value.to_le_bytes());
 }
 
-/// Loads the full-state stream `name` of the bundle in `dir` over
-/// `timeline`: mapped files are read from the bundle's copies
-/// (`modules/<path>`).
-fn load_full_state(dir: &Path, name: &str, timeline: &Timeline) -> Result<RecordedState, String> {
-    let path = dir.join(name);
-    let stream = std::fs::read(&path).map_err(|e| format!("the full-state stream {}: {e}", path.display()))?;
+/// The threads' runs in the order a full-state stream's schedule gives
+/// (tid, first step, count or to the end), as timeline slices; a run that
+/// does not follow its thread's last is left out, and what the schedule
+/// does not place of a thread follows at the end (every instruction is in
+/// the timeline once).
+fn scheduled_slices(threads: &[RecordedThread], runs: &[(u32, u64, Option<u64>)]) -> Vec<(usize, u64, u64)> {
+    let mut next = vec![0u64; threads.len()];
+    let mut slices = Vec::new();
+    for &(tid, first, count) in runs {
+        let Some(thread) = threads.iter().position(|t| t.tid == u64::from(tid)) else { continue };
+        let total = threads[thread].history.instructions();
+        if first != next[thread] || first >= total {
+            continue;
+        }
+        let count = count.unwrap_or(total - first).min(total - first);
+        if count > 0 {
+            slices.push((thread, first, count));
+            next[thread] += count;
+        }
+    }
+    for (thread, t) in threads.iter().enumerate() {
+        let total = t.history.instructions();
+        if next[thread] < total {
+            tracing::warn!(tid = t.tid, placed = next[thread], total, "the full-state schedule does not place all of the thread's instructions: the rest follows at the end");
+            slices.push((thread, next[thread], total - next[thread]));
+        }
+    }
+    slices
+}
+
+/// Loads a bundle's full-state `stream` (in `dir`) over `timeline`:
+/// mapped files are read from the bundle's copies (`modules/<path>`).
+fn load_full_state(dir: &Path, stream: &[u8], timeline: &Timeline) -> Result<RecordedState, String> {
     let mut files: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>> = std::collections::HashMap::new();
     let mut file = |path: &[u8], offset: u64, buf: &mut [u8]| {
         let bytes = files.entry(path.to_vec()).or_insert_with(|| {
@@ -249,7 +276,7 @@ fn load_full_state(dir: &Path, name: &str, timeline: &Timeline) -> Result<Record
         n
     };
     let started = std::time::Instant::now();
-    let state = RecordedState::load(timeline, &stream, &mut file)?;
+    let state = RecordedState::load(timeline, stream, &mut file)?;
     tracing::info!(bytes = stream.len(), seconds = started.elapsed().as_secs_f64(), "full state loaded");
     Ok(state)
 }
@@ -284,10 +311,25 @@ impl SavedTrace {
         if threads.iter().all(|t| t.history.instructions() == 0) {
             return Err(InferiorError::Bundle(format!("{}: the trace holds no instructions", trace_json.display())));
         }
-        // Without a clock common to the threads their interleaving is not
-        // known: one thread after another, in bundle order.
-        let timeline = Timeline::sequential(threads);
         let dir = trace_json.parent().unwrap_or(Path::new("."));
+        let full_state = match loaded.description.retrace.as_ref().and_then(|r| r.full_state.as_ref()) {
+            Some(name) => {
+                let path = dir.join(name);
+                Some(std::fs::read(&path).map_err(|e| InferiorError::Bundle(format!("{}: the full-state stream {}: {e}", trace_json.display(), path.display())))?)
+            }
+            None => None,
+        };
+        // A full-state recording says the one order the threads ran in.
+        // Without it (no clock common to the threads) their interleaving is
+        // not known: one thread after another, in bundle order.
+        let timeline = match &full_state {
+            Some(stream) => {
+                let runs = retrace_decoder::full_state::schedule(stream).map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?;
+                let slices = scheduled_slices(&threads, &runs);
+                Timeline::interleaved(threads, slices)
+            }
+            None => Timeline::sequential(threads),
+        };
         let mut modules = Vec::new();
         let mut unchanging = Vec::new();
         for entry in &process.modules {
@@ -334,8 +376,8 @@ impl SavedTrace {
             (Some(linker), Some(first)) if linker.rendezvous.is_some() => Some(rendezvous_page(linker, first.link_map)),
             _ => None,
         };
-        let state = match loaded.description.retrace.as_ref().and_then(|r| r.full_state.as_ref()) {
-            Some(name) => Some(load_full_state(dir, name, &timeline).map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?),
+        let state = match &full_state {
+            Some(stream) => Some(load_full_state(dir, stream, &timeline).map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?),
             None => None,
         };
         let position = timeline.len() - 1;
