@@ -119,6 +119,32 @@ pub struct RecordedState {
 /// One thread's records not applied yet.
 type Queue<'a> = VecDeque<StateRecord<'a>>;
 
+/// The stream read as the replay needs it: each thread's records queued
+/// until its steps reach them. The stream is in the order things happened,
+/// as the timeline is, so the queues stay short.
+struct Pending<'a> {
+    records: retrace_decoder::full_state::StateRecords<'a>,
+    queues: HashMap<u32, Queue<'a>>,
+}
+
+impl<'a> Pending<'a> {
+    /// Reads on until thread `tid` has a record later than `at` queued, or
+    /// the stream ends; the start's records (thread 0's) go straight into
+    /// `machine`.
+    fn read_through(&mut self, tid: u32, at: u64, machine: &mut StateMachine, file: &mut dyn FnMut(&[u8], u64, &mut [u8]) -> usize) -> Result<(), String> {
+        while !self.queues.get(&tid).and_then(|q| q.back()).is_some_and(|r| r.at() > at) {
+            let Some(item) = self.records.next() else { return Ok(()) };
+            let (record_tid, record) = item.map_err(|e| e.to_string())?;
+            match (record_tid, &record) {
+                (_, StateRecord::Thread(_) | StateRecord::Scheduled { .. }) => {}
+                (0, _) => machine.apply(0, &record, file),
+                _ => self.queues.entry(record_tid).or_default().push_back(record),
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Changes `machine` by a memory record; returns what it overwrote
 /// (known bytes, as [`Overwritten`]) and the ranges whose old bytes were
 /// not known.
@@ -154,22 +180,14 @@ impl RecordedState {
     /// sentence for the user.
     pub fn load(timeline: &Timeline, stream: &[u8], file: &mut dyn FnMut(&[u8], u64, &mut [u8]) -> usize) -> Result<Self, String> {
         let mut machine = StateMachine::new();
-        let mut queues: HashMap<u32, Queue<'_>> = HashMap::new();
-        for item in state_records(stream) {
-            let (tid, record) = item.map_err(|e| e.to_string())?;
-            match (tid, &record) {
-                (_, StateRecord::Thread(_)) => {}
-                // What was there before any thread ran: the start.
-                (0, _) => machine.apply(0, &record, file),
-                _ => queues.entry(tid).or_default().push_back(record),
-            }
-        }
+        let mut pending = Pending { records: state_records(stream), queues: HashMap::new() };
         let mut log = StateLog::new(vec![0..u64::MAX]);
-        let mut empty = Queue::new();
         for position in 0..timeline.len() {
             let Some(step) = timeline.at(position) else { break };
             let tid = step.tid as u32;
-            let queue = queues.get_mut(&tid).unwrap_or(&mut empty);
+            // Everything of this thread up to the end of this step is read.
+            pending.read_through(tid, step.index + 1, &mut machine, file)?;
+            let queue = pending.queues.entry(tid).or_default();
             // What changed since its last step (a system call's results, a
             // signal frame): kept before this step.
             while queue.front().is_some_and(|r| r.at() <= step.index) {
