@@ -155,19 +155,7 @@ fn write_image(dir: &Path, up: &str, pid: u32, number: usize, image: &ImageRecor
         let stem = thread_file_stem(thread.tid, number);
         let name = format!("{stem}.intelpt_trace");
         let path = dir.join(&name);
-        match &thread.trace_file {
-            // The stored beginning becomes the bundle's file (moved when on
-            // the same file system), the rest appended.
-            Some((stored, _)) => {
-                if std::fs::rename(stored, &path).is_err() {
-                    io(&path, std::fs::copy(stored, &path).map(drop))?;
-                    let _ = std::fs::remove_file(stored);
-                }
-                let mut file = io(&path, std::fs::OpenOptions::new().append(true).open(&path))?;
-                io(&path, std::io::Write::write_all(&mut file, &thread.trace))?;
-            }
-            None => io(&path, std::fs::write(&path, &thread.trace))?,
-        }
+        write_stream(&path, thread.trace_file.as_ref().map(|(stored, _)| stored.as_path()), &thread.trace)?;
         if let Some(log) = &thread.instruction_log {
             let path = dir.join(format!("{stem}.insns"));
             let mut text = String::with_capacity(log.len() * 17);
@@ -227,19 +215,23 @@ fn copy_file(dir: &Path, path: &str) -> Result<String, BundleWriteError> {
     Ok(name)
 }
 
-/// Writes an image's full-state stream as `name` under `dir` (the stored
-/// beginning moved there, the rest appended).
-fn write_full_state(dir: &Path, name: &str, stream: &FullStateStream) -> Result<(), BundleWriteError> {
-    let path = dir.join(name);
-    match &stream.stored {
-        Some((stored, _)) => {
-            if std::fs::rename(stored, &path).is_err() {
-                io(&path, std::fs::copy(stored, &path).map(drop))?;
+/// Writes a stream recorded in two parts as the file `path`: the beginning
+/// `stored` as it grew (moved when on the same file system), then `rest`.
+fn write_stream(path: &Path, stored: Option<&Path>, rest: &[u8]) -> Result<(), BundleWriteError> {
+    match stored {
+        Some(stored) => {
+            if std::fs::rename(stored, path).is_err() {
+                io(path, std::fs::copy(stored, path).map(drop))?;
                 let _ = std::fs::remove_file(stored);
             }
-            let mut file = io(&path, std::fs::OpenOptions::new().append(true).open(&path))?;
-            io(&path, std::io::Write::write_all(&mut file, &stream.bytes))
+            let mut file = io(path, std::fs::OpenOptions::new().append(true).open(path))?;
+            io(path, std::io::Write::write_all(&mut file, rest))
         }
-        None => io(&path, std::fs::write(&path, &stream.bytes)),
+        None => io(path, std::fs::write(path, rest)),
     }
+}
+
+/// Writes an image's full-state stream as `name` under `dir`.
+fn write_full_state(dir: &Path, name: &str, stream: &FullStateStream) -> Result<(), BundleWriteError> {
+    write_stream(&dir.join(name), stream.stored.as_ref().map(|(stored, _)| stored.as_path()), &stream.bytes)
 }

@@ -51,12 +51,40 @@ fn values(out: &str) -> BTreeMap<i64, String> {
         .collect()
 }
 
-fn recorded(dir: &Path) -> (PathBuf, PathBuf) {
-    let program = build("full_state", dir, &["-O0", "-static", "-no-pie"]);
+/// An empty directory for test `name`.
+fn work_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-full-state").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `retrace-stub --replay trace_json`, and GDB's command to reach it.
+fn start_replay(trace_json: &Path) -> (std::process::Child, String) {
+    let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
+    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
+    (stub, format!("target remote 127.0.0.1:{port}"))
+}
+
+/// GDB's `$N = value` values, in order.
+fn printed(out: &str) -> Vec<String> {
+    out.lines().filter_map(|l| l.split_once(" = ").filter(|(k, _)| k.starts_with('$')).map(|(_, v)| v.to_string())).collect()
+}
+
+/// `program` (tests/programs/`name`.c, static, -no-pie, -O0 and `flags`)
+/// recorded with full state; the program and the bundle's trace.json.
+fn recorded_program(dir: &Path, name: &str, flags: &[&str]) -> (PathBuf, PathBuf) {
+    let mut all = vec!["-O0", "-static", "-no-pie"];
+    all.extend_from_slice(flags);
+    let program = build(name, dir, &all);
     let bundle = dir.join("bundle");
     let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
     assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
     (program, bundle.join("trace.json"))
+}
+
+fn recorded(dir: &Path) -> (PathBuf, PathBuf) {
+    recorded_program(dir, "full_state", &[])
 }
 
 #[test]
@@ -64,9 +92,7 @@ fn gdb_sees_on_the_replay_what_it_sees_natively_at_every_hit_backwards_and_forwa
     if !tools_present() {
         return;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-full-state").join("loop");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = work_dir("loop");
     let (program, trace_json) = recorded(&dir);
     let script = dir.join("show.py");
     std::fs::write(&script, SHOW).unwrap();
@@ -79,9 +105,7 @@ fn gdb_sees_on_the_replay_what_it_sees_natively_at_every_hit_backwards_and_forwa
     assert_eq!(native.keys().copied().collect::<Vec<_>>(), (0..40).collect::<Vec<_>>(), "GDB's native hits");
 
     // The replay: from the end, back through every hit, then forwards.
-    let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
-    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
-    let target = format!("target remote 127.0.0.1:{port}");
+    let (stub, target) = start_replay(&trace_json);
     let mut commands = vec![source.as_str(), target.as_str(), "break full_state.c:37"];
     commands.extend(std::iter::repeat(["reverse-continue", "show"]).take(40).flatten());
     commands.extend(["info registers", "reverse-continue"]);
@@ -116,9 +140,7 @@ fn watchpoints_on_the_replay_stop_at_the_writes_reads_and_the_kernels_write() {
     if !tools_present() {
         return;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-full-state").join("watch");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = work_dir("watch");
     let (program, trace_json) = recorded(&dir);
     let script = dir.join("show.py");
     std::fs::write(&script, SHOW).unwrap();
@@ -127,9 +149,7 @@ fn watchpoints_on_the_replay_stop_at_the_writes_reads_and_the_kernels_write() {
     let native = values(&gdb(&program, &[source.as_str(), "break full_state.c:37 if i == 38", "run", "show"]));
     let native_counter = native[&38].split(' ').find_map(|f| f.strip_prefix("counter=")).unwrap().to_string();
 
-    let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
-    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
-    let target = format!("target remote 127.0.0.1:{port}");
+    let (stub, target) = start_replay(&trace_json);
     let out = gdb(
         &program,
         &[
@@ -157,7 +177,7 @@ fn watchpoints_on_the_replay_stop_at_the_writes_reads_and_the_kernels_write() {
         ],
     );
     common::end_stub(stub);
-    let printed: Vec<&str> = out.lines().filter_map(|l| l.split_once(" = ").filter(|(k, _)| k.starts_with('$')).map(|(_, v)| v)).collect();
+    let printed = printed(&out);
     assert_eq!(printed.len(), 3, "{out}");
     assert_eq!(printed[0], "38", "the write of counter is in iteration 38:\n{out}");
     // Before that write: the value at iteration 38's hit, natively.
@@ -177,14 +197,8 @@ fn four_threads_interleave_as_they_ran_and_show_their_native_values() {
     if !tools_present() {
         return;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-full-state").join("threads");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let program = build("full_state_threads", &dir, &["-O0", "-static", "-no-pie", "-pthread"]);
-    let bundle = dir.join("bundle");
-    let out = retrace().args(["record", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
-    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
-    let printed = |out: &str| -> Vec<String> { out.lines().filter_map(|l| l.split_once(" = ").filter(|(k, _)| k.starts_with('$')).map(|(_, v)| v.to_string())).collect() };
+    let dir = work_dir("threads");
+    let (program, trace_json) = recorded_program(&dir, "full_state_threads", &["-pthread"]);
     let after_joins = ["print sums", "print table[2][49]", "print table[0][0]"];
     let in_worker = ["print acc", "print sums[2]", "print table[2][9]"];
     let mut native_commands = vec!["break full_state_threads.c:35", "run"];
@@ -196,9 +210,7 @@ fn four_threads_interleave_as_they_ran_and_show_their_native_values() {
     let native = printed(&native_out);
     assert_eq!(native.len(), 6, "{native_out}");
 
-    let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), bundle.join("trace.json").as_os_str()]);
-    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
-    let target = format!("target remote 127.0.0.1:{port}");
+    let (stub, target) = start_replay(&trace_json);
     let mut commands = vec![target.as_str(), "break full_state_threads.c:35", "reverse-continue"];
     commands.extend(after_joins);
     commands.extend(["delete", "break full_state_threads.c:20 if id == 2 && r == 10", "reverse-continue"]);
