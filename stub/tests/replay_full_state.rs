@@ -223,3 +223,90 @@ fn four_threads_interleave_as_they_ran_and_show_their_native_values() {
     let listed = out.lines().skip_while(|l| !l.trim_start().starts_with("Id ")).skip(1).filter(|l| l.contains(" Thread ")).count();
     assert_eq!(listed, 5, "five threads:\n{out}");
 }
+
+/// GDB's Python: `where_now` prints one `AT` line: the function, the line,
+/// and `i` and `total` where main's frame is selected.
+const WHERE_NOW: &str = r#"
+import gdb
+class WhereNow(gdb.Command):
+    def __init__(self):
+        super().__init__('where_now', gdb.COMMAND_USER)
+    def invoke(self, arg, tty):
+        frame = gdb.selected_frame()
+        name = frame.name()
+        line = frame.find_sal().line
+        if name == 'main':
+            print('AT main:%d i=%d total=%d' % (line, int(gdb.parse_and_eval('i')), int(gdb.parse_and_eval('total'))))
+        else:
+            print('AT %s:%d a=%d b=%d' % (name, line, int(gdb.parse_and_eval('a')), int(gdb.parse_and_eval('b'))))
+WhereNow()
+"#;
+
+/// reverse-next, reverse-step, reverse-finish and reverse-stepi on the
+/// replay land where GDB's forward `next`, `step` and `finish` land
+/// natively, with the same values: in iteration 20, from line 37 back
+/// into `mix` (called on line 35) and out, and forwards again.
+#[test]
+fn reverse_next_step_finish_and_stepi_land_where_native_steps_do() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("steps");
+    let (program, trace_json) = recorded(&dir);
+    let script = dir.join("where.py");
+    std::fs::write(&script, WHERE_NOW).unwrap();
+    let source = format!("source {}", script.display());
+    let at_lines = |out: &str| -> Vec<String> { out.lines().filter_map(|l| l.strip_prefix("AT ")).map(str::to_string).collect() };
+
+    // Natively, forwards from line 35 of iteration 20: into mix and out,
+    // then on to line 37.
+    let native_out = gdb(&program, &[&source, "break full_state.c:35 if i == 20", "run", "where_now", "step", "where_now", "finish", "where_now", "next", "where_now", "next", "where_now"]);
+    let native = at_lines(&native_out);
+    assert_eq!(native.len(), 5, "{native_out}");
+    assert!(native[0].starts_with("main:35 i=20") && native[1].starts_with("mix:") && native[4].starts_with("main:37 i=20"), "{native:#?}");
+
+    // The replay, backwards from line 37 of iteration 20.
+    let (stub, target) = start_replay(&trace_json);
+    let out = gdb(
+        &program,
+        &[
+            &source,
+            &target,
+            "break full_state.c:37 if i == 20",
+            "reverse-continue",
+            "delete",
+            "where_now",
+            "reverse-next",
+            "where_now",
+            // Back into mix from its end, then out to the call.
+            "reverse-step",
+            "where_now",
+            "reverse-finish",
+            "where_now",
+            // To the start of line 35: the values before the call.
+            "reverse-next",
+            "where_now",
+            // One instruction back and forth: the same place.
+            "reverse-stepi",
+            "stepi",
+            "where_now",
+            // Forwards again, replayed: as natively.
+            "step",
+            "where_now",
+            "finish",
+            "where_now",
+        ],
+    );
+    common::end_stub(stub);
+    let replay = at_lines(&out);
+    assert_eq!(replay.len(), 8, "{out}");
+    // 37 and 36 of iteration 20, as natively.
+    assert_eq!(replay[0], native[4], "{out}");
+    assert_eq!(replay[1], native[3], "{out}");
+    assert!(replay[2].starts_with("mix:") && replay[2] != native[1], "reverse-step enters mix from its end:\n{out}");
+    assert!(replay[3].starts_with("main:35 i=20"), "reverse-finish returns to the call:\n{out}");
+    assert_eq!(replay[4], native[0], "reverse-next to the start of line 35:\n{out}");
+    assert_eq!(replay[5], replay[4], "reverse-stepi then stepi:\n{out}");
+    assert_eq!(replay[6], native[1], "step into mix, replayed:\n{out}");
+    assert!(replay[7].starts_with("main:35 i=20"), "finish, replayed:\n{out}");
+}
