@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use retrace_decoder::bundle::{
-    BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress, Recorder, TraceBundle, TscConversion,
+    BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress, RecordedExit, Recorder, TraceBundle, TscConversion,
 };
 
 use crate::software::{FullStateStream, ImageRecording, Recording};
@@ -133,6 +133,11 @@ fn write_description(
             cpu_info_is_synthetic: info.cpu_info_is_synthetic,
             exec_images,
             full_state,
+            exit: match recording.outcome {
+                crate::software::Outcome::Exited(code) => Some(RecordedExit::Status(code)),
+                crate::software::Outcome::Signaled { signal, .. } => Some(RecordedExit::Signal(signal as i32)),
+                _ => None,
+            },
         }),
     };
     io(path, std::fs::write(path, bundle.to_json()))

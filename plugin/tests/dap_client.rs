@@ -19,6 +19,9 @@ use retrace_collector::software::StepMode;
 use retrace_tests::recordings::{build, programs_dir, record_bundle};
 use retrace_tests::tools::{require, which};
 
+/// Held while a DAP client run goes on.
+static NODE_RUNS: Mutex<()> = Mutex::new(());
+
 fn extension_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("vscode")
 }
@@ -50,6 +53,8 @@ fn step_back_through_retrace_dap_as_vs_code_drives_it() {
     let trace_json = record_bundle(&program, &[], StepMode::Step, &dir.join("bundle"));
     let stub = common::build_stub();
     npm_packages();
+    // One DAP run at a time: each counts the processes its sessions leave.
+    let _one_at_a_time = NODE_RUNS.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new("node")
         .args(["--test", "--test-reporter=tap", "test/dap.test.js"])
         .current_dir(extension_dir())
@@ -65,6 +70,44 @@ fn step_back_through_retrace_dap_as_vs_code_drives_it() {
     println!("{report}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the DAP client test failed (report above)");
     // All four cases ran (none skipped).
+    assert!(report.contains("# pass 4") && report.contains("# skipped 0"), "expected 4 passing cases: {report}");
+}
+
+/// The same four cases on a static `-no-pie` build (the same addresses
+/// natively and under Valgrind), the replay being of a full-state
+/// recording (`retrace record --mode full`): every replayed stop shows the
+/// locals the forward run showed, and continuing past the end reports the
+/// recorded exit.
+#[test]
+fn step_back_through_retrace_dap_on_a_full_state_recording_shows_the_locals() {
+    if !tools_present() || !retrace_tests::tools::require("valgrind", which("valgrind").is_some() && retrace_collector::valgrind::availability().is_ok()) {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dap_client_full");
+    let _ = std::fs::remove_dir_all(&dir);
+    let program = build("step_back", &dir, &["-O0", "-static", "-no-pie"]);
+    let bundle = dir.join("bundle");
+    let recorded = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["record", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let stub = common::build_stub();
+    npm_packages();
+    // One DAP run at a time: each counts the processes its sessions leave.
+    let _one_at_a_time = NODE_RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::new("node")
+        .args(["--test", "--test-reporter=tap", "test/dap.test.js"])
+        .current_dir(extension_dir())
+        .env("RETRACE_DAP", env!("CARGO_BIN_EXE_retrace-dap"))
+        .env("RETRACE_STUB", stub)
+        .env("RETRACE_LLDB_DAP", which("lldb-dap-22").unwrap())
+        .env("RETRACE_DAP_PROGRAM", &program)
+        .env("RETRACE_DAP_SOURCE", programs_dir().join("step_back.c"))
+        .env("RETRACE_DAP_TRACE_JSON", bundle.join("trace.json"))
+        .env("RETRACE_DAP_FULL_STATE", "1")
+        .output()
+        .expect("run node");
+    let report = String::from_utf8_lossy(&out.stdout);
+    println!("{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the DAP client test failed (report above)");
     assert!(report.contains("# pass 4") && report.contains("# skipped 0"), "expected 4 passing cases: {report}");
 }
 

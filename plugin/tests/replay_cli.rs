@@ -54,13 +54,15 @@ fn lldb_and_gdb_on_a_full_state_recording_see_the_native_values_of_the_last_hit(
     let printed: Vec<&str> = out.lines().filter_map(|l| l.split_once(" = ").filter(|(k, _)| k.starts_with('$')).map(|(_, v)| v)).collect();
     assert_eq!(printed, values, "GDB on the replay:\n{out}");
 
-    let (out, ok) = replay(&[bundle, "--", "-b", "-o", "breakpoint set -f full_state.c -l 37", "-o", "process continue -R", "-o", "frame variable i counter total", "-o", "register read rsp rbp"]);
+    let (out, ok) = replay(&[bundle, "--", "-b", "-o", "breakpoint set -f full_state.c -l 37", "-o", "process continue -R", "-o", "frame variable i counter total", "-o", "register read rsp rbp", "-o", "breakpoint delete 1", "-o", "process continue -F"]);
     assert!(ok, "{out}");
     assert!(out.contains("command script import"), "the shim is loaded:\n{out}");
     for (name, value) in [("i", values[0]), ("counter", values[1]), ("total", values[2])] {
         assert!(out.lines().any(|l| l.contains(&format!(" {name} = {value}"))), "LLDB's {name} should be {value}:\n{out}");
     }
     assert!(!out.contains("unavailable"), "LLDB reads every register it asks for:\n{out}");
+    // Past the end: the recorded exit, as natively.
+    assert!(out.contains("exited with status = 0"), "LLDB sees the recorded exit:\n{out}");
 }
 
 #[test]

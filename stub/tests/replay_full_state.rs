@@ -310,3 +310,21 @@ fn reverse_next_step_finish_and_stepi_land_where_native_steps_do() {
     assert_eq!(replay[6], native[1], "step into mix, replayed:\n{out}");
     assert!(replay[7].starts_with("main:35 i=20"), "finish, replayed:\n{out}");
 }
+
+/// Past the last instruction, a continue ends the program as it ended when
+/// recorded (as `rr replay` does): GDB sees it exit as it does natively.
+#[test]
+fn continuing_past_the_end_reports_the_recorded_exit() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("exit");
+    let (program, trace_json) = recorded(&dir);
+    let native = gdb(&program, &["run"]);
+    assert!(native.contains("exited normally"), "{native}");
+    let (stub, target) = start_replay(&trace_json);
+    let out = gdb(&program, &[&target, "break full_state.c:37", "reverse-continue", "delete", "continue"]);
+    common::end_stub(stub);
+    assert!(out.contains("Breakpoint 1, main ()"), "{out}");
+    assert!(out.contains("[Inferior 1 (process") && out.contains("exited normally]"), "the recorded exit:\n{out}");
+}

@@ -167,6 +167,20 @@ pub struct Recorder {
     /// [`crate::full_state`]), relative to this file, when recorded.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub full_state: Option<String>,
+    /// How the program ended, when it ended on its own (not at an
+    /// instruction limit or an interruption).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub exit: Option<RecordedExit>,
+}
+
+/// How a recorded program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RecordedExit {
+    /// It exited with this status.
+    Status(i32),
+    /// A signal (by its Linux number) killed it.
+    Signal(i32),
 }
 
 /// The whole `trace.json`.

@@ -11,11 +11,14 @@
 const assert = require("node:assert/strict");
 const { test } = require("node:test");
 const { execFileSync, spawn } = require("node:child_process");
-const { PROGRAM, markedLine, client, start, stopAfter, place, stopsToFirstBreakpoint, sessionProcesses, running } = require("./common.js");
+const { PROGRAM, SOURCE, markedLine, client, start, stopAfter, place, stopsToFirstBreakpoint, sessionProcesses, running } = require("./common.js");
 
 const CALL = markedLine("call");
 const ADD = markedLine("add");
 const TRACE_JSON = process.env.RETRACE_DAP_TRACE_JSON;
+// A full-state recording (`retrace record --mode full`): the replay shows
+// the locals of every stop too, and ends as the program ended.
+const FULL_STATE = process.env.RETRACE_DAP_FULL_STATE === "1";
 
 /** Plain lldb-dap, forwards: entry, the breakpoint's hits for i = 0 and 1, then every instruction up to its hit for i = 2. */
 async function forwardRun() {
@@ -225,35 +228,45 @@ test("replay of a saved trace: breakpoints, reverseContinue, stepBack", { skip: 
     stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
     assert.equal(stop.reason, "breakpoint");
     const last = truth.walk[truth.walk.length - 1];
-    assertSamePlace(await place(dc, thread), last, false, "replay continue: hit for i = 2");
-    // On to the end of the history, and back to the breakpoint's last hit (i = 2).
-    stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
-    assert.equal(stop.reason, "history boundary");
-    stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
-    assert.equal(stop.reason, "breakpoint");
-    assertSamePlace(await place(dc, thread), last, false, "replay reverseContinue: hit for i = 2");
+    assertSamePlace(await place(dc, thread), last, FULL_STATE, "replay continue: hit for i = 2");
+    if (!FULL_STATE) {
+      // On to the end of the history, and back to the breakpoint's last hit (i = 2).
+      stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
+      assert.equal(stop.reason, "history boundary");
+      stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+      assert.equal(stop.reason, "breakpoint");
+      assertSamePlace(await place(dc, thread), last, false, "replay reverseContinue: hit for i = 2");
+    }
     // Step Back a line: the start of the loop's increment line, as the forward run went.
     stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread }));
     assert.equal(stop.reason, "step");
     let here = await place(dc, thread);
     let lineStart = truth.walk.length - 2;
     while (truth.walk[lineStart - 1].line === truth.walk[lineStart].line) lineStart--;
-    assertSamePlace(here, truth.walk[lineStart], false, "replay stepBack: the start of the line before");
+    assertSamePlace(here, truth.walk[lineStart], FULL_STATE, "replay stepBack: the start of the line before");
     // Step Back an instruction.
     stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread, granularity: "instruction" }));
     assert.equal(stop.reason, "step");
     here = await place(dc, thread);
-    assertSamePlace(here, truth.walk[lineStart - 1], false, "replay stepBack instruction");
+    assertSamePlace(here, truth.walk[lineStart - 1], FULL_STATE, "replay stepBack instruction");
     // The hits for i = 1 and 0, then the start.
     for (const hit of [truth.hits[1], truth.hits[0]]) {
       stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
       assert.equal(stop.reason, "breakpoint");
-      assertSamePlace(await place(dc, thread), hit, false, "replay reverseContinue");
+      assertSamePlace(await place(dc, thread), hit, FULL_STATE, "replay reverseContinue");
     }
     stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
     assert.equal(stop.reason, "history boundary");
     assertSamePlace(await place(dc, thread), truth.entry, false, "replay: the history's start");
-    await disconnectEndsEverything(dc, {}, ["lldb-dap", "retrace-stub"]);
+    if (FULL_STATE) {
+      // Forwards past the end: the program exits as it did when recorded.
+      await dc.setBreakpointsRequest({ source: { path: SOURCE }, breakpoints: [] });
+      const exited = dc.waitForEvent("exited", 20000);
+      await dc.continueRequest({ threadId: thread });
+      assert.equal((await exited).body.exitCode, 0, "the recorded exit status");
+    }
+    // (After the exit the stub's session is over: only lldb-dap is sure to run.)
+    await disconnectEndsEverything(dc, {}, FULL_STATE ? ["lldb-dap"] : ["lldb-dap", "retrace-stub"]);
     await assertNothingLeft(PROGRAM);
     await assertNothingLeft(TRACE_JSON);
   } finally {

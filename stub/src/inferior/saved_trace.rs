@@ -138,6 +138,10 @@ pub struct SavedTrace {
     killed: bool,
     /// Every register and byte, for a recording with full state.
     state: Option<RecordedState>,
+    /// How the program ended, reported when a full-state replay runs past
+    /// its last instruction (as rr reports it): `None` where the recording
+    /// ended otherwise (a limit, an interruption) or keeps no state.
+    exit: Option<StopReason>,
 }
 
 /// The pages of a read-only segment, mapped from a module file.
@@ -228,6 +232,18 @@ fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> R
 fn push_auxv(auxv: &mut Vec<u8>, key: u64, value: u64) {
     auxv.extend_from_slice(&key.to_le_bytes());
     auxv.extend_from_slice(&value.to_le_bytes());
+}
+
+/// The stop reporting a recorded end: an exit status, or the signal that
+/// killed the program (`None` for a signal number Linux does not have).
+fn exit_stop(exit: retrace_decoder::bundle::RecordedExit) -> Option<StopReason> {
+    match exit {
+        retrace_decoder::bundle::RecordedExit::Status(code) => Some(StopReason::Exited(code as u8)),
+        retrace_decoder::bundle::RecordedExit::Signal(number) => {
+            let signal = nix::sys::signal::Signal::try_from(number).ok()?;
+            Some(StopReason::Terminated(crate::signals::to_gdb(signal)))
+        }
+    }
 }
 
 /// The threads' runs in the order a full-state stream's schedule gives
@@ -403,6 +419,7 @@ impl SavedTrace {
             stop: None,
             stop_note: None,
             killed: false,
+            exit: state.as_ref().and(loaded.description.retrace.as_ref().and_then(|r| r.exit)).and_then(exit_stop),
             state,
         })
     }
@@ -684,10 +701,15 @@ impl MultiThreadResume for SavedTrace {
         let stop = match crate::inferior::replay::take_armed(self, self.step.is_some()) {
             Some(stop) => stop,
             None => {
-                let step = self.step;
+                let (step, exit) = (self.step, self.exit);
                 self.replay_history(|replayer, history, breakpoints| match replayer.run_forwards(history, breakpoints, step) {
                     Forward::Stopped(stop) => stop,
-                    Forward::End => boundary(history, replayer.position(), ReplayLogPosition::End),
+                    // Past the last instruction, a continue ends the program
+                    // as it ended when recorded (a step stops at the end).
+                    Forward::End => match exit.filter(|_| step.is_none()) {
+                        Some(exit) => exit,
+                        None => boundary(history, replayer.position(), ReplayLogPosition::End),
+                    },
                 })
                 .expect("a saved trace always has its history")
             }
