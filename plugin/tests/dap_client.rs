@@ -42,15 +42,11 @@ fn npm_packages() {
     *installed = true;
 }
 
-#[test]
-fn step_back_through_retrace_dap_as_vs_code_drives_it() {
-    if !tools_present() {
-        return;
-    }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dap_client");
-    let _ = std::fs::remove_dir_all(&dir);
-    let program = build("step_back", &dir, &["-O0"]);
-    let trace_json = record_bundle(&program, &[], StepMode::Step, &dir.join("bundle"));
+/// Runs the DAP client's four cases (`plugin/vscode/test/dap.test.js`) on
+/// `program` (built from step_back.c), the replay case on `trace_json`
+/// (`full_state`: a full-state recording, whose stops show the locals);
+/// all must pass, none skipped.
+fn run_dap_client(program: &Path, trace_json: &Path, full_state: bool) {
     let stub = common::build_stub();
     npm_packages();
     // One DAP run at a time: each counts the processes its sessions leave.
@@ -61,9 +57,10 @@ fn step_back_through_retrace_dap_as_vs_code_drives_it() {
         .env("RETRACE_DAP", env!("CARGO_BIN_EXE_retrace-dap"))
         .env("RETRACE_STUB", stub)
         .env("RETRACE_LLDB_DAP", which("lldb-dap-22").unwrap())
-        .env("RETRACE_DAP_PROGRAM", &program)
+        .env("RETRACE_DAP_PROGRAM", program)
         .env("RETRACE_DAP_SOURCE", programs_dir().join("step_back.c"))
-        .env("RETRACE_DAP_TRACE_JSON", &trace_json)
+        .env("RETRACE_DAP_TRACE_JSON", trace_json)
+        .env("RETRACE_DAP_FULL_STATE", if full_state { "1" } else { "0" })
         .output()
         .expect("run node");
     let report = String::from_utf8_lossy(&out.stdout);
@@ -71,6 +68,18 @@ fn step_back_through_retrace_dap_as_vs_code_drives_it() {
     assert!(out.status.success(), "the DAP client test failed (report above)");
     // All four cases ran (none skipped).
     assert!(report.contains("# pass 4") && report.contains("# skipped 0"), "expected 4 passing cases: {report}");
+}
+
+#[test]
+fn step_back_through_retrace_dap_as_vs_code_drives_it() {
+    if !tools_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dap_client");
+    let _ = std::fs::remove_dir_all(&dir);
+    let program = build("step_back", &dir, &["-O0"]);
+    let trace_json = record_bundle(&program, &[], StepMode::Step, &dir.join("bundle"));
+    run_dap_client(&program, &trace_json, false);
 }
 
 /// The same four cases on a static `-no-pie` build (the same addresses
@@ -89,26 +98,7 @@ fn step_back_through_retrace_dap_on_a_full_state_recording_shows_the_locals() {
     let bundle = dir.join("bundle");
     let recorded = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["record", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
     assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
-    let stub = common::build_stub();
-    npm_packages();
-    // One DAP run at a time: each counts the processes its sessions leave.
-    let _one_at_a_time = NODE_RUNS.lock().unwrap_or_else(|e| e.into_inner());
-    let out = Command::new("node")
-        .args(["--test", "--test-reporter=tap", "test/dap.test.js"])
-        .current_dir(extension_dir())
-        .env("RETRACE_DAP", env!("CARGO_BIN_EXE_retrace-dap"))
-        .env("RETRACE_STUB", stub)
-        .env("RETRACE_LLDB_DAP", which("lldb-dap-22").unwrap())
-        .env("RETRACE_DAP_PROGRAM", &program)
-        .env("RETRACE_DAP_SOURCE", programs_dir().join("step_back.c"))
-        .env("RETRACE_DAP_TRACE_JSON", bundle.join("trace.json"))
-        .env("RETRACE_DAP_FULL_STATE", "1")
-        .output()
-        .expect("run node");
-    let report = String::from_utf8_lossy(&out.stdout);
-    println!("{report}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the DAP client test failed (report above)");
-    assert!(report.contains("# pass 4") && report.contains("# skipped 0"), "expected 4 passing cases: {report}");
+    run_dap_client(&program, &bundle.join("trace.json"), true);
 }
 
 #[test]
