@@ -19,7 +19,9 @@ use retrace_collector::software::StepMode;
 use retrace_tests::recordings::{build, programs_dir, record_bundle};
 use retrace_tests::tools::{require, which};
 
-/// Held while a DAP client run goes on.
+/// Held by each test that runs the DAP client, from its build to its
+/// end: one at a time, as each counts the processes its sessions leave and
+/// times its stops (a recording beside it would slow them).
 static NODE_RUNS: Mutex<()> = Mutex::new(());
 
 fn extension_dir() -> PathBuf {
@@ -42,15 +44,13 @@ fn npm_packages() {
     *installed = true;
 }
 
-/// Runs the DAP client's four cases (`plugin/vscode/test/dap.test.js`) on
+/// Runs the DAP client's cases (`plugin/vscode/test/dap.test.js`) on
 /// `program` (built from step_back.c), the replay case on `trace_json`
-/// (`full_state`: a full-state recording, whose stops show the locals);
-/// all must pass, none skipped.
+/// (`full_state`: a full-state recording, whose stops show the locals, and
+/// the launch that records under Valgrind runs too); all must pass.
 fn run_dap_client(program: &Path, trace_json: &Path, full_state: bool) {
     let stub = common::build_stub();
     npm_packages();
-    // One DAP run at a time: each counts the processes its sessions leave.
-    let _one_at_a_time = NODE_RUNS.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new("node")
         .args(["--test", "--test-reporter=tap", "test/dap.test.js"])
         .current_dir(extension_dir())
@@ -66,8 +66,10 @@ fn run_dap_client(program: &Path, trace_json: &Path, full_state: bool) {
     let report = String::from_utf8_lossy(&out.stdout);
     println!("{report}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the DAP client test failed (report above)");
-    // All four cases ran (none skipped).
-    assert!(report.contains("# pass 4") && report.contains("# skipped 0"), "expected 4 passing cases: {report}");
+    // All cases ran: the four, and with a full-state replay the launch
+    // recorded under Valgrind (skipped otherwise).
+    let (passing, skipped) = if full_state { ("# pass 5", "# skipped 0") } else { ("# pass 4", "# skipped 1") };
+    assert!(report.contains(passing) && report.contains(skipped), "expected {passing}, {skipped}: {report}");
 }
 
 #[test]
@@ -75,6 +77,7 @@ fn step_back_through_retrace_dap_as_vs_code_drives_it() {
     if !tools_present() {
         return;
     }
+    let _one_at_a_time = NODE_RUNS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dap_client");
     let _ = std::fs::remove_dir_all(&dir);
     let program = build("step_back", &dir, &["-O0"]);
@@ -82,16 +85,18 @@ fn step_back_through_retrace_dap_as_vs_code_drives_it() {
     run_dap_client(&program, &trace_json, false);
 }
 
-/// The same four cases on a static `-no-pie` build (the same addresses
-/// natively and under Valgrind), the replay being of a full-state
-/// recording (`retrace record --mode full`): every replayed stop shows the
-/// locals the forward run showed, and continuing past the end reports the
-/// recorded exit.
+/// The same cases on a static `-no-pie` build (the same addresses natively
+/// and under Valgrind), the replay being of a full-state recording
+/// (`retrace record --mode full`): every replayed stop shows the locals the
+/// forward run showed, and continuing past the end reports the recorded
+/// exit; and a launch with `"record": "valgrind"` records the program, then
+/// debugs the recording with its locals.
 #[test]
 fn step_back_through_retrace_dap_on_a_full_state_recording_shows_the_locals() {
     if !tools_present() || !retrace_tests::tools::require("valgrind", which("valgrind").is_some() && retrace_collector::valgrind::availability().is_ok()) {
         return;
     }
+    let _one_at_a_time = NODE_RUNS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dap_client_full");
     let _ = std::fs::remove_dir_all(&dir);
     let program = build("step_back", &dir, &["-O0", "-static", "-no-pie"]);

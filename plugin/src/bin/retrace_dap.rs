@@ -21,6 +21,9 @@ use retrace_plugin::dap::{serve, AdapterConfig};
 /// args, cwd, env, stopOnEntry, initCommands, …) plus
 ///
 ///   "record": "full" | "branch"   how retrace-stub records (default full)
+///   "record": "valgrind"          record the program first under Valgrind with full
+///                                 state (retrace record --mode full), then debug the
+///                                 recording: every register and byte at every stop
 ///   "replay": "path/trace.json"    post-mortem: a saved trace instead of a live program
 ///
 /// The adapter starts retrace-stub for the session and ends it (and the
@@ -39,6 +42,9 @@ struct Args {
     /// The LLDB shim, retrace.py [default: $RETRACE_SHIM, else lldb-scripts/retrace.py of the checkout this program was built in].
     #[arg(long, value_name = "PATH")]
     shim: Option<PathBuf>,
+    /// The `retrace` command, which records under Valgrind for `"record": "valgrind"` [default: $RETRACE_CLI, else the one next to this program].
+    #[arg(long, value_name = "PATH")]
+    retrace: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -63,7 +69,8 @@ fn main() -> ExitCode {
         eprintln!("retrace-dap: the LLDB shim {} is missing (give --shim PATH)", shim.display());
         return ExitCode::from(1);
     }
-    let config = AdapterConfig { lldb_dap, stub, shim };
+    let recorder = args.retrace.or_else(|| env_path("RETRACE_CLI")).unwrap_or_else(|| here.join("retrace"));
+    let config = AdapterConfig { lldb_dap, stub, shim, recorder };
     let input = Box::new(std::io::BufReader::new(std::io::stdin()));
     let output = Box::new(std::io::stdout());
     match serve(config, input, output) {

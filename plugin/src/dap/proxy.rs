@@ -36,6 +36,8 @@ pub struct AdapterConfig {
     pub stub: PathBuf,
     /// lldb-scripts/retrace.py.
     pub shim: PathBuf,
+    /// The `retrace` command (`"record": "valgrind"` records with it).
+    pub recorder: PathBuf,
 }
 
 /// Why the adapter stopped early.
@@ -293,15 +295,20 @@ impl Session {
                 // lldb-dap reads it for the symbols: the same file.
                 arguments.insert("program".into(), Value::String(program.to_string_lossy().into_owned()));
                 let mode = text("record").unwrap_or_else(|| "full".to_string());
-                if mode != "full" && mode != "branch" {
-                    return Err(format!("`record` is \"full\" or \"branch\", not {mode:?}"));
+                if mode != "full" && mode != "branch" && mode != "valgrind" {
+                    return Err(format!("`record` is \"full\", \"branch\" or \"valgrind\", not {mode:?}"));
                 }
                 let args = match arguments.get("args") {
                     None | Some(Value::Null) => Vec::new(),
                     Some(Value::Array(args)) => args.iter().map(|a| a.as_str().map(OsString::from).ok_or("`args` must be strings")).collect::<Result<_, _>>()?,
                     Some(_) => return Err("`args` must be an array of strings".to_string()),
                 };
-                StubRun::Record { mode, program, args }
+                if mode == "valgrind" {
+                    let env = environment(arguments.get("env"))?;
+                    StubRun::Replay { trace_json: self.record_under_valgrind(&program, &args, cwd.as_deref(), &env)? }
+                } else {
+                    StubRun::Record { mode, program, args }
+                }
             }
         };
         let environment = StubEnvironment { cwd, env: environment(arguments.get("env"))? };
@@ -333,6 +340,32 @@ impl Session {
         state.configuring = Configuring::Launched;
         state.renamed.insert(seq, "launch".to_string());
         Ok(request(seq, "attach", Value::Object(arguments)))
+    }
+
+    /// `"record": "valgrind"`: runs the program to its end under Valgrind
+    /// with full state (`retrace record --mode full`) into a bundle of its
+    /// own in the temporary directory, its output shown as the program's;
+    /// returns the bundle's trace.json, which the session then replays.
+    fn record_under_valgrind(&self, program: &Path, args: &[OsString], cwd: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, String> {
+        static RECORDINGS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let bundle = std::env::temp_dir().join(format!("retrace-dap-{}-{}", std::process::id(), RECORDINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+        let mut command = std::process::Command::new(&self.config.recorder);
+        command.args(["record", "--mode", "full", "--force", "-o"]).arg(&bundle).arg("--").arg(program).args(args).envs(env.iter().map(|(k, v)| (k, v))).stdin(std::process::Stdio::null());
+        if let Some(cwd) = cwd {
+            command.current_dir(cwd);
+        }
+        let out = command.output().map_err(|e| format!("running {}: {e}", self.config.recorder.display()))?;
+        let trace_json = bundle.join("trace.json");
+        let client = self.client_writer();
+        if let Ok(mut client) = client.lock() {
+            let _ = write_message(&mut *client, &output_event("stdout", &String::from_utf8_lossy(&out.stdout)));
+            let said = String::from_utf8_lossy(&out.stderr);
+            let _ = write_message(&mut *client, &output_event("console", &format!("{said}retrace-dap: recorded under Valgrind into {} (retrace replay {} debugs it again)\n", bundle.display(), bundle.display())));
+        }
+        if !trace_json.is_file() {
+            return Err(format!("recording under Valgrind failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(trace_json)
     }
 
     /// Puts `command script import SHIM` first in `initCommands`.

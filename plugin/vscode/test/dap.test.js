@@ -273,3 +273,30 @@ test("replay of a saved trace: breakpoints, reverseContinue, stepBack", { skip: 
     dc.stopAdapter();
   }
 });
+
+test("launch recorded under Valgrind: breakpoints with locals, reverseContinue, stepBack", { skip: !FULL_STATE && "RETRACE_DAP_FULL_STATE not set" }, async () => {
+  assert.ok(truth, "the forward truth ran");
+  const { dc } = await client("retrace");
+  try {
+    // The program runs to its end under Valgrind; the session replays the recording from its start.
+    const first = await start(dc, "launch", { program: PROGRAM, record: "valgrind" }, [CALL]);
+    const thread = first.threadId;
+    assertSamePlace(await place(dc, thread), truth.hits[0], true, "record valgrind: hit for i = 0");
+    let stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    assertSamePlace(await place(dc, thread), truth.hits[1], true, "record valgrind continue: hit for i = 1");
+    stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    assertSamePlace(await place(dc, thread), truth.hits[0], true, "record valgrind reverseContinue: hit for i = 0");
+    stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
+    stop = await stopAfter(dc, () => dc.nextRequest({ threadId: thread }));
+    // Back onto the call line, where the breakpoint is: reported as its hit.
+    stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    assertSamePlace(await place(dc, thread), truth.hits[1], true, "record valgrind stepBack: the hit for i = 1 again");
+    await disconnectEndsEverything(dc, {}, ["lldb-dap", "retrace-stub"]);
+    await assertNothingLeft(PROGRAM);
+  } finally {
+    dc.stopAdapter();
+  }
+});
