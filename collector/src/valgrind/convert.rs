@@ -46,15 +46,58 @@ fn instruction(ip: u64, bytes: &[u8]) -> Instruction {
     Instruction { ip, info, rep, plain, run_end: 0 }
 }
 
+/// A stream stored in a file as it grows, so that memory stays bounded
+/// (the bundle writer moves the file into the bundle), and the bytes that
+/// could not be stored.
+#[derive(Debug, Default)]
+struct StoredStream {
+    file: Option<(PathBuf, std::fs::File, usize)>,
+    kept: Vec<u8>,
+}
+
+impl StoredStream {
+    /// Appends `bytes` to the file, created in `folder` the first time as
+    /// `name(n)` (`n` numbers the files of all conversions). On an error the
+    /// bytes stay in memory, nothing is lost, and the error is returned as
+    /// a sentence naming `what` was stored.
+    fn store(&mut self, folder: &std::path::Path, name: impl FnOnce(usize) -> String, bytes: Vec<u8>, what: &str) -> Result<(), String> {
+        static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        if self.file.is_none() {
+            let path = folder.join(name(FILES.fetch_add(1, Ordering::Relaxed)));
+            match std::fs::File::create(&path) {
+                Ok(file) => self.file = Some((path, file, 0)),
+                Err(error) => {
+                    self.kept.extend(bytes);
+                    return Err(format!("storing {what} in {}: {error}", path.display()));
+                }
+            }
+        }
+        let (path, file, len) = self.file.as_mut().expect("opened above");
+        if let Err(error) = std::io::Write::write_all(file, &bytes) {
+            // Back to what was stored whole; these bytes stay in memory.
+            let _ = file.set_len(*len as u64);
+            self.kept.extend(bytes);
+            return Err(format!("storing {what} in {}: {error}", path.display()));
+        }
+        *len += bytes.len();
+        Ok(())
+    }
+
+    /// The stored file and its length, and the bytes after it: those that
+    /// could not be stored, then `rest`.
+    fn finish(self, rest: Vec<u8>) -> (Option<(PathBuf, usize)>, Vec<u8>) {
+        let mut bytes = self.kept;
+        bytes.extend(rest);
+        (self.file.map(|(path, _, len)| (path, len)), bytes)
+    }
+}
+
 /// One thread's conversion.
 struct ThreadState {
     tid: u32,
     writer: ThreadPtWriter,
-    /// Where the stream's beginning is stored as it grows (with a spill
-    /// folder), and the file.
-    stored: Option<(PathBuf, std::fs::File, usize)>,
-    /// Bytes taken from the writer that could not be stored (kept here).
-    kept: Vec<u8>,
+    /// The stream's beginning, stored as it grows (with a spill folder).
+    stored: StoredStream,
     /// The last instruction, waiting for where control went after it.
     pending: Option<Instruction>,
     log: Option<Vec<u64>>,
@@ -288,9 +331,7 @@ pub struct LogConverter {
     /// Full state: the stream written from the log's state records, and
     /// where it is stored as it grows.
     state: Option<StateWriter>,
-    state_stored: Option<(PathBuf, std::fs::File, usize)>,
-    /// State bytes taken from the writer that could not be stored.
-    state_kept: Vec<u8>,
+    state_stored: StoredStream,
 }
 
 impl LogConverter {
@@ -319,8 +360,7 @@ impl LogConverter {
             fast: true,
             progress: None,
             state: None,
-            state_stored: None,
-            state_kept: Vec::new(),
+            state_stored: StoredStream::default(),
         }
     }
 
@@ -359,33 +399,19 @@ impl LogConverter {
         let Some(state) = self.state.as_mut() else { return };
         state.push(&StateRecord::Thread(tid));
         state.push(&record);
-        if let Some((folder, at)) = &self.spill {
-            if state.pending_len() >= *at {
-                let bytes = state.take_bytes();
-                if self.state_stored.is_none() {
-                    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-                    let path = folder.join(format!("state.{}.rtstate", NEXT.fetch_add(1, Ordering::Relaxed)));
-                    match std::fs::File::create(&path) {
-                        Ok(file) => self.state_stored = Some((path, file, 0)),
-                        Err(error) => {
-                            self.spill_error.get_or_insert(format!("storing the full state in {}: {error}", path.display()));
-                            self.spill = None;
-                        }
-                    }
-                }
-                match self.state_stored.as_mut() {
-                    Some((path, file, len)) => match std::io::Write::write_all(file, &bytes) {
-                        Ok(()) => *len += bytes.len(),
-                        Err(error) => {
-                            let _ = file.set_len(*len as u64);
-                            self.spill_error.get_or_insert(format!("storing the full state in {}: {error}", path.display()));
-                            self.spill = None;
-                            self.state_kept.extend(bytes);
-                        }
-                    },
-                    None => self.state_kept.extend(bytes),
-                }
-            }
+        let Some((folder, at)) = &self.spill else { return };
+        if state.pending_len() >= *at {
+            let stored = self.state_stored.store(folder, |n| format!("state.{n}.rtstate"), state.take_bytes(), "the full state");
+            self.stored(stored);
+        }
+    }
+
+    /// A stream could not be stored: the error is kept for the user, and
+    /// what is left stays in memory.
+    fn stored(&mut self, result: Result<(), String>) {
+        if let Err(error) = result {
+            self.spill_error.get_or_insert(error);
+            self.spill = None;
         }
     }
 
@@ -409,32 +435,21 @@ impl LogConverter {
     /// A state record the tool wrote between superblocks (what changed
     /// other than by an instruction).
     fn feed_other_state(&mut self, record: &LogRecord<'_>) {
-        let current = || self.current.and_then(|i| self.threads.get(i)).map(|t| (t.tid, t.steps)).unwrap_or((0, 0));
+        // The running thread and its steps (none at the start: thread 0).
+        let (current, steps) = self.current.and_then(|i| self.threads.get(i)).map_or((0, 0), |t| (t.tid, t.steps));
         let (tid, state) = match *record {
             LogRecord::ThreadRegisters { number, changes } => {
                 let Some((tid, at)) = self.at_thread(number) else { return };
                 (tid, StateRecord::Registers { at, by_instruction: false, changes: changes.iter().collect() })
             }
             LogRecord::KernelWrote { number, address, bytes } => {
-                let (tid, at) = if number == 0 { (0, 0) } else { self.at_thread(number).unwrap_or_else(current) };
+                let (tid, at) = if number == 0 { (0, 0) } else { self.at_thread(number).unwrap_or((current, steps)) };
                 (tid, StateRecord::Wrote { at, by_instruction: false, address, bytes })
             }
-            LogRecord::Zeroed { start, length } => {
-                let (tid, at) = current();
-                (tid, StateRecord::Zeroed { at, start, length })
-            }
-            LogRecord::Unmapped { start, length } => {
-                let (tid, at) = current();
-                (tid, StateRecord::Unmapped { at, start, length })
-            }
-            LogRecord::Moved { from, to, length } => {
-                let (tid, at) = current();
-                (tid, StateRecord::Moved { at, from, to, length })
-            }
-            LogRecord::Mapping { start, length, offset, path, .. } => {
-                let (tid, at) = current();
-                (tid, StateRecord::FileMapped { at, start, length, offset, path })
-            }
+            LogRecord::Zeroed { start, length } => (current, StateRecord::Zeroed { at: steps, start, length }),
+            LogRecord::Unmapped { start, length } => (current, StateRecord::Unmapped { at: steps, start, length }),
+            LogRecord::Moved { from, to, length } => (current, StateRecord::Moved { at: steps, from, to, length }),
+            LogRecord::Mapping { start, length, offset, path, .. } => (current, StateRecord::FileMapped { at: steps, start, length, offset, path }),
             _ => return,
         };
         self.state_record(tid, state);
@@ -450,31 +465,9 @@ impl LogConverter {
     fn store(&mut self, index: usize) {
         let Some((folder, _)) = &self.spill else { return };
         let thread = &mut self.threads[index];
-        let bytes = thread.writer.take_written();
-        if thread.stored.is_none() {
-            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let path = folder.join(format!("{}.{}.pt", thread.tid, NEXT.fetch_add(1, Ordering::Relaxed)));
-            match std::fs::File::create(&path) {
-                Ok(file) => thread.stored = Some((path, file, 0)),
-                Err(error) => {
-                    self.spill_error.get_or_insert(format!("storing the trace in {}: {error}", path.display()));
-                    self.spill = None;
-                    thread.kept.extend(bytes);
-                    return;
-                }
-            }
-        }
-        let (path, file, len) = thread.stored.as_mut().expect("opened above");
-        *len += bytes.len();
-        if let Err(error) = std::io::Write::write_all(file, &bytes) {
-            // Back to what was stored whole; these bytes stay in memory.
-            *len -= bytes.len();
-            let _ = file.set_len(*len as u64);
-            // Nothing is lost: the rest stays in memory.
-            self.spill_error.get_or_insert(format!("storing the trace in {}: {error}", path.display()));
-            self.spill = None;
-            thread.kept.extend(bytes);
-        }
+        let tid = thread.tid;
+        let stored = thread.stored.store(folder, |n| format!("{tid}.{n}.pt"), thread.writer.take_written(), "the trace");
+        self.stored(stored);
     }
 
     /// Counts the instructions converted in `counter` as the log is read
@@ -735,7 +728,7 @@ impl LogConverter {
                 let (psb_period, keep) = (self.psb_period, self.keep_instruction_log);
                 let threads = &mut self.threads;
                 let index = *self.numbers.entry(number).or_insert_with(|| {
-                    threads.push(ThreadState { tid, writer: ThreadPtWriter::new(psb_period).without_timestamps(), stored: None, kept: Vec::new(), pending: None, log: keep.then(Vec::new), steps: 0 });
+                    threads.push(ThreadState { tid, writer: ThreadPtWriter::new(psb_period).without_timestamps(), stored: StoredStream::default(), pending: None, log: keep.then(Vec::new), steps: 0 });
                     threads.len() - 1
                 });
                 self.threads[index].tid = tid;
@@ -796,9 +789,8 @@ impl LogConverter {
         for mut thread in std::mem::take(&mut self.threads) {
             thread.ended();
             let instructions = thread.writer.instructions();
-            let mut trace = std::mem::take(&mut thread.kept);
-            trace.extend(thread.writer.into_bytes());
-            threads.push(ThreadRecording { tid: thread.tid, trace, trace_file: thread.stored.map(|(path, _, len)| (path, len)), instructions, instruction_log: thread.log });
+            let (trace_file, trace) = thread.stored.finish(thread.writer.into_bytes());
+            threads.push(ThreadRecording { tid: thread.tid, trace, trace_file, instructions, instruction_log: thread.log });
         }
         let mut modules: Vec<LoadedModule> = Vec::new();
         for (start, _, offset, prot, path) in &self.mappings {
@@ -816,9 +808,8 @@ impl LogConverter {
             modules.push(LoadedModule { path: path.clone(), base, image: None });
         }
         let full_state = self.state.take().map(|mut state| {
-            let mut bytes = std::mem::take(&mut self.state_kept);
-            bytes.extend(state.take_bytes());
-            FullStateStream { bytes, stored: self.state_stored.take().map(|(path, _, len)| (path, len)) }
+            let (stored, bytes) = std::mem::take(&mut self.state_stored).finish(state.take_bytes());
+            FullStateStream { bytes, stored }
         });
         let mut mapped_files: Vec<String> = self.mappings.iter().map(|m| m.4.clone()).filter(|path| !path.ends_with("-amd64-linux") && !modules.iter().any(|m| &m.path == path)).collect();
         mapped_files.sort();
