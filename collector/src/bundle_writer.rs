@@ -8,7 +8,7 @@ use retrace_decoder::bundle::{
     BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress, RecordedExit, Recorder, TraceBundle, TscConversion,
 };
 
-use crate::software::{FullStateStream, ImageRecording, Recording};
+use crate::software::{ImageRecording, Recording};
 
 /// Why a bundle could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -84,26 +84,14 @@ pub fn write_bundle(dir: &Path, recording: &Recording, info: &BundleInfo) -> Res
         let image_dir = dir.join(format!("exec{number}"));
         io(&image_dir, std::fs::create_dir_all(&image_dir))?;
         let process = write_image(dir, "../", recording.pid, number, image)?;
-        let full_state = match &image.full_state {
-            Some(stream) => {
-                write_full_state(&image_dir, "state.rtstate", stream)?;
-                Some("state.rtstate".to_string())
-            }
-            None => None,
-        };
+        let full_state = write_full_state(&image_dir, image)?;
         write_description(&image_dir.join("trace.json"), recording, info, process, Vec::new(), full_state)?;
         exec_images.push(relative);
     }
     let empty = ImageRecording::default();
     let image = recording.images.first().unwrap_or(&empty);
     let first = write_image(dir, "", recording.pid, 0, image)?;
-    let full_state = match &image.full_state {
-        Some(stream) => {
-            write_full_state(dir, "state.rtstate", stream)?;
-            Some("state.rtstate".to_string())
-        }
-        None => None,
-    };
+    let full_state = write_full_state(dir, image)?;
     let json_path = dir.join("trace.json");
     write_description(&json_path, recording, info, first, exec_images, full_state)?;
     Ok(json_path)
@@ -236,7 +224,11 @@ fn write_stream(path: &Path, stored: Option<&Path>, rest: &[u8]) -> Result<(), B
     }
 }
 
-/// Writes an image's full-state stream as `name` under `dir`.
-fn write_full_state(dir: &Path, name: &str, stream: &FullStateStream) -> Result<(), BundleWriteError> {
-    write_stream(&dir.join(name), stream.stored.as_ref().map(|(stored, _)| stored.as_path()), &stream.bytes)
+/// Writes `image`'s full-state stream, if it has one, as `state.rtstate`
+/// in `dir` (beside its trace.json); returns that name for the description.
+fn write_full_state(dir: &Path, image: &ImageRecording) -> Result<Option<String>, BundleWriteError> {
+    const NAME: &str = "state.rtstate";
+    let Some(stream) = &image.full_state else { return Ok(None) };
+    write_stream(&dir.join(NAME), stream.stored.as_ref().map(|(stored, _)| stored.as_path()), &stream.bytes)?;
+    Ok(Some(NAME.to_string()))
 }
