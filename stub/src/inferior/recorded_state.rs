@@ -200,7 +200,7 @@ impl RecordedState {
                     log.lost_writes_of_last_step(lost);
                 }
             }
-            let before = machine.registers(tid).map_or_else(|| Regs { unavailable: !(1 << 16), rip: step.ip, ..Regs::default() }, |p| registers_of(p, step.ip));
+            let before = machine.registers(tid).map_or_else(|| Regs::only_pc(step.ip), |p| registers_of(p, step.ip));
             // The step's own effects (and the kernel's, after a system call).
             let (mut overwritten, mut lost, mut reads) = (Vec::new(), Vec::new(), Vec::new());
             while queue.front().is_some_and(|r| r.at() == step.index + 1) {
