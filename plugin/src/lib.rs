@@ -7,4 +7,5 @@
 
 pub mod bundle;
 pub mod cli;
+pub mod companions;
 pub mod dap;

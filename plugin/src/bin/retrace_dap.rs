@@ -1,10 +1,11 @@
 //! `retrace-dap`: a Debug Adapter Protocol server on standard input and
 //! output — lldb-dap with Step Back and Reverse Continue over retrace-stub.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use retrace_plugin::companions::{self, beside_this_program, env_path, on_path};
 use retrace_plugin::dap::{serve, AdapterConfig};
 
 /// lldb-dap with time travel: a Debug Adapter Protocol server on standard
@@ -53,23 +54,18 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let here = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)).unwrap_or_default();
     let lldb_dap = args.lldb_dap.or_else(|| env_path("RETRACE_LLDB_DAP")).or_else(|| on_path(&["lldb-dap-22", "lldb-dap"]));
     let Some(lldb_dap) = lldb_dap else {
         eprintln!("retrace-dap: no lldb-dap found (install lldb-22, or give --lldb-dap PATH)");
         return ExitCode::from(1);
     };
-    let stub = args.stub.or_else(|| env_path("RETRACE_STUB")).unwrap_or_else(|| here.join("retrace-stub"));
-    let shim = args.shim.or_else(|| env_path("RETRACE_SHIM")).unwrap_or_else(|| {
-        // target/{debug,release}/retrace-dap → lldb-scripts/retrace.py
-        let checkout = here.ancestors().nth(2).unwrap_or(&here);
-        checkout.join("lldb-scripts").join("retrace.py")
-    });
+    let stub = args.stub.or_else(|| env_path("RETRACE_STUB")).unwrap_or_else(|| beside_this_program("retrace-stub"));
+    let shim = args.shim.unwrap_or_else(companions::shim);
     if !shim.exists() {
         eprintln!("retrace-dap: the LLDB shim {} is missing (give --shim PATH)", shim.display());
         return ExitCode::from(1);
     }
-    let recorder = args.retrace.or_else(|| env_path("RETRACE_CLI")).unwrap_or_else(|| here.join("retrace"));
+    let recorder = args.retrace.or_else(|| env_path("RETRACE_CLI")).unwrap_or_else(|| beside_this_program("retrace"));
     let config = AdapterConfig { lldb_dap, stub, shim, recorder };
     let input = Box::new(std::io::BufReader::new(std::io::stdin()));
     let output = Box::new(std::io::stdout());
@@ -80,14 +76,4 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
-}
-
-/// The first of `names` found on PATH.
-fn on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    names.iter().find_map(|name| std::env::split_paths(&path).map(|dir| dir.join(name)).find(|candidate| candidate.is_file()))
 }

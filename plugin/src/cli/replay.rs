@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 
 use super::CliError;
+use crate::companions::{self, beside_this_program, env_path, on_path};
 
 /// What `retrace replay` was asked.
 pub struct Args {
@@ -22,27 +23,6 @@ pub struct Args {
     pub stub: Option<PathBuf>,
     /// Passed on to the debugger, after the commands that connect it.
     pub debugger_args: Vec<OsString>,
-}
-
-/// The file beside this program named `name`, if there.
-fn beside_me(name: &str) -> Option<PathBuf> {
-    let path = std::env::current_exe().ok()?.with_file_name(name);
-    path.exists().then_some(path)
-}
-
-/// The first of `names` found on PATH.
-fn on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    names.iter().find_map(|name| std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file()))
-}
-
-/// The shim LLDB loads: $RETRACE_SHIM, else this checkout's.
-fn shim() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("RETRACE_SHIM") {
-        return Some(PathBuf::from(path));
-    }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lldb-scripts/retrace.py");
-    path.exists().then_some(path)
 }
 
 /// The program the bundle recorded: its own file if it is still there,
@@ -66,9 +46,10 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         return Err(CliError::Message(format!("{}: no trace.json there (give the directory `retrace record -o` wrote, or its trace.json)", args.bundle.display())));
     }
     let program = program_of(&trace_json)?;
-    let stub = args.stub.clone().or_else(|| std::env::var_os("RETRACE_STUB").map(PathBuf::from)).or_else(|| beside_me("retrace-stub")).ok_or_else(|| {
-        CliError::Message("retrace-stub is not beside retrace: build it (cargo build -p retrace-stub) or give --stub PATH".into())
-    })?;
+    let stub = args.stub.clone().or_else(|| env_path("RETRACE_STUB")).unwrap_or_else(|| beside_this_program("retrace-stub"));
+    if !stub.is_file() {
+        return Err(CliError::Message(format!("{}: no retrace-stub there: build it (cargo build -p retrace-stub) or give --stub PATH", stub.display())));
+    }
     let debugger = match (&args.debugger, args.gdb) {
         (Some(path), _) => path.clone(),
         (None, true) => on_path(&["gdb"]).ok_or_else(|| CliError::Message("gdb is not installed (apt-get install gdb)".into()))?,
@@ -108,11 +89,11 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         command.arg(&program).args(["-ex", &format!("target remote {address}")]);
     } else {
         command.arg(&program).args(["-o", &format!("gdb-remote {address}")]);
-        match shim() {
-            Some(shim) => {
-                command.arg("-o").arg(format!("command script import {}", shim.display()));
-            }
-            None => eprintln!("retrace: the LLDB shim (lldb-scripts/retrace.py) is not here: set RETRACE_SHIM to load `retrace reverse-step` and the others"),
+        let shim = companions::shim();
+        if shim.exists() {
+            command.arg("-o").arg(format!("command script import {}", shim.display()));
+        } else {
+            eprintln!("retrace: the LLDB shim {} is not there: set RETRACE_SHIM to load `retrace reverse-step` and the others", shim.display());
         }
     }
     command.args(&args.debugger_args);
