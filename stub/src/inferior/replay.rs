@@ -109,6 +109,10 @@ pub trait History {
     }
 }
 
+/// The processor's debug registers: hardware breakpoints and watchpoints
+/// at once, live and on a replay alike.
+pub const DEBUG_REGISTERS: usize = 4;
+
 /// What can stop a move: breakpoints (software and hardware, by address)
 /// and watchpoints.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

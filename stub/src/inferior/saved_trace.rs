@@ -39,7 +39,7 @@ use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 
 use super::frames::{flows_by_address, frame_history, Executed};
 use super::live::libraries::{library_list_xml, LinkMapEntry};
-use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel};
+use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel, DEBUG_REGISTERS};
 use super::recorded_state::{FullStateHistory, RecordedState};
 use super::timeline::{RecordedThread, Timeline};
 use crate::inferior::InferiorError;
@@ -800,15 +800,12 @@ impl HwBreakpoint for SavedTrace {
     }
 }
 
-/// Watchpoints at once, as the processor's four debug registers allow.
-const WATCHPOINTS: usize = 4;
-
 impl HwWatchpoint for SavedTrace {
     /// A trace of control flow alone has no data: a watchpoint could never
     /// trigger, and is refused. A recording with full state knows every
     /// write and read: up to four ranges are watched, as on the processor.
     fn add_hw_watchpoint(&mut self, addr: u64, len: u64, kind: WatchKind) -> TargetResult<bool, Self> {
-        if self.state.is_none() || len == 0 || self.breakpoints.watches.len() >= WATCHPOINTS {
+        if self.state.is_none() || len == 0 || self.breakpoints.watches.len() >= DEBUG_REGISTERS {
             return Ok(false);
         }
         self.breakpoints.watches.push((addr..addr.saturating_add(len), kind));

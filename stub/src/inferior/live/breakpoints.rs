@@ -10,7 +10,7 @@ use nix::unistd::Pid;
 use retrace_collector::process;
 
 use super::{ProcessTarget, INT3};
-use crate::inferior::replay::Breakpoints;
+use crate::inferior::replay::{Breakpoints, DEBUG_REGISTERS};
 use crate::inferior::InferiorError;
 
 /// One of the four x86 debug-address registers in use.
@@ -28,7 +28,7 @@ pub struct DebugSlot {
 const DEBUGREG_OFFSET: usize = 848;
 
 /// DR7 for the slots: local enable, R/W and LEN fields per slot.
-fn dr7(slots: &[Option<DebugSlot>; 4]) -> u64 {
+fn dr7(slots: &[Option<DebugSlot>; DEBUG_REGISTERS]) -> u64 {
     let mut value = 0u64;
     for (i, slot) in slots.iter().enumerate() {
         let Some(slot) = slot else { continue };

@@ -33,7 +33,7 @@ use retrace_collector::process;
 use crate::inferior::InferiorError;
 use crate::arch::{RegNumber, Regs};
 use crate::inferior::{copy_window, Inferior, MemoryRegion, Movement, StopNote, StopReason};
-use crate::inferior::replay::{Breakpoints, History, Replayer};
+use crate::inferior::replay::{Breakpoints, History, Replayer, DEBUG_REGISTERS};
 
 /// The program's memory as [`ProgramMemory`] reads it, from a
 /// `ProcessTarget`'s fields only (so that another of its fields can be
@@ -93,7 +93,7 @@ pub struct ProcessTarget {
     /// Threads resumed with a single step.
     pub stepping: BTreeSet<Pid>,
     /// Debug-register slots: hardware breakpoints and watchpoints.
-    pub debug_slots: [Option<DebugSlot>; 4],
+    pub debug_slots: [Option<DebugSlot>; DEBUG_REGISTERS],
     /// Threads created since the last stop whose first stop is still due.
     new_threads: BTreeSet<Pid>,
     /// The client asked for a stop (Ctrl-C) that is not reported yet.
@@ -216,7 +216,7 @@ impl ProcessTarget {
             scheduler_locked: false,
             running: BTreeSet::new(),
             stepping: BTreeSet::new(),
-            debug_slots: [None; 4],
+            debug_slots: [None; DEBUG_REGISTERS],
             new_threads: BTreeSet::new(),
             interrupted: false,
             sigchld: None,
@@ -437,7 +437,7 @@ impl Inferior for ProcessTarget {
     fn detach(&mut self) {
         self.settle_diversion(false);
         self.remove_all_breakpoints();
-        self.debug_slots = [None; 4];
+        self.debug_slots = [None; DEBUG_REGISTERS];
         if let Err(error) = self.apply_debug_registers() {
             tracing::warn!(%error, "clearing the debug registers before detaching");
         }

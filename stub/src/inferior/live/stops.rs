@@ -208,7 +208,7 @@ impl ProcessTarget {
         } else {
             // The client sets its breakpoints and watchpoints afresh in the
             // new image, removing none (gdbserver forgets them too).
-            self.debug_slots = [None; 4];
+            self.debug_slots = [None; crate::inferior::replay::DEBUG_REGISTERS];
         }
         self.trace_exec(tid, former);
         self.history_restarts();
