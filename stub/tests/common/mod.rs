@@ -173,12 +173,15 @@ pub fn run_length_decoded(body: &str) -> String {
 }
 
 /// The `retrace` command (the plugin package's binary, beside the stub's;
-/// built when a lone run of the stub's tests did not build it).
+/// built, in the same profile, when a lone run of the stub's tests or
+/// benchmarks did not build it).
 pub fn retrace() -> Command {
     let path = Path::new(env!("CARGO_BIN_EXE_retrace-stub")).with_file_name("retrace");
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = Command::new(cargo).args(["build", "-p", "retrace-plugin", "--bin", "retrace"]).status().unwrap();
+        let release = path.parent().is_some_and(|dir| dir.ends_with("release"));
+        let profile: &[&str] = if release { &["--release"] } else { &[] };
+        let built = Command::new(cargo).args(["build", "-p", "retrace-plugin", "--bin", "retrace"]).args(profile).status().unwrap();
         assert!(built.success(), "building retrace");
     }
     Command::new(path)
