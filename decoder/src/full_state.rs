@@ -352,10 +352,39 @@ pub struct StateRecords<'a> {
     error: Option<StateError>,
 }
 
+/// Where a reading of a stream stands ([`StateRecords::position`]): its
+/// offset and the differences decoded so far, so that reading can go on
+/// from there later ([`StateRecords::resume`]) without holding the stream
+/// or reading it again from the start.
+#[derive(Debug, Clone)]
+pub struct StreamPosition {
+    at: usize,
+    deltas: DeltaState,
+}
+
+impl StreamPosition {
+    /// The byte offset of the next record.
+    pub fn offset(&self) -> usize {
+        self.at
+    }
+}
+
 impl<'a> StateRecords<'a> {
     /// The byte offset of the next record.
     pub fn offset(&self) -> usize {
         self.at
+    }
+
+    /// Where this reading stands (nothing once it met an error).
+    pub fn position(&self) -> StreamPosition {
+        let at = if self.error.is_some() { self.stream.len() } else { self.at };
+        StreamPosition { at, deltas: self.deltas.clone() }
+    }
+
+    /// Reads `stream` on from `position`, which a reading of the same
+    /// stream gave.
+    pub fn resume(stream: &'a [u8], position: &StreamPosition) -> Self {
+        StateRecords { stream, at: position.at.min(stream.len()), deltas: position.deltas.clone(), error: None }
     }
 
     fn number(&mut self) -> Option<u64> {
@@ -464,10 +493,16 @@ impl<'a> Iterator for StateRecords<'a> {
 /// [`StateRecord::Scheduled`] records: each run of one thread as (tid, its
 /// first step, how many steps; `None`: to its end).
 pub fn schedule(stream: &[u8]) -> Result<Vec<(u32, u64, Option<u64>)>, StateError> {
+    schedule_of(state_records(stream))
+}
+
+/// [`schedule`] of records read as the caller reads them (for one that
+/// watches the reading's offset).
+pub fn schedule_of<'a>(records: impl Iterator<Item = Result<(u32, StateRecord<'a>), StateError>>) -> Result<Vec<(u32, u64, Option<u64>)>, StateError> {
     let mut runs: Vec<(u32, u64, Option<u64>)> = Vec::new();
     // Per thread, its latest run (its count is known once it runs again).
     let mut latest: HashMap<u32, usize> = HashMap::new();
-    for item in state_records(stream) {
+    for item in records {
         let (tid, record) = item?;
         if let StateRecord::Scheduled { at } = record {
             if let Some(&index) = latest.get(&tid) {
@@ -719,6 +754,23 @@ mod tests {
         let mut small = StateWriter::new();
         small.push(&StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 3)] });
         assert_eq!(small.take_bytes().len(), STATE_MAGIC.len() + 5);
+    }
+
+    #[test]
+    fn reading_resumed_from_any_position_reads_what_follows_it() {
+        let mut writer = StateWriter::new();
+        for record in &sample() {
+            writer.push(record);
+        }
+        let bytes = writer.take_bytes();
+        let all: Vec<(u32, StateRecord)> = state_records(&bytes).map(|r| r.unwrap()).collect();
+        let mut records = state_records(&bytes);
+        for k in 0..=all.len() {
+            let position = records.position();
+            let rest: Vec<(u32, StateRecord)> = StateRecords::resume(&bytes, &position).map(|r| r.unwrap()).collect();
+            assert_eq!(rest, all[k..], "resumed after {k} records");
+            records.next();
+        }
     }
 
     #[test]

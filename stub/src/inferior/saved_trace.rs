@@ -40,7 +40,7 @@ use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 use super::frames::{flows_by_address, frame_history, Executed};
 use super::live::libraries::{library_list_xml, LinkMapEntry};
 use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel, DEBUG_REGISTERS};
-use super::recorded_state::{FullStateHistory, RecordedState};
+use super::recorded_state::{FullStateHistory, RecordedState, Releasing, StreamBytes};
 use super::timeline::{RecordedThread, Timeline};
 use crate::inferior::InferiorError;
 use crate::arch::{RegNumber, Regs};
@@ -278,22 +278,14 @@ fn scheduled_slices(threads: &[RecordedThread], runs: &[(u32, u64, Option<u64>)]
 
 /// Loads a bundle's full-state `stream` (in `dir`) over `timeline`:
 /// mapped files are read from the bundle's copies (`modules/<path>`).
-fn load_full_state(dir: &Path, stream: &[u8], timeline: &Timeline) -> Result<RecordedState, String> {
-    let mut files: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>> = std::collections::HashMap::new();
-    let mut file = |path: &[u8], offset: u64, buf: &mut [u8]| {
-        let bytes = files.entry(path.to_vec()).or_insert_with(|| {
-            let relative = String::from_utf8_lossy(path).trim_start_matches('/').to_string();
-            std::fs::read(dir.join("modules").join(relative)).ok()
-        });
-        let Some(bytes) = bytes else { return 0 };
-        let from = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
-        let n = buf.len().min(bytes.len() - from);
-        buf[..n].copy_from_slice(&bytes[from..from + n]);
-        n
+fn load_full_state(dir: &Path, stream: StreamBytes, timeline: &Timeline) -> Result<RecordedState, String> {
+    let mut file = |path: &[u8]| {
+        let relative = String::from_utf8_lossy(path).trim_start_matches('/').to_string();
+        std::fs::read(dir.join("modules").join(relative)).ok()
     };
-    let started = std::time::Instant::now();
+    let (started, bytes) = (std::time::Instant::now(), stream.bytes().len());
     let state = RecordedState::load(timeline, stream, &mut file)?;
-    tracing::info!(bytes = stream.len(), seconds = started.elapsed().as_secs_f64(), "full state loaded");
+    tracing::info!(bytes, seconds = started.elapsed().as_secs_f64(), "full state indexed");
     Ok(state)
 }
 
@@ -331,7 +323,7 @@ impl SavedTrace {
         let full_state = match loaded.description.retrace.as_ref().and_then(|r| r.full_state.as_ref()) {
             Some(name) => {
                 let path = dir.join(name);
-                Some(std::fs::read(&path).map_err(|e| InferiorError::Bundle(format!("{}: the full-state stream {}: {e}", trace_json.display(), path.display())))?)
+                Some(StreamBytes::open(&path).map_err(|e| InferiorError::Bundle(format!("{}: the full-state stream {}: {e}", trace_json.display(), path.display())))?)
             }
             None => None,
         };
@@ -340,7 +332,11 @@ impl SavedTrace {
         // not known: one thread after another, in bundle order.
         let timeline = match &full_state {
             Some(stream) => {
-                let runs = retrace_decoder::full_state::schedule(stream).map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?;
+                // Up to any damage (the state's load says where it is);
+                // a file that is no stream at all is refused.
+                let reading = Releasing::new(stream, retrace_decoder::full_state::state_records(stream.bytes()));
+                let runs = retrace_decoder::full_state::schedule_of(reading.take_while(|item| item.as_ref().map_or_else(|e| e.offset == 0, |_| true)))
+                    .map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?;
                 let slices = scheduled_slices(&threads, &runs);
                 Timeline::interleaved(threads, slices)
             }
@@ -392,7 +388,7 @@ impl SavedTrace {
             (Some(linker), Some(first)) if linker.rendezvous.is_some() => Some(rendezvous_page(linker, first.link_map)),
             _ => None,
         };
-        let state = match &full_state {
+        let state = match full_state {
             Some(stream) => Some(load_full_state(dir, stream, &timeline).map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?),
             None => None,
         };
@@ -615,7 +611,7 @@ impl Inferior for SavedTrace {
     }
 
     fn register_available(&mut self, tid: u64, n: usize) -> bool {
-        if let Some(regs) = self.state.as_ref().and_then(|state| state.registers_at(tid, self.position())) {
+        if let Some(regs) = self.state.as_ref().and_then(|state| state.registers_at(&self.timeline, tid, self.position())) {
             return regs.is_available(n);
         }
         self.timeline.thread_of(tid).and_then(|t| self.timeline.next_pc_of_thread(self.position(), t)).is_some() && n == 16
@@ -629,7 +625,7 @@ impl Inferior for SavedTrace {
 impl MultiThreadBase for SavedTrace {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {
         let index = self.timeline.thread_of(tid(thread)).ok_or(TargetError::NonFatal)?;
-        if let Some(known) = self.state.as_ref().and_then(|state| state.registers_at(tid(thread), self.position())) {
+        if let Some(known) = self.state.as_ref().and_then(|state| state.registers_at(&self.timeline, tid(thread), self.position())) {
             *regs = known;
             return Ok(());
         }
@@ -658,7 +654,7 @@ impl MultiThreadBase for SavedTrace {
             return Ok(n);
         }
         if let Some(state) = &self.state {
-            let n = state.memory_at(self.position(), start, data);
+            let n = state.memory_at(&self.timeline, self.position(), start, data);
             return if n == 0 { Err(TargetError::NonFatal) } else { Ok(n) };
         }
         self.unchanging_bytes(start, data).ok_or(TargetError::NonFatal)

@@ -305,7 +305,7 @@ impl History for Timeline {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
     use retrace_decoder::image::Image;
@@ -313,7 +313,7 @@ mod tests {
 
     /// A history of straight-line code: `count` one-byte `nop`s at `start`,
     /// decoded by the decoder from a genuine trace of them.
-    fn nops(start: u64, count: usize) -> DecodedHistory {
+    pub(crate) fn nops(start: u64, count: usize) -> DecodedHistory {
         let mut image = Image::new();
         image.add_raw("code", start, vec![0x90u8; count + 1]);
         let mut trace = PacketEncoder::new();
