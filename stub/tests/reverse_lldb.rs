@@ -11,6 +11,13 @@
 //!
 //! The two conditional cases (`false_condition()` as the breakpoint's and
 //! the watchpoint's condition) run LLDB's calls in the past as diversions.
+//!
+//! The breakpoint, watchpoint and boundary cases run again on
+//! `retrace-stub --replay` of the same program recorded with full state
+//! under Valgrind (`retrace record --mode full`), from its first
+//! instruction. (The conditional ones need code run in the past, which a
+//! replay does not do yet.) The watched value is read as memory, not as an
+//! expression, for the same reason.
 
 use std::path::Path;
 
@@ -66,12 +73,16 @@ def resume(run):
 def report(name, ok, states, **extra):
     thread = process.GetSelectedThread()
     frame = thread.GetFrameAtIndex(0)
-    value = target.EvaluateExpression("*g_watched_var_ptr")
+    # *g_watched_var_ptr, read as memory (no expression: a replay runs no
+    # code to make room for a result).
+    pointer = target.FindFirstGlobalVariable("g_watched_var_ptr").GetValueAsUnsigned()
+    read_error = lldb.SBError()
+    watched = process.ReadMemory(pointer, 4, read_error) if pointer else None
     print(json.dumps(dict(name=name, ok=ok, states=states,
                           state=lldb.SBDebugger.StateAsCString(process.GetState()),
                           reason=thread.GetStopReason(), pc=frame.GetPC(),
                           function=frame.GetFunctionName(),
-                          watched=value.GetValueAsSigned() if value.GetError().Success() else None,
+                          watched=int.from_bytes(watched, "little", signed=True) if watched and read_error.Success() else None,
                           thread_list=command("thread list"),
                           exit_status=process.GetExitStatus(), **extra)), flush=True)
 
@@ -95,7 +106,7 @@ if case == "watchpoint":
     # TestReverseContinueWatchpoints.test_reverse_continue_watchpoint
     options = lldb.SBWatchpointOptions()
     options.SetWatchpointTypeWrite(lldb.eWatchpointWriteTypeOnModify)
-    address = target.EvaluateExpression("g_watched_var_ptr").GetValueAsUnsigned()
+    address = target.FindFirstGlobalVariable("g_watched_var_ptr").GetValueAsUnsigned()
     watchpoint = target.WatchpointCreateByAddress(address, 4, options, error)
     assert error.Success(), error.GetCString()
     report("reverse to the watchpoint", *resume(lambda: process.ContinueInDirection(lldb.eRunReverse)))
@@ -128,7 +139,7 @@ elif case == "conditions":
     breakpoint.SetCondition("false_condition()")
     options = lldb.SBWatchpointOptions()
     options.SetWatchpointTypeWrite(lldb.eWatchpointWriteTypeOnModify)
-    address = target.EvaluateExpression("g_watched_var_ptr").GetValueAsUnsigned()
+    address = target.FindFirstGlobalVariable("g_watched_var_ptr").GetValueAsUnsigned()
     watchpoint = target.WatchpointCreateByAddress(address, 4, options, error)
     assert error.Success(), error.GetCString()
     watchpoint.SetCondition("false_condition()")
@@ -162,19 +173,46 @@ const WATCHPOINT: u64 = 4; // lldb.eStopReasonWatchpoint
 const TRACE: u64 = 8; // lldb.eStopReasonTrace
 const HISTORY_BOUNDARY: u64 = 16; // lldb.eStopReasonHistoryBoundary
 
-/// Runs one case of the session against a fresh `retrace-stub --record`;
-/// the JSON lines it printed (the first: the stop at `stop_recording`).
+/// What the session debugs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// `retrace-stub --record=full`: the live program, recorded as it runs.
+    Recording,
+    /// `retrace-stub --replay` of the program recorded with full state
+    /// under Valgrind (`retrace record --mode full`), from its first
+    /// instruction.
+    Replay,
+}
+
+/// Runs one case of the session against a fresh stub; the JSON lines it
+/// printed (the first: the stop at `stop_recording`).
 fn session(mode: &str, case: &str) -> Option<(Vec<serde_json::Value>, String)> {
+    session_on(Target::Recording, mode, case)
+}
+
+fn session_on(target: Target, mode: &str, case: &str) -> Option<(Vec<serde_json::Value>, String)> {
     if !common::lldb_python_present() {
         return None;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse_lldb").join(format!("{case}-{mode}"));
+    let name = if target == Target::Replay { format!("replay-{case}-{mode}") } else { format!("{case}-{mode}") };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reverse_lldb").join(name);
     let _ = std::fs::remove_dir_all(&dir);
-    // Static, so that the history (from the first instruction) is short.
-    let program = build("lldb_reverse", &dir, &["-O0", "-static"]);
-    let (child, port) = start_recording(&program, "full");
+    // Static, so that the history (from the first instruction) is short;
+    // -no-pie, so that Valgrind runs it where it runs natively.
+    let program = build("lldb_reverse", &dir, &["-O0", "-static", "-no-pie"]);
+    let (child, port) = match target {
+        Target::Recording => start_recording(&program, "full"),
+        Target::Replay => {
+            let bundle = dir.join("bundle");
+            let out = common::retrace().args(["record", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+            assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+            let (child, line) = common::start_stub_command(&["--replay".as_ref(), bundle.join("trace.json").as_os_str(), "--replay-from".as_ref(), "start".as_ref(), "--listen".as_ref(), "127.0.0.1:0".as_ref()]);
+            let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
+            (child, port)
+        }
+    };
     let text = lldb_python(SESSION, &program, port, &[mode, case]);
-    if case == "boundary" || case == "conditions" {
+    if target == Target::Recording && (case == "boundary" || case == "conditions") {
         assert!(wait_exit(child).is_some(), "the stub ends with the program");
     } else {
         end_stub(child);
@@ -229,7 +267,11 @@ impl Stops<'_> {
 }
 
 fn watchpoint(mode: &str) {
-    let Some((events, text)) = session(mode, "watchpoint") else { return };
+    watchpoint_on(Target::Recording, mode);
+}
+
+fn watchpoint_on(target: Target, mode: &str) {
+    let Some((events, text)) = session_on(target, mode, "watchpoint") else { return };
     let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
     // Reverse continue shows the old value at the store, in
     // trigger_watchpoint; one instruction forward, the new value, and the
@@ -245,7 +287,11 @@ fn watchpoint(mode: &str) {
 }
 
 fn breakpoint(mode: &str) {
-    let Some((events, text)) = session(mode, "breakpoint") else { return };
+    breakpoint_on(Target::Recording, mode);
+}
+
+fn breakpoint_on(target: Target, mode: &str) {
+    let Some((events, text)) = session_on(target, mode, "breakpoint") else { return };
     let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
     let at = stops.stop("reverse to the breakpoint", BREAKPOINT, "trigger_breakpoint");
     assert_eq!(at["at"], events[0]["initial"], "the threads stopped at the breakpoint are the initial ones:\n{text}");
@@ -267,7 +313,11 @@ fn breakpoint(mode: &str) {
 }
 
 fn boundary(mode: &str) {
-    let Some((events, text)) = session(mode, "boundary") else { return };
+    boundary_on(Target::Recording, mode);
+}
+
+fn boundary_on(target: Target, mode: &str) {
+    let Some((events, text)) = session_on(target, mode, "boundary") else { return };
     let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
     stops.at_boundary("reverse to the boundary");
     let exit = stops.resumed("forward to the exit", "exited");
@@ -316,4 +366,20 @@ fn lldb_reverse_continue_to_a_breakpoint_keeps_its_direction() {
 fn lldb_reverse_continue_to_a_watchpoint_then_step_over_the_store() {
     watchpoint("sync");
     watchpoint("async");
+}
+
+/// The same cases on a replay of a full-state recording made under
+/// Valgrind: LLDB runs forwards from the first instruction to
+/// `stop_recording`, then as against the live recording; past the end the
+/// replay reports the exit status the program had.
+#[test]
+fn lldb_reverse_continue_on_a_full_state_replay_to_a_breakpoint_a_watchpoint_and_the_boundary() {
+    if !retrace_tests::tools::require("valgrind", retrace_tests::tools::which("valgrind").is_some()) {
+        return;
+    }
+    for mode in ["sync", "async"] {
+        breakpoint_on(Target::Replay, mode);
+        watchpoint_on(Target::Replay, mode);
+        boundary_on(Target::Replay, mode);
+    }
 }
