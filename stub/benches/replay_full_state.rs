@@ -25,7 +25,7 @@
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use object::{Object, ObjectSymbol};
 
@@ -149,20 +149,9 @@ fn bench(program: &Path, dir: &Path, length: u64) {
     let start = Instant::now();
     let (stub, line) = common::spawn_stub(command);
     let load = start.elapsed().as_secs_f64();
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{line}"));
     let pid = stub.id();
     let rss_loaded = status_kib(pid, "VmRSS:");
-    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_nodelay(true).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(3600))).unwrap();
-    let mut replay = Replay { stream, stub };
-    assert_eq!(replay.send("QStartNoAckMode"), "OK");
-    replay.send("qSupported:swbreak+;hwbreak+;vContSupported+");
-    let stop = replay.send("?");
-    assert!(stop.starts_with('T'), "?: {stop}");
-    let thread = stop.split("thread:").nth(1).and_then(|t| t.split(';').next()).unwrap_or_else(|| panic!("?: {stop}")).to_string();
-    assert_eq!(replay.send(&format!("Hc{thread}")), "OK");
-    assert_eq!(replay.send(&format!("Hg{thread}")), "OK");
+    let mut replay = Replay { stream: common::open_session(common::port_of(&line)), stub };
 
     // 2. bc back to the mark.
     replay.send(&format!("Z0,{mark_pc:x},1"));

@@ -22,7 +22,7 @@
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use object::{Object, ObjectSymbol};
 
@@ -82,18 +82,7 @@ impl Session {
         command.args(["--record=full", "--listen", "127.0.0.1:0", "--"]).arg(program).arg(iterations.to_string());
         let (stub, line) = common::spawn_stub(command);
         let (_, port) = common::pid_and_port(&line);
-        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        stream.set_nodelay(true).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(3600))).unwrap();
-        let mut session = Session { stream, stub };
-        assert_eq!(session.send("QStartNoAckMode"), "OK");
-        session.send("qSupported:swbreak+;hwbreak+;vContSupported+");
-        let stop = session.send("?");
-        assert!(stop.starts_with('T'), "?: {stop}");
-        let thread = stop.split("thread:").nth(1).and_then(|t| t.split(';').next()).unwrap_or_else(|| panic!("?: {stop}")).to_string();
-        assert_eq!(session.send(&format!("Hc{thread}")), "OK");
-        assert_eq!(session.send(&format!("Hg{thread}")), "OK");
-        session
+        Session { stream: common::open_session(port), stub }
     }
 
     fn send(&mut self, packet: &str) -> String {

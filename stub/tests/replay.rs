@@ -31,7 +31,7 @@ fn recorded(name: &str, flags: &[&str], mode: StepMode) -> (PathBuf, PathBuf) {
 /// The stub replaying `trace_json`, and its port.
 fn start_replay(trace_json: &Path) -> (Child, u16) {
     let (child, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
+    let port = common::port_of(&line);
     (child, port)
 }
 
@@ -352,7 +352,7 @@ fn a_replay_from_the_start_runs_forwards_as_the_program_ran() {
     let listing = listing(&trace_json);
     let (child, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str(), "--replay-from".as_ref(), "start".as_ref()]);
     assert!(line.contains("at the start of history"), "{line}");
-    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap();
+    let port: u16 = common::port_of(&line);
     let target = format!("target remote 127.0.0.1:{port}");
     let out = gdb(&program, &[&target, "monitor record status --json", "break work", "continue", "monitor record status --json", "kill"]);
     let _ = wait_exit(child);

@@ -62,7 +62,7 @@ fn work_dir(name: &str) -> PathBuf {
 /// `retrace-stub --replay trace_json`, and GDB's command to reach it.
 fn start_replay(trace_json: &Path) -> (std::process::Child, String) {
     let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
-    let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
+    let port: u16 = common::port_of(&line);
     (stub, format!("target remote 127.0.0.1:{port}"))
 }
 

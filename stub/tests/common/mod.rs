@@ -107,11 +107,31 @@ pub fn exchange(stream: &mut TcpStream, payload: &str) -> String {
 /// "retrace-stub: process PID stopped at entry; listening on HOST:PORT".
 pub fn pid_and_port(line: &str) -> (i32, u16) {
     let pid = line.split_whitespace().nth(2).and_then(|p| p.parse().ok());
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
-    match (pid, port) {
-        (Some(pid), Some(port)) => (pid, port),
+    match pid {
+        Some(pid) => (pid, port_of(line)),
         _ => panic!("stub said: {line}"),
     }
+}
+
+/// The port from the stub's first line ("… listening on HOST:PORT").
+pub fn port_of(line: &str) -> u16 {
+    line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"))
+}
+
+/// A raw session with the stub on `port`, opened as a client opens one:
+/// no-ack mode, the features, the stop, its thread selected (`Hc`, `Hg`).
+pub fn open_session(port: u16) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(3600))).unwrap();
+    assert_eq!(exchange(&mut stream, "QStartNoAckMode"), "OK");
+    exchange(&mut stream, "qSupported:swbreak+;hwbreak+;vContSupported+");
+    let stop = exchange(&mut stream, "?");
+    assert!(stop.starts_with('T'), "?: {stop}");
+    let thread = stop.split("thread:").nth(1).and_then(|t| t.split(';').next()).unwrap_or_else(|| panic!("?: {stop}")).to_string();
+    assert_eq!(exchange(&mut stream, &format!("Hc{thread}")), "OK");
+    assert_eq!(exchange(&mut stream, &format!("Hg{thread}")), "OK");
+    stream
 }
 
 /// `body` framed: `$body#cc`.
