@@ -95,6 +95,8 @@ fn single_packet_cases() -> Vec<(Vec<u8>, &'static str)> {
         (b"vAttach;zz".to_vec(), "E16"),
         (b"QSetWorkingDir:zz".to_vec(), "E16"),
         (b"Hg-1".to_vec(), "E16"),
+        (b"_Mzz,rwx".to_vec(), "E16"),
+        (b"_m".to_vec(), "E16"),
         (b"Hgp1".to_vec(), "E16"),
         (b"T-1".to_vec(), "E16"),
         (b"vCont;s".to_vec(), "E16"),

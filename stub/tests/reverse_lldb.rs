@@ -17,7 +17,9 @@
 //! under Valgrind (`retrace record --mode full`), from its first
 //! instruction. (The conditional ones need code run in the past, which a
 //! replay does not do yet.) The watched value is read as memory, not as an
-//! expression, for the same reason.
+//! expression, for the same reason. On the replay, expressions LLDB
+//! evaluates without running code work, and a write lasts until the next
+//! move.
 
 use std::path::Path;
 
@@ -160,6 +162,19 @@ elif case == "conditions":
     report("step on through the history", *resume(lambda: process.GetSelectedThread().StepInstruction(False) or lldb.SBError()))
     breakpoint.SetEnabled(False)
     report("forward to the exit", *resume(lambda: process.ContinueInDirection(lldb.eRunForward)))
+elif case == "expressions":
+    # Expressions in the past on a replay, which runs no code: LLDB's
+    # evaluator is given memory for its results (`_M`), a write lasts until
+    # the next move, a call cannot run.
+    frame = process.GetSelectedThread().GetFrameAtIndex(0)
+    def value(text):
+        v = frame.EvaluateExpression(text)
+        return v.GetValueAsSigned() if v.GetError().Success() else "error: " + str(v.GetError())
+    report("expressions", True, [], deref=value("*g_watched_var_ptr"), sum=value("*g_watched_var_ptr + 40"))
+    frame.EvaluateExpression("*g_watched_var_ptr = 7")
+    report("a write in the past", True, [], deref=value("*g_watched_var_ptr"))
+    report("a call in the past", True, [], result=value("false_condition()"))
+    report("step on through the history", *resume(lambda: process.GetSelectedThread().StepInstruction(False) or lldb.SBError()))
 else:
     # TestReverseContinueBreakpoints.test_reverse_continue: the history
     # boundary, then forward to the program's exit.
@@ -207,7 +222,7 @@ fn session_on(target: Target, mode: &str, case: &str) -> Option<(Vec<serde_json:
             let out = common::retrace().args(["record", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
             assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
             let (child, line) = common::start_stub_command(&["--replay".as_ref(), bundle.join("trace.json").as_os_str(), "--replay-from".as_ref(), "start".as_ref(), "--listen".as_ref(), "127.0.0.1:0".as_ref()]);
-            let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"));
+            let port = common::port_of(&line);
             (child, port)
         }
     };
@@ -368,17 +383,34 @@ fn lldb_reverse_continue_to_a_watchpoint_then_step_over_the_store() {
     watchpoint("async");
 }
 
-/// The same cases on a replay of a full-state recording made under
+/// Expressions at `stop_recording` on a replay: read through memory LLDB
+/// is given for its results; a write seen until the next move; a call
+/// refused (the replay runs no code), with LLDB's error.
+fn expressions_on(target: Target, mode: &str) {
+    let Some((events, text)) = session_on(target, mode, "expressions") else { return };
+    let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
+    let e = stops.event("expressions");
+    assert_eq!((&e["deref"], &e["sum"]), (&serde_json::json!(2), &serde_json::json!(42)), "{text}");
+    let written = stops.event("a write in the past");
+    assert_eq!((&written["deref"], &written["watched"]), (&serde_json::json!(7), &serde_json::json!(7)), "{text}");
+    let call = stops.event("a call in the past");
+    assert!(call["result"].as_str().is_some_and(|r| r.starts_with("error: ")), "a call cannot run in a replay:\n{text}");
+    let step = stops.stop("step on through the history", TRACE, "stop_recording");
+    assert_eq!(step["watched"], 2, "the history is as recorded after the write:\n{text}");
+}
+
+/// The same cases, and expressions, on a replay of a full-state recording made under
 /// Valgrind: LLDB runs forwards from the first instruction to
 /// `stop_recording`, then as against the live recording; past the end the
 /// replay reports the exit status the program had.
 #[test]
-fn lldb_reverse_continue_on_a_full_state_replay_to_a_breakpoint_a_watchpoint_and_the_boundary() {
+fn lldb_reverse_continue_and_expressions_on_a_full_state_replay() {
     if !retrace_tests::tools::require("valgrind", retrace_tests::tools::which("valgrind").is_some()) {
         return;
     }
     for mode in ["sync", "async"] {
         breakpoint_on(Target::Replay, mode);
+        expressions_on(Target::Replay, mode);
         watchpoint_on(Target::Replay, mode);
         boundary_on(Target::Replay, mode);
     }

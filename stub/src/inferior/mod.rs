@@ -31,6 +31,7 @@ pub mod inert;
 pub mod live;
 pub mod recorded_state;
 pub mod saved_trace;
+pub mod scratch;
 pub mod state_log;
 pub mod replay;
 pub mod timeline;
@@ -434,6 +435,19 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = InferiorError> {
     /// dynamic linker's rendezvous, for a target whose own cannot be read
     /// (LLDB asks before it looks in the program's `DT_DEBUG`).
     fn shared_library_info_address(&self) -> Option<u64> {
+        None
+    }
+
+    /// Memory for the debugger's own use (LLDB's `_M`: its expression
+    /// results): its address; `None` where the target gives none (the
+    /// debugger makes room another way: a live program is called `mmap`).
+    fn allocate(&mut self, _size: u64) -> Option<u64> {
+        None
+    }
+
+    /// Gives back memory [`Self::allocate`] gave (LLDB's `_m`): `None`
+    /// where the target gives none.
+    fn deallocate(&mut self, _address: u64) -> Option<bool> {
         None
     }
 

@@ -41,6 +41,7 @@ use super::frames::{flows_by_address, frame_history, Executed};
 use super::live::libraries::{library_list_xml, LinkMapEntry};
 use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel, DEBUG_REGISTERS};
 use super::recorded_state::{FullStateHistory, RecordedState, Releasing, StreamBytes};
+use super::scratch::Scratch;
 use super::timeline::{RecordedThread, Timeline};
 use crate::inferior::InferiorError;
 use crate::arch::{RegNumber, Regs};
@@ -142,6 +143,9 @@ pub struct SavedTrace {
     /// its last instruction (as rr reports it): `None` where the recording
     /// ended otherwise (a limit, an interruption) or keeps no state.
     exit: Option<StopReason>,
+    /// What the debugger wrote (full-state replays: its memory, and the
+    /// program's past memory until the next move).
+    scratch: Scratch,
 }
 
 /// The pages of a read-only segment, mapped from a module file.
@@ -417,6 +421,7 @@ impl SavedTrace {
             killed: false,
             exit: state.as_ref().and(loaded.description.retrace.as_ref().and_then(|r| r.exit)).and_then(exit_stop),
             state,
+            scratch: Scratch::default(),
         })
     }
 
@@ -561,6 +566,9 @@ impl Inferior for SavedTrace {
     }
 
     fn memory_region(&self, address: u64) -> MemoryRegion {
+        if let Some(range) = self.scratch.allocation(address) {
+            return MemoryRegion::Mapped { start: range.start, end: range.end, readable: true, writable: true, executable: false, name: String::new() };
+        }
         let mappings: Vec<Mapping> = self.unchanging.iter().map(|pages| pages.mapping.clone()).collect();
         MemoryRegion::of(&mappings, address)
     }
@@ -620,6 +628,17 @@ impl Inferior for SavedTrace {
     fn support_history(&mut self) -> Option<&mut dyn HistoryOps> {
         Some(self)
     }
+
+    /// On a full-state replay, where nothing of the recording is.
+    fn allocate(&mut self, size: u64) -> Option<u64> {
+        let state = self.state.as_ref()?;
+        self.scratch.allocate(size, |range| !state.touched(range))
+    }
+
+    fn deallocate(&mut self, address: u64) -> Option<bool> {
+        self.state.as_ref()?;
+        Some(self.scratch.deallocate(address))
+    }
 }
 
 impl MultiThreadBase for SavedTrace {
@@ -653,15 +672,25 @@ impl MultiThreadBase for SavedTrace {
             data[..n].copy_from_slice(&bytes[from..from + n]);
             return Ok(n);
         }
+        if let Some(n) = self.scratch.read_allocated(start, data) {
+            return Ok(n);
+        }
         if let Some(state) = &self.state {
             let n = state.memory_at(&self.timeline, self.position(), start, data);
+            let n = self.scratch.overlay(start, data, n);
             return if n == 0 { Err(TargetError::NonFatal) } else { Ok(n) };
         }
         self.unchanging_bytes(start, data).ok_or(TargetError::NonFatal)
     }
 
-    fn write_addrs(&mut self, _start: u64, _data: &[u8], _thread: Tid) -> TargetResult<(), Self> {
-        Err(TargetError::NonFatal)
+    /// On a full-state replay: into the debugger's memory, or over the
+    /// program's past until the next move.
+    fn write_addrs(&mut self, start: u64, data: &[u8], _thread: Tid) -> TargetResult<(), Self> {
+        if self.state.is_none() {
+            return Err(TargetError::NonFatal);
+        }
+        self.scratch.write(start, data);
+        Ok(())
     }
 
     fn list_active_threads(&mut self, register: &mut dyn FnMut(Tid)) -> Result<(), Self::Error> {
@@ -755,6 +784,7 @@ impl MultiThreadSchedulerLocking for SavedTrace {
 
 impl TimeTravel for SavedTrace {
     fn replay_history<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
+        self.scratch.moved();
         match &self.state {
             Some(state) => Some(action(&mut self.replayer, &FullStateHistory { timeline: &self.timeline, state }, &self.breakpoints)),
             None => Some(action(&mut self.replayer, &self.timeline, &self.breakpoints)),

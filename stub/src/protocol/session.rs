@@ -73,6 +73,18 @@ fn intercept(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>> {
         }
         b"QEnableErrorStrings" => Some(b"OK".to_vec()),
         b"qShlibInfoAddr" => target.shared_library_info_address().map(|address| format!("{address:x}").into_bytes()),
+        // LLDB's memory for its own use: `_Msize,permissions`, `_maddress`.
+        _ if body.starts_with(b"_M") => {
+            let size = std::str::from_utf8(&body[2..]).ok().and_then(|rest| u64::from_str_radix(rest.split(',').next()?, 16).ok());
+            match size {
+                Some(size) => target.allocate(size).map(|address| format!("{address:x}").into_bytes()),
+                None => Some(b"E16".to_vec()),
+            }
+        }
+        _ if body.starts_with(b"_m") => match std::str::from_utf8(&body[2..]).ok().and_then(|a| u64::from_str_radix(a, 16).ok()) {
+            Some(address) => target.deallocate(address).map(|done| if done { b"OK".to_vec() } else { b"E01".to_vec() }),
+            None => Some(b"E16".to_vec()),
+        },
         _ if body.starts_with(b"qMemoryRegionInfo:") => {
             let address = std::str::from_utf8(&body[b"qMemoryRegionInfo:".len()..]).ok().and_then(|a| u64::from_str_radix(a, 16).ok());
             Some(match address {

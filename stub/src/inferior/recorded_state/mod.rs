@@ -312,6 +312,11 @@ impl RecordedState {
         self.stream.release(checkpoint.rest.offset()..reading.offset());
     }
 
+    /// Whether any record wrote, mapped or unmapped a byte of `range`.
+    pub fn touched(&self, range: &Range<u64>) -> bool {
+        self.writes.earliest(range, 0).is_some()
+    }
+
     /// Thread `tid`'s registers at `position`; `None` past the end.
     pub fn registers_at(&self, timeline: &Timeline, tid: u64, position: u64) -> Option<Regs> {
         if position >= timeline.len() || position >= self.complete_before {
