@@ -3,7 +3,8 @@
 //! natively. At every hit of a breakpoint in a loop, the locals, globals,
 //! heap bytes and the buffer the kernel filled (from a pipe) that GDB
 //! prints on the replay must be what it prints natively at the same
-//! iteration. The replay reaches them by reverse-continue from the end,
+//! iteration, and what GDB's own `record full` of a native run shows going
+//! back over the same hits (so too in a signal handler). The replay reaches them by reverse-continue from the end,
 //! then by continue. The program is linked `-no-pie` and static, and no
 //! value compared is an address, so Valgrind's other layout does not
 //! matter. No general register of the frame may read unavailable.
@@ -23,6 +24,11 @@ fn tools_present() -> bool {
         && require("valgrind (Debian package valgrind)", which("valgrind").is_some())
         && require("retrace built with Valgrind's headers", retrace_collector::valgrind::availability().is_ok())
 }
+
+/// Keeps glibc off the AVX and AVX-512 instructions GDB 13's `record full`
+/// cannot record ("Process record does not support instruction 0x62"), for
+/// its native runs.
+const AVX_OFF: &str = "set environment GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX2,-AVX,-EVEX";
 
 /// GDB's Python: `show` prints one `VALUES` line of the loop's state.
 const SHOW: &str = r#"
@@ -103,6 +109,16 @@ fn gdb_sees_on_the_replay_what_it_sees_natively_at_every_hit_backwards_and_forwa
     native_commands.extend(std::iter::repeat(["show", "continue"]).take(40).flatten());
     let native = values(&gdb(&program, &native_commands));
     assert_eq!(native.keys().copied().collect::<Vec<_>>(), (0..40).collect::<Vec<_>>(), "GDB's native hits");
+    // GDB's own record full, natively, from main (before the pipe): to the
+    // last hit, then back through every other.
+    let mut record_full_commands = vec![source.as_str(), AVX_OFF, "break main", "run", "record full", "set record full insn-number-max unlimited", "break full_state.c:37"];
+    record_full_commands.extend(std::iter::repeat_n("continue", 40));
+    record_full_commands.push("show");
+    record_full_commands.extend(std::iter::repeat_n(["reverse-continue", "show"], 39).flatten());
+    let out = gdb(&program, &record_full_commands);
+    let record_full = values(&out);
+    assert_eq!(record_full.keys().copied().collect::<Vec<_>>(), (0..40).collect::<Vec<_>>(), "GDB's record full, backwards:\n{out}");
+    assert_eq!(record_full, native, "GDB's record full against its plain run");
 
     // The replay: from the end, back through every hit, then forwards.
     let (stub, target) = start_replay(&trace_json);
@@ -327,4 +343,71 @@ fn continuing_past_the_end_reports_the_recorded_exit() {
     common::end_stub(stub);
     assert!(out.contains("Breakpoint 1, main ()"), "{out}");
     assert!(out.contains("[Inferior 1 (process") && out.contains("exited normally]"), "the recorded exit:\n{out}");
+}
+
+/// GDB's Python: `signal-show` prints one `VALUES` line in the handler:
+/// its locals, the globals, and the frames' names up to main (a signal
+/// frame as `<signal>`).
+const SIGNAL_SHOW: &str = r#"
+import gdb
+class Show(gdb.Command):
+    def __init__(self):
+        super().__init__('signal-show', gdb.COMMAND_USER)
+    def invoke(self, arg, tty):
+        frames = []
+        f = gdb.newest_frame()
+        while f is not None:
+            frames.append('<signal>' if f.type() == gdb.SIGTRAMP_FRAME else str(f.name()))
+            f = f.older()
+        v = lambda e: int(gdb.parse_and_eval(e))
+        print('VALUES %d twice=%d sig=%d seen=%d,%d,%d frames=%s' % (v('hits'), v('twice'), v('sig'), v('seen[0]'), v('seen[1]'), v('seen[2]'), '/'.join(frames)))
+Show()
+"#;
+
+/// A signal handler on the replay (`tests/programs/full_state_signal.c`:
+/// SIGUSR1 raised three times): reverse-continue from the end to the
+/// breakpoint in the handler shows, at each hit, the locals, globals and
+/// frames through the signal frame that GDB shows natively, and that GDB's
+/// own `record full` shows going backwards over the same hits (run
+/// natively, with glibc kept off the AVX instructions `record full` cannot
+/// record). No register of `info all-registers` reads unavailable there.
+#[test]
+fn a_signal_handler_on_the_replay_shows_what_gdb_record_full_shows_natively() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("signal");
+    let (program, trace_json) = recorded_program(&dir, "full_state_signal", &[]);
+    let script = dir.join("show.py");
+    std::fs::write(&script, SIGNAL_SHOW).unwrap();
+    let source = format!("source {}", script.display());
+    let quiet = "handle SIGUSR1 nostop noprint pass";
+    let hit = "break full_state_signal.c:14";
+
+    let native = values(&gdb(&program, &[&source, quiet, hit, "run", "signal-show", "continue", "signal-show", "continue", "signal-show"]));
+    assert_eq!(native.keys().copied().collect::<Vec<_>>(), vec![0, 1, 2], "the native hits");
+    let out = gdb(
+        &program,
+        &[&source, quiet, AVX_OFF, "break main", "run", "record full", hit, "continue", "continue", "continue", "reverse-continue", "signal-show", "reverse-continue", "signal-show"],
+    );
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("VALUES ")).collect();
+    assert_eq!(lines.len(), 2, "GDB's record full, backwards:\n{out}");
+    let record_full = values(&lines.join("\n"));
+
+    let (stub, target) = start_replay(&trace_json);
+    let out = gdb(&program, &[&source, &target, hit, "reverse-continue", "signal-show", "reverse-continue", "signal-show", "reverse-continue", "signal-show", "info all-registers"]);
+    common::end_stub(stub);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("VALUES ")).collect();
+    assert_eq!(lines.len(), 3, "three hits backwards:\n{out}");
+    let replay = values(&lines.join("\n"));
+    assert_eq!(lines[0].split(' ').nth(1), Some("2"), "the last hit first:\n{out}");
+    for (hits, seen) in &replay {
+        assert_eq!(seen, &native[hits], "hit {hits} against the native run:\n{out}");
+        assert!(seen.ends_with("frames=on_usr1/<signal>/__pthread_kill_implementation.constprop.0/raise/main"), "{seen}");
+    }
+    for (hits, seen) in &record_full {
+        assert_eq!(&replay[hits], seen, "hit {hits} against GDB's record full:\n{out}");
+    }
+    let registers: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("rax ")).take_while(|l| !l.starts_with("[Inferior")).collect();
+    assert!(registers.len() > 40 && registers.iter().all(|l| !l.contains("unavailable")), "{registers:#?}");
 }

@@ -122,8 +122,11 @@ pub fn registers_of(pieces: &[Option<u64>; piece::COUNT], rip: u64) -> Regs {
     // The full tag word: 11 empty, else 00 (valid; Valgrind keeps no
     // zero/special distinction).
     regs.fpu[2] = (0..8).fold(0u32, |word, k| word | if tags[k] == 0 { 3 << (2 * k) } else { 0 });
-    // Last instruction and operand pointers, opcode, orig_rax: not kept.
-    unavailable |= (0b1111_1000u64 << number::FCTRL) | (1 << number::ORIG_RAX);
+    // The x87 last instruction and operand pointers and opcode (fiseg,
+    // fioff, foseg, fooff, fop) stay 0: Valgrind's processor keeps none
+    // (its fxsave and fnstenv store zeros), so 0 is what the program saw.
+    // orig_rax depends on how the kernel stopped the thread: not kept.
+    unavailable |= 1 << number::ORIG_RAX;
     regs.unavailable = unavailable;
     regs
 }
