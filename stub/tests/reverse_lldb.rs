@@ -12,14 +12,12 @@
 //! The two conditional cases (`false_condition()` as the breakpoint's and
 //! the watchpoint's condition) run LLDB's calls in the past as diversions.
 //!
-//! The breakpoint, watchpoint and boundary cases run again on
-//! `retrace-stub --replay` of the same program recorded with full state
-//! under Valgrind (`retrace record --mode full`), from its first
-//! instruction. (The conditional ones need code run in the past, which a
-//! replay does not do yet.) The watched value is read as memory, not as an
-//! expression, for the same reason. On the replay, expressions LLDB
-//! evaluates without running code work, and a write lasts until the next
-//! move.
+//! Every case runs again on `retrace-stub --replay` of the same program
+//! recorded with full state under Valgrind (`retrace record --mode full`),
+//! from its first instruction; there the conditions' calls run in a
+//! stand-in process (`inferior::diversion`). The watched value is read as
+//! memory, not as an expression. On the replay, expressions that write or
+//! call are checked too.
 
 use std::path::Path;
 
@@ -163,9 +161,9 @@ elif case == "conditions":
     breakpoint.SetEnabled(False)
     report("forward to the exit", *resume(lambda: process.ContinueInDirection(lldb.eRunForward)))
 elif case == "expressions":
-    # Expressions in the past on a replay, which runs no code: LLDB's
-    # evaluator is given memory for its results (`_M`), a write lasts until
-    # the next move, a call cannot run.
+    # Expressions in the past on a replay: LLDB's evaluator is given memory
+    # for its results (`_M`), a write lasts until the next move, a call runs
+    # in a diversion.
     frame = process.GetSelectedThread().GetFrameAtIndex(0)
     def value(text):
         v = frame.EvaluateExpression(text)
@@ -346,7 +344,11 @@ fn boundary_on(target: Target, mode: &str) {
 /// resume), and the history as it was after them: the step reads the
 /// recorded value, the program ends as recorded.
 fn conditions(mode: &str) {
-    let Some((events, text)) = session(mode, "conditions") else { return };
+    conditions_on(Target::Recording, mode);
+}
+
+fn conditions_on(target: Target, mode: &str) {
+    let Some((events, text)) = session_on(target, mode, "conditions") else { return };
     let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
     stops.at_boundary("reverse past both false conditions");
     let at = stops.stop("forward to the true condition", BREAKPOINT, "trigger_breakpoint");
@@ -384,8 +386,8 @@ fn lldb_reverse_continue_to_a_watchpoint_then_step_over_the_store() {
 }
 
 /// Expressions at `stop_recording` on a replay: read through memory LLDB
-/// is given for its results; a write seen until the next move; a call
-/// refused (the replay runs no code), with LLDB's error.
+/// is given for its results; a write seen until the next move; a call run
+/// in a stand-in process (a diversion).
 fn expressions_on(target: Target, mode: &str) {
     let Some((events, text)) = session_on(target, mode, "expressions") else { return };
     let stops = Stops { events: &events, text: &text, asynchronous: mode == "async" };
@@ -393,8 +395,7 @@ fn expressions_on(target: Target, mode: &str) {
     assert_eq!((&e["deref"], &e["sum"]), (&serde_json::json!(2), &serde_json::json!(42)), "{text}");
     let written = stops.event("a write in the past");
     assert_eq!((&written["deref"], &written["watched"]), (&serde_json::json!(7), &serde_json::json!(7)), "{text}");
-    let call = stops.event("a call in the past");
-    assert!(call["result"].as_str().is_some_and(|r| r.starts_with("error: ")), "a call cannot run in a replay:\n{text}");
+    assert_eq!(stops.event("a call in the past")["result"], 0, "false_condition(), run in the past:\n{text}");
     let step = stops.stop("step on through the history", TRACE, "stop_recording");
     assert_eq!(step["watched"], 2, "the history is as recorded after the write:\n{text}");
 }
@@ -411,6 +412,7 @@ fn lldb_reverse_continue_and_expressions_on_a_full_state_replay() {
     for mode in ["sync", "async"] {
         breakpoint_on(Target::Replay, mode);
         expressions_on(Target::Replay, mode);
+        conditions_on(Target::Replay, mode);
         watchpoint_on(Target::Replay, mode);
         boundary_on(Target::Replay, mode);
     }

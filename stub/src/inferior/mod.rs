@@ -24,6 +24,7 @@ use crate::arch::X86_64Linux;
 pub use retrace_decoder::bundle::CpuInfo;
 pub use error::InferiorError;
 
+pub mod diversion;
 pub mod error;
 pub mod frames;
 pub mod host_files;

@@ -41,6 +41,7 @@ use super::frames::{flows_by_address, frame_history, Executed};
 use super::live::libraries::{library_list_xml, LinkMapEntry};
 use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel, DEBUG_REGISTERS};
 use super::recorded_state::{FullStateHistory, RecordedState, Releasing, StreamBytes};
+use super::diversion::{Diversion, DiversionStop};
 use super::scratch::Scratch;
 use super::timeline::{RecordedThread, Timeline};
 use crate::inferior::InferiorError;
@@ -146,6 +147,26 @@ pub struct SavedTrace {
     /// What the debugger wrote (full-state replays: its memory, and the
     /// program's past memory until the next move).
     scratch: Scratch,
+    /// Code the debugger runs in the past (full-state replays): the thread
+    /// diverted and its stand-in process, until the replay moves on.
+    diversion: Option<(u64, Diversion)>,
+}
+
+/// The memory at `position` as a full-state replay shows it: the
+/// debugger's own, what it wrote there, the recording's.
+fn past_bytes(state: &RecordedState, timeline: &Timeline, scratch: &Scratch, position: u64, address: u64, buf: &mut [u8]) -> usize {
+    if let Some(n) = scratch.read_allocated(address, buf) {
+        return n;
+    }
+    let n = state.memory_at(timeline, position, address, buf);
+    scratch.overlay(address, buf, n)
+}
+
+/// Whether `a` and `b` are the same registers as far as running code goes
+/// (the debugger restored what it read).
+fn same_registers(a: &Regs, b: &Regs) -> bool {
+    const STATUS_FLAGS: u32 = 0xcd5;
+    a.gpr == b.gpr && a.rip == b.rip && a.eflags & STATUS_FLAGS == b.eflags & STATUS_FLAGS
 }
 
 /// The pages of a read-only segment, mapped from a module file.
@@ -422,6 +443,7 @@ impl SavedTrace {
             exit: state.as_ref().and(loaded.description.retrace.as_ref().and_then(|r| r.exit)).and_then(exit_stop),
             state,
             scratch: Scratch::default(),
+            diversion: None,
         })
     }
 
@@ -439,6 +461,28 @@ impl SavedTrace {
     /// The current position in the timeline.
     pub fn position(&self) -> u64 {
         self.replayer.position()
+    }
+
+    /// Runs a diversion the resume continues, if there is one and its
+    /// thread's registers are not back to the recorded ones (the debugger
+    /// restored them: the diversion ends, the replay moves on).
+    fn run_diversion(&mut self) -> Option<StopReason> {
+        let position = self.position();
+        let SavedTrace { state: Some(state), timeline, scratch, diversion: Some((tid, stand_in)), breakpoints, step, .. } = self else { return None };
+        let tid = *tid;
+        let recorded = state.registers_at(timeline, tid, position);
+        if stand_in.registers().ok().zip(recorded).is_some_and(|(now, recorded)| same_registers(&now, &recorded)) {
+            return None;
+        }
+        let addresses: std::collections::BTreeSet<u64> = breakpoints.software.union(&breakpoints.hardware).copied().collect();
+        let mut source = |address: u64, buf: &mut [u8]| past_bytes(state, timeline, scratch, position, address, buf);
+        let thread = Tid::new(tid as usize)?;
+        Some(match stand_in.run(step.is_some(), &addresses, &mut source) {
+            Ok(DiversionStop::Breakpoint) => StopReason::SwBreak(thread),
+            Ok(DiversionStop::Stepped) => StopReason::DoneStep,
+            Ok(DiversionStop::Signal(signal)) => StopReason::SignalWithThread { tid: thread, signal: GdbSignal(signal as u8) },
+            Ok(DiversionStop::Exited(_)) | Err(_) => StopReason::SignalWithThread { tid: thread, signal: GdbSignal::SIGKILL },
+        })
     }
 
     fn tid_at(&self, position: u64) -> Tid {
@@ -644,6 +688,13 @@ impl Inferior for SavedTrace {
 impl MultiThreadBase for SavedTrace {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {
         let index = self.timeline.thread_of(tid(thread)).ok_or(TargetError::NonFatal)?;
+        if let Some((_, diversion)) = self.diversion.as_ref().filter(|(diverted, _)| *diverted == tid(thread)) {
+            *regs = diversion.registers().map_err(|e| {
+                tracing::warn!("{e}");
+                TargetError::NonFatal
+            })?;
+            return Ok(());
+        }
         if let Some(known) = self.state.as_ref().and_then(|state| state.registers_at(&self.timeline, tid(thread), self.position())) {
             *regs = known;
             return Ok(());
@@ -656,8 +707,38 @@ impl MultiThreadBase for SavedTrace {
         Ok(())
     }
 
-    fn write_registers(&mut self, _regs: &Regs, _thread: Tid) -> TargetResult<(), Self> {
-        Err(TargetError::NonFatal)
+    /// On a full-state replay, registers other than the recorded ones
+    /// divert the thread: code run from here runs in a stand-in process
+    /// (see [`Diversion`]).
+    fn write_registers(&mut self, regs: &Regs, thread: Tid) -> TargetResult<(), Self> {
+        let (position, tid) = (self.position(), tid(thread));
+        let SavedTrace { state: Some(state), timeline, scratch, diversion, modules, .. } = self else { return Err(TargetError::NonFatal) };
+        match diversion {
+            Some((diverted, stand_in)) if *diverted == tid => stand_in.set_registers(regs).map_err(|e| {
+                tracing::warn!("{e}");
+                TargetError::NonFatal
+            }),
+            Some(_) => Err(TargetError::NonFatal),
+            None => {
+                let recorded = state.registers_at(timeline, tid, position).ok_or(TargetError::NonFatal)?;
+                if same_registers(regs, &recorded) {
+                    return Ok(());
+                }
+                let program = modules.first().ok_or(TargetError::NonFatal)?;
+                let mut source = |address: u64, buf: &mut [u8]| past_bytes(state, timeline, scratch, position, address, buf);
+                match Diversion::start(Path::new(&program.path), program.entry, regs, &mut source) {
+                    Ok(stand_in) => {
+                        tracing::debug!(tid, position, "diversion from the recorded past begins");
+                        *diversion = Some((tid, stand_in));
+                        Ok(())
+                    }
+                    Err(e) => {
+                        tracing::warn!("code cannot run in the past here: {e}");
+                        Err(TargetError::NonFatal)
+                    }
+                }
+            }
+        }
     }
 
     fn support_single_register_access(&mut self) -> Option<SingleRegisterAccessOps<'_, Tid, Self>> {
@@ -672,12 +753,11 @@ impl MultiThreadBase for SavedTrace {
             data[..n].copy_from_slice(&bytes[from..from + n]);
             return Ok(n);
         }
-        if let Some(n) = self.scratch.read_allocated(start, data) {
+        if let Some(n) = self.diversion.as_ref().and_then(|(_, d)| d.read(start, data)) {
             return Ok(n);
         }
         if let Some(state) = &self.state {
-            let n = state.memory_at(&self.timeline, self.position(), start, data);
-            let n = self.scratch.overlay(start, data, n);
+            let n = past_bytes(state, &self.timeline, &self.scratch, self.position(), start, data);
             return if n == 0 { Err(TargetError::NonFatal) } else { Ok(n) };
         }
         self.unchanging_bytes(start, data).ok_or(TargetError::NonFatal)
@@ -686,10 +766,12 @@ impl MultiThreadBase for SavedTrace {
     /// On a full-state replay: into the debugger's memory, or over the
     /// program's past until the next move.
     fn write_addrs(&mut self, start: u64, data: &[u8], _thread: Tid) -> TargetResult<(), Self> {
-        if self.state.is_none() {
-            return Err(TargetError::NonFatal);
+        let position = self.position();
+        let SavedTrace { state: Some(state), timeline, scratch, diversion, .. } = self else { return Err(TargetError::NonFatal) };
+        scratch.write(start, data);
+        if let Some((_, diversion)) = diversion {
+            diversion.write(start, data, &mut |address, buf| past_bytes(state, timeline, scratch, position, address, buf));
         }
-        self.scratch.write(start, data);
         Ok(())
     }
 
@@ -716,13 +798,20 @@ impl SingleRegisterAccess<Tid> for SavedTrace {
         Ok(copy_window(&bytes, 0, buf.len(), buf))
     }
 
-    fn write_register(&mut self, _thread: Tid, _reg: RegNumber, _value: &[u8]) -> TargetResult<(), Self> {
-        Err(TargetError::NonFatal)
+    fn write_register(&mut self, thread: Tid, reg: RegNumber, value: &[u8]) -> TargetResult<(), Self> {
+        let mut regs = Regs::default();
+        self.read_registers(&mut regs, thread)?;
+        regs.set_register(reg.0, value).map_err(|()| TargetError::NonFatal)?;
+        self.write_registers(&regs, thread)
     }
 }
 
 impl MultiThreadResume for SavedTrace {
     fn resume(&mut self) -> Result<(), Self::Error> {
+        if let Some(stop) = self.run_diversion() {
+            self.stop = Some(stop);
+            return Ok(());
+        }
         let stop = match crate::inferior::replay::take_armed(self, self.step.is_some()) {
             Some(stop) => stop,
             None => {
@@ -785,6 +874,9 @@ impl MultiThreadSchedulerLocking for SavedTrace {
 impl TimeTravel for SavedTrace {
     fn replay_history<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
         self.scratch.moved();
+        if self.diversion.take().is_some() {
+            tracing::debug!("diversion from the recorded past ends");
+        }
         match &self.state {
             Some(state) => Some(action(&mut self.replayer, &FullStateHistory { timeline: &self.timeline, state }, &self.breakpoints)),
             None => Some(action(&mut self.replayer, &self.timeline, &self.breakpoints)),

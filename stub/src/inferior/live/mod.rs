@@ -47,7 +47,7 @@ macro_rules! program_memory_of {
 mod block_runs;
 mod breakpoints;
 mod full;
-mod registers;
+pub(crate) mod registers;
 pub mod libraries;
 pub mod recording;
 pub use full::RecordMode;
