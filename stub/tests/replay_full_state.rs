@@ -411,3 +411,31 @@ fn a_signal_handler_on_the_replay_shows_what_gdb_record_full_shows_natively() {
     let registers: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("rax ")).take_while(|l| !l.starts_with("[Inferior")).collect();
     assert!(registers.len() > 40 && registers.iter().all(|l| !l.contains("unavailable")), "{registers:#?}");
 }
+
+/// Code run in the past on the replay (a diversion): GDB calls `mix` at an
+/// iteration's hit and gets what it gets natively there; a global set
+/// there reads back; the replay goes on as recorded after it.
+#[test]
+fn gdb_calls_a_function_in_the_past_and_the_history_stays_as_recorded() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("call");
+    let (program, trace_json) = recorded(&dir);
+    let native = gdb(&program, &["break full_state.c:37 if i == 38", "run", "print mix(total, 5)", "print mix(-3, i)", "next", "print counter"]);
+    let native_values = printed(&native);
+    assert_eq!(native_values.len(), 3, "{native}");
+
+    let (stub, target) = start_replay(&trace_json);
+    let out = gdb(
+        &program,
+        &[&target, "break full_state.c:37", "reverse-continue", "reverse-continue", "print i", "print mix(total, 5)", "print mix(-3, i)", "print counter = 12345", "print counter", "next", "print counter"],
+    );
+    common::end_stub(stub);
+    let replay = printed(&out);
+    assert_eq!(replay.len(), 6, "{out}");
+    assert_eq!(replay[0], "38", "{out}");
+    assert_eq!(replay[1..3], native_values[..2], "the calls, as natively at i = 38:\n{out}");
+    assert_eq!((replay[3].as_str(), replay[4].as_str()), ("12345", "12345"), "a write in the past:\n{out}");
+    assert_eq!(replay[5], native_values[2], "after the next, counter as recorded:\n{out}");
+}
