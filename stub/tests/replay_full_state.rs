@@ -217,27 +217,36 @@ fn four_threads_interleave_as_they_ran_and_show_their_native_values() {
     let (program, trace_json) = recorded_program(&dir, "full_state_threads", &["-pthread"]);
     let after_joins = ["print sums", "print table[2][49]", "print table[0][0]"];
     let in_worker = ["print acc", "print sums[2]", "print table[2][9]"];
-    let mut native_commands = vec!["break full_state_threads.c:35", "run"];
+    let threads = "python print('THREADS %d' % len(gdb.selected_inferior().threads()))";
+    let mut native_commands = vec!["break full_state_threads.c:35", "run", threads];
     native_commands.extend(after_joins);
-    native_commands.extend(["kill", "delete", "break full_state_threads.c:20 if id == 2 && r == 10", "run"]);
+    native_commands.extend(["kill", "delete", "break full_state_threads.c:28", "run", threads, "kill", "delete", "break full_state_threads.c:20 if id == 2 && r == 10", "run"]);
     native_commands.extend(in_worker);
     native_commands.push("kill");
     let native_out = gdb(&program, &native_commands);
     let native = printed(&native_out);
     assert_eq!(native.len(), 6, "{native_out}");
+    let counts = |out: &str| out.lines().filter_map(|l| l.strip_prefix("THREADS ")?.parse().ok()).collect::<Vec<usize>>();
+    // After the joins, and before the first pthread_create: main alone.
+    assert_eq!(counts(&native_out), [1, 1], "{native_out}");
 
     let (stub, target) = start_replay(&trace_json);
-    let mut commands = vec![target.as_str(), "break full_state_threads.c:35", "reverse-continue"];
+    let mut commands = vec![target.as_str(), "break full_state_threads.c:35", "reverse-continue", threads];
     commands.extend(after_joins);
     commands.extend(["delete", "break full_state_threads.c:20 if id == 2 && r == 10", "reverse-continue"]);
     commands.extend(in_worker);
-    commands.push("info threads");
+    commands.extend([threads, "delete", "break full_state_threads.c:28", "reverse-continue", threads]);
     let out = gdb(&program, &commands);
     common::end_stub(stub);
     assert_eq!(printed(&out), native, "{out}");
     assert!(out.contains("hit Breakpoint 2, work (arg=0x2)"), "{out}");
-    let listed = out.lines().skip_while(|l| !l.trim_start().starts_with("Id ")).skip(1).filter(|l| l.contains(" Thread ")).count();
-    assert_eq!(listed, 5, "five threads:\n{out}");
+    // The threads as they were: main alone after the joins (the workers
+    // ended) and before any was created, as natively; in worker 2, main
+    // and worker 2 at least, and never more than the five there were.
+    let replayed = counts(&out);
+    assert_eq!(replayed.len(), 3, "{out}");
+    assert_eq!((replayed[0], replayed[2]), (1, 1), "{out}");
+    assert!((2..=5).contains(&replayed[1]), "{out}");
 }
 
 /// GDB's Python: `where_now` prints one `AT` line: the function, the line,
@@ -261,7 +270,8 @@ WhereNow()
 /// reverse-next, reverse-step, reverse-finish and reverse-stepi on the
 /// replay land where GDB's forward `next`, `step` and `finish` land
 /// natively, with the same values: in iteration 20, from line 37 back
-/// into `mix` (called on line 35) and out, and forwards again.
+/// into `mix` (called on line 35) and out, and forwards again; and where
+/// the same moves land in GDB's own `record full` of a native run.
 #[test]
 fn reverse_next_step_finish_and_stepi_land_where_native_steps_do() {
     if !tools_present() {
@@ -282,15 +292,7 @@ fn reverse_next_step_finish_and_stepi_land_where_native_steps_do() {
     assert!(native[0].starts_with("main:35 i=20") && native[1].starts_with("mix:") && native[4].starts_with("main:37 i=20"), "{native:#?}");
 
     // The replay, backwards from line 37 of iteration 20.
-    let (stub, target) = start_replay(&trace_json);
-    let out = gdb(
-        &program,
-        &[
-            &source,
-            &target,
-            "break full_state.c:37 if i == 20",
-            "reverse-continue",
-            "delete",
+    let moves = [
             "where_now",
             "reverse-next",
             "where_now",
@@ -311,11 +313,20 @@ fn reverse_next_step_finish_and_stepi_land_where_native_steps_do() {
             "where_now",
             "finish",
             "where_now",
-        ],
-    );
+    ];
+    let (stub, target) = start_replay(&trace_json);
+    let mut commands = vec![source.as_str(), &target, "break full_state.c:37 if i == 20", "reverse-continue", "delete"];
+    commands.extend(moves);
+    let out = gdb(&program, &commands);
     common::end_stub(stub);
     let replay = at_lines(&out);
     assert_eq!(replay.len(), 8, "{out}");
+    // GDB's own record full, natively, recording from main: the same moves
+    // from the same place land on the same lines with the same values.
+    let mut commands = vec![source.as_str(), AVX_OFF, "break main", "run", "record full", "set record full insn-number-max unlimited", "break full_state.c:37 if i == 20", "continue", "delete"];
+    commands.extend(moves);
+    let record_full_out = gdb(&program, &commands);
+    assert_eq!(at_lines(&record_full_out), replay, "GDB's record full against the replay:\n{record_full_out}\n{out}");
     // 37 and 36 of iteration 20, as natively.
     assert_eq!(replay[0], native[4], "{out}");
     assert_eq!(replay[1], native[3], "{out}");

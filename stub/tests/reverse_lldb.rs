@@ -199,10 +199,6 @@ enum Target {
 
 /// Runs one case of the session against a fresh stub; the JSON lines it
 /// printed (the first: the stop at `stop_recording`).
-fn session(mode: &str, case: &str) -> Option<(Vec<serde_json::Value>, String)> {
-    session_on(Target::Recording, mode, case)
-}
-
 fn session_on(target: Target, mode: &str, case: &str) -> Option<(Vec<serde_json::Value>, String)> {
     if !common::lldb_python_present() {
         return None;

@@ -485,6 +485,25 @@ impl SavedTrace {
         })
     }
 
+    /// Whether thread `index` existed at `position`: its first instruction
+    /// is at or before it, and it had not ended (with a full-state
+    /// recording: its last instruction, before the position, was no
+    /// `exit` system call; without, a thread is not known to have ended).
+    fn thread_exists_at(&self, index: usize, position: u64) -> bool {
+        let Some((first, last)) = self.timeline.span_of(index) else { return false };
+        if position < first {
+            return false;
+        }
+        let (Some(state), true) = (&self.state, position > last) else { return true };
+        const EXIT: u64 = 60;
+        const EXIT_GROUP: u64 = 231;
+        let Some(step) = self.timeline.at(last) else { return true };
+        let mut code = [0u8; 2];
+        let is_syscall = state.memory_at(&self.timeline, last, step.ip, &mut code) == 2 && code == [0x0f, 0x05];
+        let number = state.registers_at(&self.timeline, step.tid, last).filter(|r| r.is_available(0)).map(|r| r.gpr[0]);
+        !(is_syscall && matches!(number, Some(EXIT | EXIT_GROUP)))
+    }
+
     fn tid_at(&self, position: u64) -> Tid {
         let tid = self.timeline.at(position).map_or(self.pid as u64, |i| i.tid);
         Tid::new(tid as usize).expect("tids are not 0")
@@ -775,9 +794,13 @@ impl MultiThreadBase for SavedTrace {
         Ok(())
     }
 
+    /// The threads as they were at the position: begun, and not ended.
     fn list_active_threads(&mut self, register: &mut dyn FnMut(Tid)) -> Result<(), Self::Error> {
-        for thread in self.timeline.threads() {
-            register(Tid::new(thread.tid as usize).ok_or(InferiorError::InvalidRequest("thread 0".into()))?);
+        let position = self.position();
+        for (index, thread) in self.timeline.threads().iter().enumerate() {
+            if self.thread_exists_at(index, position) {
+                register(Tid::new(thread.tid as usize).ok_or(InferiorError::InvalidRequest("thread 0".into()))?);
+            }
         }
         Ok(())
     }

@@ -162,6 +162,13 @@ impl Timeline {
         self.position_of(thread, index).ok_or_else(|| crate::inferior::InferiorError::InvalidRequest(format!("no instruction {item} in thread {tid} (it has {} items)", history.items_len())))
     }
 
+    /// The positions of `thread`'s first and last instructions.
+    pub fn span_of(&self, thread: usize) -> Option<(u64, u64)> {
+        let runs = self.runs_of.get(thread)?;
+        let (first, last) = (self.runs[*runs.first()?], self.runs[*runs.last()?]);
+        Some((first.start, last.start + last.len - 1))
+    }
+
     /// The index of the thread with id `tid`.
     pub fn thread_of(&self, tid: u64) -> Option<usize> {
         self.threads.iter().position(|t| t.tid == tid)
