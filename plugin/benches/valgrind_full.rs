@@ -10,7 +10,10 @@
 //!    RETRACE_FULL_BENCH_ITERATIONS iterations (default 666 666: ~10 M
 //!    instructions): instructions, seconds, bytes of `state.rtstate` (and
 //!    of the whole bundle) per instruction, the recorder's peak RSS;
-//! 3. the ratio of the instructions per second.
+//! 3. `retrace-stub --record=full` (the live program single-stepped) over
+//!    the same iterations as GDB's, driven by GDB: instructions, seconds,
+//!    bytes of its state log per instruction;
+//! 4. the ratios of the instructions per second.
 //!
 //! cargo bench -p retrace-plugin --bench valgrind_full
 
@@ -58,6 +61,54 @@ fn gdb_record_full(program: &Path, iterations: u64) -> (u64, f64) {
     (instructions, seconds)
 }
 
+/// `retrace-stub --record=full` (single-stepping the live program) from
+/// its first instruction to `bench_end`, driven by GDB 13: (instructions
+/// in its history, seconds of the continue, bytes of its state log).
+fn stub_record_full(program: &Path, iterations: u64) -> (u64, f64, u64) {
+    let stub = Path::new(env!("CARGO_BIN_EXE_retrace")).with_file_name("retrace-stub");
+    if !stub.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let built = Command::new(cargo).args(["build", "--release", "-p", "retrace-stub", "--bin", "retrace-stub"]).status().expect("cargo");
+        assert!(built.success(), "building retrace-stub");
+    }
+    let mut child = Command::new(&stub)
+        .args(["--record=full", "--listen", "127.0.0.1:0", "--"])
+        .arg(program)
+        .arg(iterations.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("retrace-stub");
+    let mut line = String::new();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    while !line.contains("listening on") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0, "the stub ended before listening");
+    }
+    let address = line.trim().rsplit(' ').next().unwrap().to_string();
+    let commands = [
+        format!("target remote {address}"),
+        "break bench_end".into(),
+        "python import time; t = time.time()".into(),
+        "continue".into(),
+        "python print('SECONDS %.6f' % (time.time() - t))".into(),
+        "monitor record status --json".into(),
+        "kill".into(),
+    ];
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-nx", "-batch"]);
+    for command in &commands {
+        gdb.args(["-ex", command]);
+    }
+    let out = gdb.arg(program).stdin(Stdio::null()).output().expect("gdb");
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let seconds = text.lines().find_map(|l| l.strip_prefix("SECONDS ")?.parse().ok()).unwrap_or_else(|| panic!("{text}"));
+    let status: serde_json::Value = text.lines().find_map(|l| serde_json::from_str(l).ok().filter(|v: &serde_json::Value| v.get("instructions").is_some())).unwrap_or_else(|| panic!("{text}"));
+    (status["instructions"].as_u64().unwrap(), seconds, status["bytes"].as_u64().unwrap_or(0))
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -71,6 +122,8 @@ fn main() {
 
     let (gdb_instructions, gdb_seconds) = gdb_record_full(&program, gdb_iterations);
     let gdb_rate = gdb_instructions as f64 / gdb_seconds;
+    let (stub_instructions, stub_seconds, stub_bytes) = stub_record_full(&program, gdb_iterations);
+    let stub_rate = stub_instructions as f64 / stub_seconds;
 
     let bundle = dir.join("bundle");
     let start = Instant::now();
@@ -101,5 +154,11 @@ fn main() {
         trace as f64 / instructions as f64,
         summary["peak_rss_kib"].as_u64().unwrap_or(0) / 1024
     );
+    println!(
+        "  retrace-stub --record=full      {stub_instructions:>10} instructions  {stub_seconds:>8.2} s  {:>12.0} instructions/s  {:.2} bytes/instruction in its state log",
+        stub_rate,
+        stub_bytes as f64 / stub_instructions as f64
+    );
     println!("  instructions per second, retrace / GDB record full: {:.0}x (goal >= 100x, 1000x)", rate / gdb_rate);
+    println!("  instructions per second, retrace / retrace-stub --record=full: {:.0}x", rate / stub_rate);
 }
