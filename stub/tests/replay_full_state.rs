@@ -450,3 +450,48 @@ fn gdb_calls_a_function_in_the_past_and_the_history_stays_as_recorded() {
     assert_eq!((replay[3].as_str(), replay[4].as_str()), ("12345", "12345"), "a write in the past:\n{out}");
     assert_eq!(replay[5], native_values[2], "after the next, counter as recorded:\n{out}");
 }
+
+/// The libraries GDB's `info sharedlibrary` lists, by file name, without
+/// Valgrind's own preloaded one.
+fn libraries(section: &str) -> Vec<String> {
+    let mut names: Vec<String> = section
+        .lines()
+        .filter(|l| l.starts_with("0x"))
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|path| path.rsplit('/').next().unwrap_or(path).to_string())
+        .filter(|name| !name.starts_with("vgpreload_"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The shared libraries on the replay of a dynamic program that loads one
+/// with `dlopen` (`tests/programs/dlopen_main.c`) are the ones loaded at
+/// the position, as natively: before the `dlopen`, not the library; after
+/// it, the library too.
+#[test]
+fn shared_libraries_are_the_ones_loaded_at_the_position() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("libraries");
+    let library = build("shlib_lib", &dir, &["-O0", "-shared", "-fPIC"]);
+    let program = build("dlopen_main", &dir, &["-O0", "-no-pie", "-rdynamic", "-ldl"]);
+    let bundle = dir.join("bundle");
+    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).arg(&library).output().unwrap();
+    // retrace record exits as the program did (with its mix of the calls).
+    assert_eq!(out.status.code(), Some(49), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+    let arg = library.display().to_string();
+    let native = gdb(&program, &["break dlopen_main.c:11", "break dlopen_main.c:16", &format!("run {arg}"), "echo LIBRARIES\\n", "info sharedlibrary", "continue", "echo LIBRARIES\\n", "info sharedlibrary"]);
+    let native: Vec<Vec<String>> = native.split("LIBRARIES").skip(1).map(libraries).collect();
+    assert_eq!(native.len(), 2, "{native:?}");
+    assert!(native[1].contains(&"shlib_lib".to_string()) && !native[0].contains(&"shlib_lib".to_string()), "{native:?}");
+
+    let (stub, target) = start_replay(&bundle.join("trace.json"));
+    let out = gdb(&program, &[&target, "break dlopen_main.c:16", "reverse-continue", "echo LIBRARIES\\n", "info sharedlibrary", "break dlopen_main.c:11", "reverse-continue", "echo LIBRARIES\\n", "info sharedlibrary"]);
+    common::end_stub(stub);
+    let replay: Vec<Vec<String>> = out.split("LIBRARIES").skip(1).map(libraries).collect();
+    assert_eq!(replay.len(), 2, "{out}");
+    assert_eq!(replay[0], native[1], "after the dlopen:\n{out}");
+    assert_eq!(replay[1], native[0], "before it:\n{out}");
+}

@@ -38,7 +38,7 @@ use retrace_decoder::bundle::load::LoadedBundle;
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 
 use super::frames::{flows_by_address, frame_history, Executed};
-use super::live::libraries::{library_list_xml, LinkMapEntry};
+use super::live::libraries::{library_list_xml, link_map, rendezvous_address, LinkMapEntry, ReadMemory};
 use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTravel, DEBUG_REGISTERS};
 use super::recorded_state::{FullStateHistory, RecordedState, Releasing, StreamBytes};
 use super::diversion::{Diversion, DiversionStop};
@@ -978,9 +978,41 @@ impl Auxv for SavedTrace {
     }
 }
 
+/// A full-state replay's memory at a position, as the library list reads
+/// it.
+struct RecordedMemory<'a> {
+    state: &'a RecordedState,
+    timeline: &'a Timeline,
+    position: u64,
+}
+
+impl ReadMemory for RecordedMemory<'_> {
+    fn read(&self, address: u64, buf: &mut [u8]) -> bool {
+        self.state.memory_at(self.timeline, self.position, address, buf) == buf.len()
+    }
+}
+
+impl SavedTrace {
+    /// The libraries loaded at the position: on a full-state replay, the
+    /// dynamic linker's own link map in the recorded memory (each named by
+    /// the bundle's copy of its file); else, or before the linker
+    /// published one, every library the bundle holds.
+    fn libraries_now(&self) -> std::borrow::Cow<'_, str> {
+        let Some(state) = &self.state else { return self.libraries.as_str().into() };
+        let memory = RecordedMemory { state, timeline: &self.timeline, position: self.position() };
+        let Ok(mut entries) = rendezvous_address(&self.auxv, &memory).and_then(|r_debug| link_map(r_debug, &memory)) else { return self.libraries.as_str().into() };
+        for entry in entries.iter_mut().filter(|e| !e.name.is_empty()) {
+            if let Some(module) = self.modules.iter().skip(1).find(|m| m.bias == entry.base && m.dynamic == Some(entry.dynamic)) {
+                entry.name = module.path.clone().into_bytes();
+            }
+        }
+        library_list_xml(&entries).into()
+    }
+}
+
 impl LibrariesSvr4 for SavedTrace {
     fn get_libraries_svr4(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
-        Ok(copy_window(self.libraries.as_bytes(), offset, length, buf))
+        Ok(copy_window(self.libraries_now().as_bytes(), offset, length, buf))
     }
 }
 
