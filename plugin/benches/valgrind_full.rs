@@ -33,6 +33,17 @@ fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// `gdb -batch` on `program` with these commands: what it printed.
+fn gdb_batch(program: &Path, commands: &[String]) -> String {
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-nx", "-batch"]);
+    for command in commands {
+        gdb.args(["-ex", command]);
+    }
+    let out = gdb.arg(program).stdin(Stdio::null()).output().expect("gdb");
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
 /// GDB 13's `record full` of `main` to `bench_end`: (instructions in its
 /// log, seconds from `record full` to the stop at `bench_end`).
 fn gdb_record_full(program: &Path, iterations: u64) -> (u64, f64) {
@@ -49,13 +60,7 @@ fn gdb_record_full(program: &Path, iterations: u64) -> (u64, f64) {
         "info record".into(),
         "kill".into(),
     ];
-    let mut gdb = Command::new("gdb");
-    gdb.args(["-nx", "-batch"]);
-    for command in &commands {
-        gdb.args(["-ex", command]);
-    }
-    let out = gdb.arg(program).stdin(Stdio::null()).output().expect("gdb");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text = gdb_batch(program, &commands);
     let instructions = text.lines().find_map(|l| l.strip_prefix("Log contains ")?.strip_suffix(" instructions.")?.parse().ok()).unwrap_or_else(|| panic!("{text}"));
     let seconds = text.lines().find_map(|l| l.strip_prefix("SECONDS ")?.parse().ok()).unwrap_or_else(|| panic!("{text}"));
     (instructions, seconds)
@@ -95,15 +100,9 @@ fn stub_record_full(program: &Path, iterations: u64) -> (u64, f64, u64) {
         "monitor record status --json".into(),
         "kill".into(),
     ];
-    let mut gdb = Command::new("gdb");
-    gdb.args(["-nx", "-batch"]);
-    for command in &commands {
-        gdb.args(["-ex", command]);
-    }
-    let out = gdb.arg(program).stdin(Stdio::null()).output().expect("gdb");
+    let text = gdb_batch(program, &commands);
     let _ = child.kill();
     let _ = child.wait();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let seconds = text.lines().find_map(|l| l.strip_prefix("SECONDS ")?.parse().ok()).unwrap_or_else(|| panic!("{text}"));
     let status: serde_json::Value = text.lines().find_map(|l| serde_json::from_str(l).ok().filter(|v: &serde_json::Value| v.get("instructions").is_some())).unwrap_or_else(|| panic!("{text}"));
     (status["instructions"].as_u64().unwrap(), seconds, status["bytes"].as_u64().unwrap_or(0))

@@ -22,9 +22,8 @@
 //!
 //! `cargo bench -p retrace-stub --bench replay_full_state`
 
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use object::{Object, ObjectSymbol};
@@ -55,46 +54,13 @@ fn status_kib(pid: u32, field: &str) -> u64 {
     status.lines().find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok()).unwrap_or(0)
 }
 
-struct Replay {
-    stream: TcpStream,
-    stub: Child,
-}
+type Replay = common::RawSession;
 
-impl Replay {
-    fn send(&mut self, packet: &str) -> String {
-        common::exchange(&mut self.stream, packet)
-    }
-
-    fn timed(&mut self, packet: &str) -> (String, f64) {
-        let start = Instant::now();
-        let reply = self.send(packet);
-        (reply, start.elapsed().as_secs_f64())
-    }
-
-    /// `m`: the bytes read, little-endian as a number (at most 8).
-    fn word(&mut self, address: u64) -> i64 {
-        let reply = common::run_length_decoded(&self.send(&format!("m{address:x},8")));
-        let bytes: Vec<u8> = (0..8).map(|i| u8::from_str_radix(&reply[2 * i..2 * i + 2], 16).unwrap_or_else(|_| panic!("m {address:#x}: {reply}"))).collect();
-        i64::from_le_bytes(bytes.try_into().unwrap())
-    }
-
-    /// Register `n` (GDB's numbering) at the current position.
-    fn register(&mut self, n: usize) -> u64 {
-        let reply = common::run_length_decoded(&self.send(&format!("p{n:x}")));
-        u64::from_le_bytes(u64::from_str_radix(&reply, 16).unwrap_or_else(|_| panic!("p{n:x}: {reply}")).to_be_bytes())
-    }
-
-    fn stop_at(&mut self, reply: &str, pc: u64, what: &str) {
-        assert!(reply.starts_with('T'), "{what}: {reply}");
-        assert_eq!(self.register(16), pc, "{what}: {reply}");
-    }
-}
-
-impl Drop for Replay {
-    fn drop(&mut self) {
-        let _ = self.stub.kill();
-        let _ = self.stub.wait();
-    }
+/// `m`: the 8 bytes at `address`, little-endian, as a number.
+fn word(replay: &mut Replay, address: u64) -> i64 {
+    let reply = common::run_length_decoded(&replay.send(&format!("m{address:x},8")));
+    let bytes: Vec<u8> = (0..8).map(|i| u8::from_str_radix(&reply[2 * i..2 * i + 2], 16).unwrap_or_else(|_| panic!("m {address:#x}: {reply}"))).collect();
+    i64::from_le_bytes(bytes.try_into().unwrap())
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -151,16 +117,16 @@ fn bench(program: &Path, dir: &Path, length: u64) {
     let load = start.elapsed().as_secs_f64();
     let pid = stub.id();
     let rss_loaded = status_kib(pid, "VmRSS:");
-    let mut replay = Replay { stream: common::open_session(common::port_of(&line)), stub };
+    let mut replay = Replay::open(stub, common::port_of(&line));
 
     // 2. bc back to the mark.
     replay.send(&format!("Z0,{mark_pc:x},1"));
     let (reply, bc) = replay.timed("bc");
     replay.stop_at(&reply, mark_pc, "bc to bench_mark");
-    assert_eq!(replay.word(marked), -1, "marked before bench_mark's store");
+    assert_eq!(word(&mut replay, marked), -1, "marked before bench_mark's store");
     let expected: i64 = (0..mark as i64).map(work).sum();
-    assert_eq!(replay.word(sink), expected, "sink when bench_mark is called");
-    assert_ne!(replay.word(environ), 0, "__environ, set at the start");
+    assert_eq!(word(&mut replay, sink), expected, "sink when bench_mark is called");
+    assert_ne!(word(&mut replay, environ), 0, "__environ, set at the start");
 
     // 3. Reads and steps there.
     let rsp = replay.register(7);
@@ -202,9 +168,9 @@ fn bench(program: &Path, dir: &Path, length: u64) {
     assert!(reply.contains("watch:"), "bc to the write of marked: {reply}");
     // Stopped before the store (as GDB shows a reverse watchpoint stop);
     // one step on, its value.
-    assert_eq!(replay.word(marked), -1, "marked at its write, backwards");
+    assert_eq!(word(&mut replay, marked), -1, "marked at its write, backwards");
     assert!(replay.send("s").starts_with('T'));
-    assert_eq!(replay.word(marked), mark as i64, "marked just after its write");
+    assert_eq!(word(&mut replay, marked), mark as i64, "marked just after its write");
     let rss_peak = status_kib(pid, "VmHWM:");
     drop(replay);
 

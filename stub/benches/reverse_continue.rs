@@ -19,7 +19,6 @@
 //! (`RETRACE_BENCH_LONG`: the long history's loop count, default 666666:
 //! 10 million instructions at 15 an iteration; recording it takes minutes).
 
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -70,66 +69,33 @@ fn gdb_reverse_continue(program: &Path, iterations: u64) -> (u64, f64) {
     (instructions.unwrap_or_else(|| panic!("{out}")), seconds.unwrap_or_else(|| panic!("{out}")))
 }
 
-/// A raw gdb-remote session with `retrace-stub --record=full`.
-struct Session {
-    stream: TcpStream,
-    stub: std::process::Child,
+type Session = common::RawSession;
+
+/// `retrace-stub --record=full` on `program iterations`, a raw session with it.
+fn start(program: &Path, iterations: u64) -> Session {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    command.args(["--record=full", "--listen", "127.0.0.1:0", "--"]).arg(program).arg(iterations.to_string());
+    let (stub, line) = common::spawn_stub(command);
+    let (_, port) = common::pid_and_port(&line);
+    Session::open(stub, port)
 }
 
-impl Session {
-    fn start(program: &Path, iterations: u64) -> Session {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
-        command.args(["--record=full", "--listen", "127.0.0.1:0", "--"]).arg(program).arg(iterations.to_string());
-        let (stub, line) = common::spawn_stub(command);
-        let (_, port) = common::pid_and_port(&line);
-        Session { stream: common::open_session(port), stub }
+/// `monitor COMMAND`: the text its `O` packets carried before `OK`.
+fn monitor(session: &mut Session, command: &str) -> String {
+    let mut reply = session.send(&format!("qRcmd,{}", command.bytes().map(|b| format!("{b:02x}")).collect::<String>()));
+    let mut text = String::new();
+    while let Some(body) = reply.strip_prefix('O').filter(|_| reply != "OK") {
+        text.extend((0..body.len() / 2).map(|i| u8::from_str_radix(&body[2 * i..2 * i + 2], 16).unwrap() as char));
+        reply = common::read_packet(&mut session.stream).unwrap();
     }
-
-    fn send(&mut self, packet: &str) -> String {
-        common::exchange(&mut self.stream, packet)
-    }
-
-    /// Sends `packet` and returns the reply and the seconds to it.
-    fn timed(&mut self, packet: &str) -> (String, f64) {
-        let start = Instant::now();
-        let reply = self.send(packet);
-        (reply, start.elapsed().as_secs_f64())
-    }
-
-    fn pc(&mut self) -> u64 {
-        let reply = common::run_length_decoded(&self.send("p10"));
-        u64::from_le_bytes(u64::from_str_radix(&reply, 16).unwrap_or_else(|_| panic!("p10: {reply}")).to_be_bytes())
-    }
-
-    /// `monitor COMMAND`: the text its `O` packets carried before `OK`.
-    fn monitor(&mut self, command: &str) -> String {
-        let mut reply = self.send(&format!("qRcmd,{}", command.bytes().map(|b| format!("{b:02x}")).collect::<String>()));
-        let mut text = String::new();
-        while let Some(body) = reply.strip_prefix('O').filter(|_| reply != "OK") {
-            text.extend((0..body.len() / 2).map(|i| u8::from_str_radix(&body[2 * i..2 * i + 2], 16).unwrap() as char));
-            reply = common::read_packet(&mut self.stream).unwrap();
-        }
-        assert_eq!(reply, "OK", "monitor {command}: {text}");
-        text
-    }
-
-    fn instructions(&mut self) -> u64 {
-        let text = self.monitor("record status --json");
-        let status: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|_| panic!("record status: {text}"));
-        status["instructions"].as_u64().unwrap()
-    }
+    assert_eq!(reply, "OK", "monitor {command}: {text}");
+    text
 }
 
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = self.stub.kill();
-        let _ = self.stub.wait();
-    }
-}
-
-fn stop_at(session: &mut Session, reply: &str, pc: u64, what: &str) {
-    assert!(reply.starts_with('T'), "{what}: {reply}");
-    assert_eq!(session.pc(), pc, "{what}: {reply}");
+fn instructions(session: &mut Session) -> u64 {
+    let text = monitor(session, "record status --json");
+    let status: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|_| panic!("record status: {text}"));
+    status["instructions"].as_u64().unwrap()
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -153,26 +119,26 @@ fn main() {
     // 1. About 200,000 instructions: bc against GDB's reverse-continue.
     let short = 13_333;
     let (gdb_instructions, gdb_seconds) = gdb_reverse_continue(&program, short);
-    let mut session = Session::start(&program, short);
+    let mut session = start(&program, short);
     session.send(&format!("Z0,{end:x},1"));
     let reply = session.send("c");
-    stop_at(&mut session, &reply, end, "c to bench_end");
-    let history = session.instructions();
+    session.stop_at(&reply, end, "c to bench_end");
+    let history = instructions(&mut session);
     session.send(&format!("z0,{end:x},1"));
     session.send(&format!("Z0,{begin:x},1"));
     let (reply, bc_short) = session.timed("bc");
-    stop_at(&mut session, &reply, begin, "bc to bench_begin");
+    session.stop_at(&reply, begin, "bc to bench_begin");
     drop(session);
 
     // 2. A long history.
-    let mut session = Session::start(&program, long);
+    let mut session = start(&program, long);
     session.send(&format!("Z0,{work:x},1"));
     let reply = session.send("c");
-    stop_at(&mut session, &reply, work, "c to work");
+    session.stop_at(&reply, work, "c to work");
     let forward: Vec<f64> = (0..5)
         .map(|_| {
             let (reply, seconds) = session.timed("c");
-            stop_at(&mut session, &reply, work, "c to work again");
+            session.stop_at(&reply, work, "c to work again");
             seconds
         })
         .collect();
@@ -182,8 +148,8 @@ fn main() {
     let recording = Instant::now();
     let reply = session.send("c");
     let recording = recording.elapsed().as_secs_f64();
-    stop_at(&mut session, &reply, end, "c to bench_end");
-    let long_history = session.instructions();
+    session.stop_at(&reply, end, "c to bench_end");
+    let long_history = instructions(&mut session);
 
     // 3. bs against s, at the end of the history (s records one more step).
     let mut steps = Vec::new();
@@ -204,7 +170,7 @@ fn main() {
     }
     let (step, back_step) = (median(steps), median(back_steps));
     // Back where the steps started: every one undone.
-    assert_eq!(session.pc(), end, "50 bs undo 50 s");
+    assert_eq!(session.register(16), end, "50 bs undo 50 s");
 
     // bc to bench_begin, then forward replay from it through the whole
     // history to bench_end (where the live process stands), five times
@@ -214,18 +180,18 @@ fn main() {
         session.send(&format!("z0,{end:x},1"));
         session.send(&format!("Z0,{begin:x},1"));
         let (reply, seconds) = session.timed("bc");
-        stop_at(&mut session, &reply, begin, "bc to bench_begin over the long history");
+        session.stop_at(&reply, begin, "bc to bench_begin over the long history");
         back.push(seconds);
         session.send(&format!("z0,{begin:x},1"));
         session.send(&format!("Z0,{end:x},1"));
         let (reply, seconds) = session.timed("c");
-        stop_at(&mut session, &reply, end, "c replayed forwards to bench_end");
+        session.stop_at(&reply, end, "c replayed forwards to bench_end");
         ahead.push(seconds);
     }
     let (bc_long, replay_long) = (median(back), median(ahead));
     session.send(&format!("z0,{end:x},1"));
     // From bench_end again, back to the C library's write of __environ.
-    session.monitor("goto end");
+    monitor(&mut session, "goto end");
     let reply = session.send("c");
     assert!(reply.starts_with('T'), "goto end: {reply}");
     session.send(&format!("Z2,{environ:x},8"));

@@ -118,6 +118,53 @@ pub fn port_of(line: &str) -> u16 {
     line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("stub said: {line}"))
 }
 
+/// A raw gdb-remote session with a stub this harness started: packets
+/// exchanged (and timed), registers read; the stub ends with it.
+pub struct RawSession {
+    /// The connection.
+    pub stream: TcpStream,
+    /// The stub.
+    pub stub: Child,
+}
+
+impl RawSession {
+    /// Opens a session ([`open_session`]) with `stub`, listening on `port`.
+    pub fn open(stub: Child, port: u16) -> RawSession {
+        RawSession { stream: open_session(port), stub }
+    }
+
+    /// Sends `packet`; the reply.
+    pub fn send(&mut self, packet: &str) -> String {
+        exchange(&mut self.stream, packet)
+    }
+
+    /// Sends `packet`; the reply and the seconds to it.
+    pub fn timed(&mut self, packet: &str) -> (String, f64) {
+        let start = std::time::Instant::now();
+        let reply = self.send(packet);
+        (reply, start.elapsed().as_secs_f64())
+    }
+
+    /// Register `n` (GDB's numbering) of the current thread.
+    pub fn register(&mut self, n: usize) -> u64 {
+        let reply = run_length_decoded(&self.send(&format!("p{n:x}")));
+        u64::from_le_bytes(u64::from_str_radix(&reply, 16).unwrap_or_else(|_| panic!("p{n:x}: {reply}")).to_be_bytes())
+    }
+
+    /// The stop `reply` is at `pc`.
+    pub fn stop_at(&mut self, reply: &str, pc: u64, what: &str) {
+        assert!(reply.starts_with('T'), "{what}: {reply}");
+        assert_eq!(self.register(16), pc, "{what}: {reply}");
+    }
+}
+
+impl Drop for RawSession {
+    fn drop(&mut self) {
+        let _ = self.stub.kill();
+        let _ = self.stub.wait();
+    }
+}
+
 /// A raw session with the stub on `port`, opened as a client opens one:
 /// no-ack mode, the features, the stop, its thread selected (`Hc`, `Hg`).
 pub fn open_session(port: u16) -> TcpStream {
