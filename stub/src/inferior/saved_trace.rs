@@ -481,7 +481,14 @@ impl SavedTrace {
             Ok(DiversionStop::Breakpoint) => StopReason::SwBreak(thread),
             Ok(DiversionStop::Stepped) => StopReason::DoneStep,
             Ok(DiversionStop::Signal(signal)) => StopReason::SignalWithThread { tid: thread, signal: GdbSignal(signal as u8) },
-            Ok(DiversionStop::Exited(_)) | Err(_) => StopReason::SignalWithThread { tid: thread, signal: GdbSignal::SIGKILL },
+            Ok(DiversionStop::Exited(code)) => {
+                tracing::warn!(code, "the code run in the past ended its stand-in process");
+                StopReason::SignalWithThread { tid: thread, signal: GdbSignal::SIGKILL }
+            }
+            Err(e) => {
+                tracing::warn!("{e}");
+                StopReason::SignalWithThread { tid: thread, signal: GdbSignal::SIGKILL }
+            }
         })
     }
 
