@@ -257,23 +257,37 @@ impl StateWriter {
             StateRecord::Moved { .. } => b'C',
             StateRecord::FileMapped { .. } => b'F',
         };
-        out.push(tag);
         let thread = deltas.threads.entry(deltas.tid).or_default();
         let at = record.at().max(thread.at);
-        leb128::put(out, at - thread.at);
+        let step = at - thread.at;
         thread.at = at;
+        // An instruction's own record, a step on or none, in one byte.
+        if let Some(short) = short_tag(record, step) {
+            out.push(short);
+            match record {
+                StateRecord::Registers { changes, .. } => put_pieces(out, &mut thread.pieces, changes),
+                StateRecord::Wrote { address, bytes, .. } => {
+                    leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
+                    deltas.address = *address;
+                    out.extend_from_slice(bytes);
+                }
+                StateRecord::Read { address, .. } => {
+                    leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
+                    deltas.address = *address;
+                }
+                _ => unreachable!("short_tag takes these only"),
+            }
+            return;
+        }
+        out.push(tag);
+        leb128::put(out, step);
         match record {
             StateRecord::Thread(_) => unreachable!("written above"),
             StateRecord::Scheduled { .. } => {}
             StateRecord::Registers { changes, .. } => {
-                let changes: Vec<&(u8, u64)> = changes.iter().filter(|(p, _)| (*p as usize) < piece::COUNT).collect();
-                leb128::put(out, changes.len() as u64);
-                for &&(p, value) in &changes {
-                    out.push(p);
-                    let last = &mut thread.pieces[p as usize];
-                    leb128::put_signed(out, value.wrapping_sub(*last) as i64);
-                    *last = value;
-                }
+                let count = changes.iter().filter(|(p, _)| (*p as usize) < piece::COUNT).count();
+                leb128::put(out, count as u64);
+                put_pieces(out, &mut thread.pieces, changes);
             }
             StateRecord::Wrote { address, bytes, .. } => {
                 leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
@@ -303,6 +317,50 @@ impl StateWriter {
                 out.extend_from_slice(path);
             }
         }
+    }
+}
+
+/// The short tags (see the format's documentation): an instruction's
+/// registers (`0x10 | step << 3 | count`, 1–7 pieces), store (`0x20 | size
+/// code << 1 | step`) or load (`0x28 | size code << 1 | step`), where `step`
+/// (0 or 1) is `at`'s difference and the size code 0–3 stands for 1, 2, 4
+/// or 8 bytes.
+const SHORT_REGISTERS: u8 = 0x10;
+const SHORT_WROTE: u8 = 0x20;
+const SHORT_READ: u8 = 0x28;
+
+fn size_code(size: u64) -> Option<u8> {
+    match size {
+        1 => Some(0),
+        2 => Some(1),
+        4 => Some(2),
+        8 => Some(3),
+        _ => None,
+    }
+}
+
+/// `record`'s short tag, `step` after the thread's last `at`, if it has one.
+fn short_tag(record: &StateRecord<'_>, step: u64) -> Option<u8> {
+    let step = u8::try_from(step).ok().filter(|&s| s <= 1)?;
+    match record {
+        StateRecord::Registers { by_instruction: true, changes, .. } => {
+            let count = changes.iter().filter(|(p, _)| (*p as usize) < piece::COUNT).count();
+            (1..=7).contains(&count).then(|| SHORT_REGISTERS | step << 3 | count as u8)
+        }
+        StateRecord::Wrote { by_instruction: true, bytes, .. } => Some(SHORT_WROTE | size_code(bytes.len() as u64)? << 1 | step),
+        StateRecord::Read { size, .. } => Some(SHORT_READ | size_code(*size)? << 1 | step),
+        _ => None,
+    }
+}
+
+/// Each piece of `changes` (those that exist) as its number and the
+/// signed difference from its last value, which it becomes.
+fn put_pieces(out: &mut Vec<u8>, last: &mut [u64; piece::COUNT], changes: &[(u8, u64)]) {
+    for &(p, value) in changes.iter().filter(|(p, _)| (*p as usize) < piece::COUNT) {
+        out.push(p);
+        let slot = &mut last[p as usize];
+        leb128::put_signed(out, value.wrapping_sub(*slot) as i64);
+        *slot = value;
     }
 }
 
@@ -402,6 +460,23 @@ impl<'a> StateRecords<'a> {
         Some(bytes)
     }
 
+    /// `n` pieces: each its number and the difference from its last value.
+    fn pieces(&mut self, n: u64) -> Result<Vec<(u8, u64)>, &'static str> {
+        if n > piece::COUNT as u64 {
+            return Err("more register pieces than there are");
+        }
+        let mut changes = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let p = *self.stream.get(self.at).ok_or("cut short")?;
+            self.at += 1;
+            let difference = self.signed().ok_or("cut short")?;
+            let slot = self.deltas.thread().pieces.get_mut(p as usize).ok_or("register piece out of range")?;
+            *slot = slot.wrapping_add(difference as u64);
+            changes.push((p, *slot));
+        }
+        Ok(changes)
+    }
+
     fn record(&mut self) -> Result<(u32, StateRecord<'a>), &'static str> {
         let tag = *self.stream.get(self.at).ok_or("cut short")?;
         self.at += 1;
@@ -410,32 +485,41 @@ impl<'a> StateRecords<'a> {
             self.deltas.tid = tid;
             return Ok((tid, StateRecord::Thread(tid)));
         }
-        if !b"SRrWKDZUCF".contains(&tag) {
+        let short = (SHORT_REGISTERS..SHORT_READ + 8).contains(&tag);
+        if !short && !b"SRrWKDZUCF".contains(&tag) {
             return Err("unknown record tag");
         }
-        let step = self.number().ok_or("cut short")?;
+        let cut = "cut short";
+        let step = match tag {
+            SHORT_REGISTERS..SHORT_WROTE => u64::from(tag >> 3 & 1),
+            SHORT_WROTE..=0x2f => u64::from(tag & 1),
+            _ => self.number().ok_or(cut)?,
+        };
         let tid = self.deltas.tid;
         let thread = self.deltas.thread();
         let at = thread.at.checked_add(step).ok_or("position out of range")?;
         thread.at = at;
-        let cut = "cut short";
+        if short {
+            let address_or_pieces = if tag < SHORT_WROTE { None } else { Some(self.deltas.address.wrapping_add(self.signed().ok_or(cut)? as u64)) };
+            let record = match address_or_pieces {
+                None => StateRecord::Registers { at, by_instruction: true, changes: self.pieces(u64::from(tag & 7))? },
+                Some(address) => {
+                    self.deltas.address = address;
+                    let size = 1u64 << (tag >> 1 & 3);
+                    if tag < SHORT_READ {
+                        StateRecord::Wrote { at, by_instruction: true, address, bytes: self.bytes(size).ok_or(cut)? }
+                    } else {
+                        StateRecord::Read { at, address, size }
+                    }
+                }
+            };
+            return Ok((tid, record));
+        }
         let record = match tag {
             b'S' => StateRecord::Scheduled { at },
             b'R' | b'r' => {
                 let n = self.number().ok_or(cut)?;
-                if n > piece::COUNT as u64 {
-                    return Err("more register pieces than there are");
-                }
-                let mut changes = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    let p = *self.stream.get(self.at).ok_or(cut)?;
-                    self.at += 1;
-                    let difference = self.signed().ok_or(cut)?;
-                    let slot = self.deltas.thread().pieces.get_mut(p as usize).ok_or("register piece out of range")?;
-                    *slot = slot.wrapping_add(difference as u64);
-                    changes.push((p, *slot));
-                }
-                StateRecord::Registers { at, by_instruction: tag == b'R', changes }
+                StateRecord::Registers { at, by_instruction: tag == b'R', changes: self.pieces(n)? }
             }
             b'W' | b'K' | b'D' => {
                 let address = self.deltas.address.wrapping_add(self.signed().ok_or(cut)? as u64);
@@ -749,11 +833,31 @@ mod tests {
             .collect();
         let read: Vec<(u32, StateRecord)> = state_records(&bytes).map(|r| r.unwrap()).collect();
         assert_eq!(read, expected);
-        // An instruction's one register, one step on: tag, step, count,
-        // piece, one-byte difference.
+        // An instruction's one register, one step on: a short tag (the
+        // step and the count in it), piece, one-byte difference; its 8-byte
+        // store: tag, address difference, the bytes; its load: tag and
+        // address difference.
         let mut small = StateWriter::new();
         small.push(&StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 3)] });
-        assert_eq!(small.take_bytes().len(), STATE_MAGIC.len() + 5);
+        assert_eq!(small.take_bytes().len(), STATE_MAGIC.len() + 3);
+        small.push(&StateRecord::Wrote { at: 1, by_instruction: true, address: 8, bytes: &[1; 8] });
+        small.push(&StateRecord::Read { at: 2, address: 16, size: 8 });
+        assert_eq!(small.take_bytes().len(), 1 + 1 + 8 + 1 + 1);
+        // Eight pieces, or a step of more than one: the long form.
+        let eight: Vec<(u8, u64)> = (0..8).map(|p| (p, 1)).collect();
+        let records = [
+            StateRecord::Registers { at: 3, by_instruction: true, changes: eight },
+            StateRecord::Wrote { at: 5, by_instruction: true, address: 8, bytes: &[2; 3] },
+            StateRecord::Read { at: 5, address: 9, size: 16 },
+        ];
+        let mut long = StateWriter::new();
+        for record in &records {
+            long.push(record);
+        }
+        let bytes = long.take_bytes();
+        assert_eq!(bytes[STATE_MAGIC.len()], b'R');
+        let read: Vec<StateRecord> = state_records(&bytes).map(|r| r.unwrap().1).collect();
+        assert_eq!(read, records);
     }
 
     #[test]
