@@ -1,9 +1,9 @@
-//! What a debugger writes into a replay, which runs no code: memory it is
+//! What a debugger writes into a replay without running code: memory it is
 //! given for its own use (LLDB's `_M`: where its expression evaluator puts
 //! results) and the bytes it writes into the program's past (`expr x = 7`),
-//! seen until the replay moves on. It is the part of a diversion that runs
-//! nothing; code run in the past (a function call) is refused, as the
-//! registers cannot be written.
+//! seen until the replay moves on. Code it runs in the past (a function
+//! call) runs in a stand-in process ([`crate::inferior::diversion`]), which
+//! reads these too.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
