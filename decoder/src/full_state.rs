@@ -261,44 +261,40 @@ impl StateWriter {
         let at = record.at().max(thread.at);
         let step = at - thread.at;
         thread.at = at;
-        // An instruction's own record, a step on or none, in one byte.
-        if let Some(short) = short_tag(record, step) {
-            out.push(short);
-            match record {
-                StateRecord::Registers { changes, .. } => put_pieces(out, &mut thread.pieces, changes),
-                StateRecord::Wrote { address, bytes, .. } => {
-                    leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
-                    deltas.address = *address;
-                    out.extend_from_slice(bytes);
-                }
-                StateRecord::Read { address, .. } => {
-                    leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
-                    deltas.address = *address;
-                }
-                _ => unreachable!("short_tag takes these only"),
-            }
-            return;
+        // An instruction's own record, a step on or none, takes a short
+        // tag: the step and the count or size are in it, not after it.
+        let short = short_tag(record, step);
+        out.push(short.unwrap_or(tag));
+        let long = short.is_none();
+        if long {
+            leb128::put(out, step);
         }
-        out.push(tag);
-        leb128::put(out, step);
+        let mut put_address = |out: &mut Vec<u8>, address: u64| {
+            leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
+            deltas.address = address;
+        };
         match record {
             StateRecord::Thread(_) => unreachable!("written above"),
             StateRecord::Scheduled { .. } => {}
             StateRecord::Registers { changes, .. } => {
-                let count = changes.iter().filter(|(p, _)| (*p as usize) < piece::COUNT).count();
-                leb128::put(out, count as u64);
+                if long {
+                    let count = changes.iter().filter(|(p, _)| (*p as usize) < piece::COUNT).count();
+                    leb128::put(out, count as u64);
+                }
                 put_pieces(out, &mut thread.pieces, changes);
             }
             StateRecord::Wrote { address, bytes, .. } => {
-                leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
-                deltas.address = *address;
-                leb128::put(out, bytes.len() as u64);
+                put_address(out, *address);
+                if long {
+                    leb128::put(out, bytes.len() as u64);
+                }
                 out.extend_from_slice(bytes);
             }
             StateRecord::Read { address, size, .. } => {
-                leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
-                deltas.address = *address;
-                leb128::put(out, *size);
+                put_address(out, *address);
+                if long {
+                    leb128::put(out, *size);
+                }
             }
             StateRecord::Zeroed { start, length, .. } | StateRecord::Unmapped { start, length, .. } => {
                 leb128::put(out, *start);
@@ -485,50 +481,41 @@ impl<'a> StateRecords<'a> {
             self.deltas.tid = tid;
             return Ok((tid, StateRecord::Thread(tid)));
         }
-        let short = (SHORT_REGISTERS..SHORT_READ + 8).contains(&tag);
-        if !short && !b"SRrWKDZUCF".contains(&tag) {
+        // A short tag stands for `R`, `W` or `D` with the step and the
+        // count or size in it.
+        let (kind, short) = match tag {
+            SHORT_REGISTERS..SHORT_WROTE => (b'R', true),
+            SHORT_WROTE..SHORT_READ => (b'W', true),
+            SHORT_READ..=0x2f => (b'D', true),
+            other => (other, false),
+        };
+        if !b"SRrWKDZUCF".contains(&kind) {
             return Err("unknown record tag");
         }
         let cut = "cut short";
-        let step = match tag {
-            SHORT_REGISTERS..SHORT_WROTE => u64::from(tag >> 3 & 1),
-            SHORT_WROTE..=0x2f => u64::from(tag & 1),
-            _ => self.number().ok_or(cut)?,
+        let step = match (short, kind) {
+            (true, b'R') => u64::from(tag >> 3 & 1),
+            (true, _) => u64::from(tag & 1),
+            (false, _) => self.number().ok_or(cut)?,
         };
         let tid = self.deltas.tid;
         let thread = self.deltas.thread();
         let at = thread.at.checked_add(step).ok_or("position out of range")?;
         thread.at = at;
-        if short {
-            let address_or_pieces = if tag < SHORT_WROTE { None } else { Some(self.deltas.address.wrapping_add(self.signed().ok_or(cut)? as u64)) };
-            let record = match address_or_pieces {
-                None => StateRecord::Registers { at, by_instruction: true, changes: self.pieces(u64::from(tag & 7))? },
-                Some(address) => {
-                    self.deltas.address = address;
-                    let size = 1u64 << (tag >> 1 & 3);
-                    if tag < SHORT_READ {
-                        StateRecord::Wrote { at, by_instruction: true, address, bytes: self.bytes(size).ok_or(cut)? }
-                    } else {
-                        StateRecord::Read { at, address, size }
-                    }
-                }
-            };
-            return Ok((tid, record));
-        }
-        let record = match tag {
+        let record = match kind {
             b'S' => StateRecord::Scheduled { at },
             b'R' | b'r' => {
-                let n = self.number().ok_or(cut)?;
-                StateRecord::Registers { at, by_instruction: tag == b'R', changes: self.pieces(n)? }
+                let n = if short { u64::from(tag & 7) } else { self.number().ok_or(cut)? };
+                StateRecord::Registers { at, by_instruction: kind == b'R', changes: self.pieces(n)? }
             }
             b'W' | b'K' | b'D' => {
                 let address = self.deltas.address.wrapping_add(self.signed().ok_or(cut)? as u64);
                 self.deltas.address = address;
-                let size = self.number().ok_or(cut)?;
-                if tag == b'D' {
+                let size = if short { 1u64 << (tag >> 1 & 3) } else { self.number().ok_or(cut)? };
+                if kind == b'D' {
                     StateRecord::Read { at, address, size }
                 } else {
-                    StateRecord::Wrote { at, by_instruction: tag == b'W', address, bytes: self.bytes(size).ok_or(cut)? }
+                    StateRecord::Wrote { at, by_instruction: kind == b'W', address, bytes: self.bytes(size).ok_or(cut)? }
                 }
             }
             b'Z' | b'U' => {
@@ -616,6 +603,16 @@ impl Default for Page {
     }
 }
 
+/// A thread's register pieces as known, `changes` (piece, value) set in
+/// them (a piece number past the last is no piece).
+pub fn set_pieces(pieces: &mut [Option<u64>; piece::COUNT], changes: &[(u8, u64)]) {
+    for &(p, value) in changes {
+        if let Some(slot) = pieces.get_mut(p as usize) {
+            *slot = Some(value);
+        }
+    }
+}
+
 /// The registers and memory a stream's records build, applied in the
 /// order they took effect: what a reader replays forwards. A register or
 /// byte no record gave is unknown (`None`), never a guess.
@@ -638,14 +635,7 @@ impl StateMachine {
     pub fn apply(&mut self, tid: u32, record: &StateRecord<'_>, file: &mut dyn FnMut(&[u8], u64, &mut [u8]) -> usize) {
         match record {
             StateRecord::Thread(_) | StateRecord::Scheduled { .. } | StateRecord::Read { .. } => {}
-            StateRecord::Registers { changes, .. } => {
-                let registers = self.threads.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT]));
-                for &(p, value) in changes {
-                    if let Some(slot) = registers.get_mut(p as usize) {
-                        *slot = Some(value);
-                    }
-                }
-            }
+            StateRecord::Registers { changes, .. } => set_pieces(self.threads.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT])), changes),
             StateRecord::Wrote { address, bytes, .. } => self.write(*address, bytes),
             StateRecord::Zeroed { start, length, .. } => self.fill(*start, *length, Some(0)),
             StateRecord::Unmapped { start, length, .. } => self.fill(*start, *length, None),

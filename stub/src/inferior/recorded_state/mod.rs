@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::ops::{ControlFlow, Range};
 
-use retrace_decoder::full_state::{piece, state_records, StateRecord, StateRecords, StreamPosition};
+use retrace_decoder::full_state::{piece, set_pieces, state_records, StateRecord, StateRecords, StreamPosition};
 
 use crate::arch::Regs;
 use crate::inferior::replay::{History, Step};
@@ -273,15 +273,12 @@ impl RecordedState {
             }
             let at = interval_of(effect, interval);
             match &record {
-                StateRecord::Registers { changes, .. } => apply_registers(registers.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT])), changes),
+                StateRecord::Registers { changes, .. } => set_pieces(registers.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT])), changes),
                 StateRecord::Read { address, size, .. } => reads.touch(at, *address..address.saturating_add(*size)),
-                StateRecord::FileMapped { path, .. } if !files.contains_key(*path) => {
-                    files.insert(path.to_vec(), file(path));
-                    for range in memory_effects(&record) {
-                        writes.touch(at, range);
-                    }
-                }
                 _ => {
+                    if let StateRecord::FileMapped { path, .. } = &record {
+                        files.entry(path.to_vec()).or_insert_with(|| file(path));
+                    }
                     for range in memory_effects(&record) {
                         writes.touch(at, range);
                     }
@@ -331,7 +328,7 @@ impl RecordedState {
         let mut pieces = self.checkpoints.get(k as usize)?.registers.get(&tid).cloned();
         self.scan(timeline, k, position, &mut |_, of, record| {
             if let (true, StateRecord::Registers { changes, .. }) = (of == tid, record) {
-                apply_registers(pieces.get_or_insert_with(|| Box::new([None; piece::COUNT])), changes);
+                set_pieces(pieces.get_or_insert_with(|| Box::new([None; piece::COUNT])), changes);
             }
             ControlFlow::Continue(())
         });
@@ -499,14 +496,6 @@ fn writes_to(record: &StateRecord<'_>, range: &Range<u64>) -> bool {
 /// Whether `record` is an instruction's read of a byte of `range`.
 fn reads_from(record: &StateRecord<'_>, range: &Range<u64>) -> bool {
     matches!(*record, StateRecord::Read { address, size, .. } if address < range.end && range.start < address.saturating_add(size))
-}
-
-fn apply_registers(pieces: &mut Pieces, changes: &[(u8, u64)]) {
-    for &(p, value) in changes {
-        if let Some(slot) = pieces.get_mut(p as usize) {
-            *slot = Some(value);
-        }
-    }
 }
 
 /// The replay engine's history over a full-state recording: positions,
