@@ -85,13 +85,8 @@ impl Diversion {
                 diversion.refresh(page, source);
             }
         }
-        let mut first = registers.clone();
-        first.fpu[2] = abridged_tags(registers.fpu[2]);
-        diversion.set_registers(&first)?;
-        // The x87 tags as given, once (set_registers keeps them).
-        let mut tags = diversion.registers()?;
-        tags.fpu[2] = abridged_tags(registers.fpu[2]);
-        write_all_registers(pid, &tags).map_err(sys("setting its x87 tags"))?;
+        // The x87 tags as given, once (later writes keep them).
+        diversion.write_registers(registers, abridged_tags(registers.fpu[2]))?;
         Ok(diversion)
     }
 
@@ -159,13 +154,19 @@ impl Diversion {
         read_all_registers(self.pid).map_err(sys("reading its registers"))
     }
 
-    /// Sets the stand-in's registers. Segment bases that are no user
-    /// address (LLDB fills registers it does not track with 0xcc) and the
-    /// x87 tags (the debugger's notion of them varies) stay as they are.
+    /// Sets the stand-in's registers. The x87 tags (the debugger's notion
+    /// of them varies) stay as they are.
     pub fn set_registers(&self, registers: &Regs) -> Result<(), String> {
+        self.write_registers(registers, self.registers()?.fpu[2])
+    }
+
+    /// Writes `registers` with the abridged x87 tag word `tags`. Segment
+    /// bases that are no user address (LLDB fills registers it does not
+    /// track with 0xcc) stay as they are.
+    fn write_registers(&self, registers: &Regs, tags: u32) -> Result<(), String> {
         let current = self.registers()?;
         let mut registers = registers.clone();
-        registers.fpu[2] = current.fpu[2];
+        registers.fpu[2] = tags;
         const USER_END: u64 = 1 << 47;
         if registers.fs_base >= USER_END {
             registers.fs_base = current.fs_base;
