@@ -150,6 +150,9 @@ pub struct SavedTrace {
     /// Code the debugger runs in the past (full-state replays): the thread
     /// diverted and its stand-in process, until the replay moves on.
     diversion: Option<(u64, Diversion)>,
+    /// The library list last read from the recorded memory, and where:
+    /// asked for again in chunks at one stop.
+    libraries_at: std::cell::RefCell<Option<(u64, String)>>,
 }
 
 /// The memory at `position` as a full-state replay shows it: the
@@ -444,6 +447,7 @@ impl SavedTrace {
             state,
             scratch: Scratch::default(),
             diversion: None,
+            libraries_at: Default::default(),
         })
     }
 
@@ -1004,16 +1008,22 @@ impl SavedTrace {
     /// dynamic linker's own link map in the recorded memory (each named by
     /// the bundle's copy of its file); else, or before the linker
     /// published one, every library the bundle holds.
-    fn libraries_now(&self) -> std::borrow::Cow<'_, str> {
-        let Some(state) = &self.state else { return self.libraries.as_str().into() };
-        let memory = RecordedMemory { state, timeline: &self.timeline, position: self.position() };
-        let Ok(mut entries) = rendezvous_address(&self.auxv, &memory).and_then(|r_debug| link_map(r_debug, &memory)) else { return self.libraries.as_str().into() };
+    fn libraries_now(&self) -> String {
+        let position = self.position();
+        if let Some((_, list)) = self.libraries_at.borrow().as_ref().filter(|(at, _)| *at == position) {
+            return list.clone();
+        }
+        let Some(state) = &self.state else { return self.libraries.clone() };
+        let memory = RecordedMemory { state, timeline: &self.timeline, position };
+        let Ok(mut entries) = rendezvous_address(&self.auxv, &memory).and_then(|r_debug| link_map(r_debug, &memory)) else { return self.libraries.clone() };
         for entry in entries.iter_mut().filter(|e| !e.name.is_empty()) {
             if let Some(module) = self.modules.iter().skip(1).find(|m| m.bias == entry.base && m.dynamic == Some(entry.dynamic)) {
                 entry.name = module.path.clone().into_bytes();
             }
         }
-        library_list_xml(&entries).into()
+        let list = library_list_xml(&entries);
+        *self.libraries_at.borrow_mut() = Some((position, list.clone()));
+        list
     }
 }
 
