@@ -362,7 +362,7 @@ impl SavedTrace {
             Some(stream) => {
                 // Up to any damage (the state's load says where it is);
                 // a file that is no stream at all is refused.
-                let reading = Releasing::new(stream, retrace_decoder::full_state::state_records(stream.bytes()));
+                let reading = Releasing::new(stream);
                 let runs = retrace_decoder::full_state::schedule_of(reading.take_while(|item| item.as_ref().map_or_else(|e| e.offset == 0, |_| true)))
                     .map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?;
                 let slices = scheduled_slices(&threads, &runs);

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::ops::{ControlFlow, Range};
 
-use retrace_decoder::full_state::{piece, set_pieces, state_records, StateRecord, StateRecords, StreamPosition};
+use retrace_decoder::full_state::{piece, set_pieces, StateRecord, StateRecords, StreamPosition};
 
 use crate::arch::Regs;
 use crate::inferior::replay::{History, Step};
@@ -251,7 +251,7 @@ impl RecordedState {
         let mut files = MappedFiles::new();
         let threads: HashMap<u32, usize> = timeline.threads().iter().enumerate().filter_map(|(i, t)| Some((u32::try_from(t.tid).ok()?, i))).collect();
         let bytes = stream.bytes();
-        let mut reading = Releasing::new(&stream, state_records(bytes));
+        let mut reading = Releasing::new(&stream);
         let mut clock = Clock::new(timeline, &threads, 0);
         let mut registers: HashMap<u32, Pieces> = HashMap::new();
         let mut checkpoints = vec![Checkpoint { first: None, rest: reading.records.position(), registers: HashMap::new() }];

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 
-use retrace_decoder::full_state::{StateError, StateRecord, StateRecords};
+use retrace_decoder::full_state::{state_records, StateError, StateRecord, StateRecords};
 
 use crate::inferior::timeline::Timeline;
 
@@ -71,8 +71,9 @@ pub struct Releasing<'a> {
 }
 
 impl<'a> Releasing<'a> {
-    /// Reads `records` (of `stream`).
-    pub fn new(stream: &'a StreamBytes, records: StateRecords<'a>) -> Self {
+    /// Reads `stream` from its start.
+    pub fn new(stream: &'a StreamBytes) -> Self {
+        let records = state_records(stream.bytes());
         let released = records.offset();
         Releasing { stream, records, released }
     }

@@ -5,7 +5,7 @@
 use super::*;
 use crate::inferior::timeline::tests::nops;
 use crate::inferior::timeline::RecordedThread;
-use retrace_decoder::full_state::{StateMachine, StateWriter};
+use retrace_decoder::full_state::{state_records, StateMachine, StateWriter};
 
 #[test]
 fn doubles_become_the_x87_extended_values_they_are() {
