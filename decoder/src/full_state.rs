@@ -29,6 +29,7 @@
 //! | `U` | start, length | memory unmapped |
 //! | `C` | from, to, length | memory moved (`mremap`) |
 //! | `F` | start, length, file offset, path length, path | a file mapped: its bytes (a module copied into the bundle, by its path) |
+//! | `I` | signal, ip | a signal is delivered to the thread, interrupted before `ip`: the thread's records after it with the same `at` (the signal frame, the handler's registers) are the delivery's |
 //!
 //! Register pieces are 8 bytes each, numbered as [`piece`] says.
 
@@ -161,6 +162,19 @@ pub enum StateRecord<'a> {
         /// The file's path when recorded.
         path: &'a [u8],
     },
+    /// A signal is delivered to the thread: what its records say after
+    /// this one, until its next step, is the delivery's (the signal frame
+    /// written, the handler's registers); before it, the thread stood
+    /// interrupted at `ip`.
+    SignalDelivered {
+        /// The thread's steps completed when it was delivered.
+        at: u64,
+        /// The signal's number.
+        signal: u32,
+        /// Where the thread was interrupted: the instruction it runs when
+        /// the handler returns (a faulting one, again).
+        ip: u64,
+    },
 }
 
 /// What both ends keep to code differences: per thread, the last `at` and
@@ -256,6 +270,7 @@ impl StateWriter {
             StateRecord::Unmapped { .. } => b'U',
             StateRecord::Moved { .. } => b'C',
             StateRecord::FileMapped { .. } => b'F',
+            StateRecord::SignalDelivered { .. } => b'I',
         };
         let thread = deltas.threads.entry(deltas.tid).or_default();
         let at = record.at().max(thread.at);
@@ -311,6 +326,10 @@ impl StateWriter {
                 leb128::put(out, *offset);
                 leb128::put(out, path.len() as u64);
                 out.extend_from_slice(path);
+            }
+            StateRecord::SignalDelivered { signal, ip, .. } => {
+                leb128::put(out, u64::from(*signal));
+                leb128::put(out, *ip);
             }
         }
     }
@@ -372,7 +391,8 @@ impl StateRecord<'_> {
             | StateRecord::Zeroed { at, .. }
             | StateRecord::Unmapped { at, .. }
             | StateRecord::Moved { at, .. }
-            | StateRecord::FileMapped { at, .. } => *at,
+            | StateRecord::FileMapped { at, .. }
+            | StateRecord::SignalDelivered { at, .. } => *at,
         }
     }
 }
@@ -489,7 +509,7 @@ impl<'a> StateRecords<'a> {
             SHORT_READ..=0x2f => (b'D', true),
             other => (other, false),
         };
-        if !b"SRrWKDZUCF".contains(&kind) {
+        if !b"SRrWKDZUCFI".contains(&kind) {
             return Err("unknown record tag");
         }
         let cut = "cut short";
@@ -527,6 +547,10 @@ impl<'a> StateRecords<'a> {
                 }
             }
             b'C' => StateRecord::Moved { at, from: self.number().ok_or(cut)?, to: self.number().ok_or(cut)?, length: self.number().ok_or(cut)? },
+            b'I' => {
+                let signal = self.number().and_then(|n| u32::try_from(n).ok()).ok_or("signal cut short or out of range")?;
+                StateRecord::SignalDelivered { at, signal, ip: self.number().ok_or(cut)? }
+            }
             _ => {
                 let (start, length, offset) = (self.number().ok_or(cut)?, self.number().ok_or(cut)?, self.number().ok_or(cut)?);
                 let n = self.number().ok_or(cut)?;
@@ -560,31 +584,58 @@ impl<'a> Iterator for StateRecords<'a> {
     }
 }
 
+/// A signal's delivery, from a stream's [`StateRecord::SignalDelivered`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// The thread it was delivered to.
+    pub tid: u32,
+    /// Its steps completed then: the delivery comes before its step `at`
+    /// (the handler's first instruction).
+    pub at: u64,
+    /// The signal's number.
+    pub signal: u32,
+    /// Where the thread was interrupted.
+    pub ip: u64,
+}
+
+/// What a stream says of the order things happened in, besides state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Schedule {
+    /// The one order the threads ran in: each run of one thread as (tid,
+    /// its first step, how many steps; `None`: to its end).
+    pub runs: Vec<(u32, u64, Option<u64>)>,
+    /// The signals delivered, in the order they were.
+    pub deliveries: Vec<Delivery>,
+}
+
 /// The one order the threads ran in, from a stream's
-/// [`StateRecord::Scheduled`] records: each run of one thread as (tid, its
-/// first step, how many steps; `None`: to its end).
-pub fn schedule(stream: &[u8]) -> Result<Vec<(u32, u64, Option<u64>)>, StateError> {
+/// [`StateRecord::Scheduled`] records, and where signals were delivered.
+pub fn schedule(stream: &[u8]) -> Result<Schedule, StateError> {
     schedule_of(state_records(stream))
 }
 
 /// [`schedule`] of records read as the caller reads them (for one that
 /// watches the reading's offset).
-pub fn schedule_of<'a>(records: impl Iterator<Item = Result<(u32, StateRecord<'a>), StateError>>) -> Result<Vec<(u32, u64, Option<u64>)>, StateError> {
-    let mut runs: Vec<(u32, u64, Option<u64>)> = Vec::new();
+pub fn schedule_of<'a>(records: impl Iterator<Item = Result<(u32, StateRecord<'a>), StateError>>) -> Result<Schedule, StateError> {
+    let mut schedule = Schedule::default();
+    let runs = &mut schedule.runs;
     // Per thread, its latest run (its count is known once it runs again).
     let mut latest: HashMap<u32, usize> = HashMap::new();
     for item in records {
-        let (tid, record) = item?;
-        if let StateRecord::Scheduled { at } = record {
-            if let Some(&index) = latest.get(&tid) {
-                let run = &mut runs[index];
-                run.2 = Some(at.saturating_sub(run.1));
+        match item? {
+            (tid, StateRecord::Scheduled { at }) => {
+                if let Some(&index) = latest.get(&tid) {
+                    let run = &mut runs[index];
+                    run.2 = Some(at.saturating_sub(run.1));
+                }
+                latest.insert(tid, runs.len());
+                runs.push((tid, at, None));
             }
-            latest.insert(tid, runs.len());
-            runs.push((tid, at, None));
+            (tid, StateRecord::SignalDelivered { at, signal, ip }) => schedule.deliveries.push(Delivery { tid, at, signal, ip }),
+            _ => {}
         }
     }
-    Ok(runs)
+    Ok(schedule)
 }
 
 /// Bytes per page of [`StateMachine`]'s memory.
@@ -634,7 +685,7 @@ impl StateMachine {
     /// page end, reads as zeros as the kernel maps them; past it, unknown).
     pub fn apply(&mut self, tid: u32, record: &StateRecord<'_>, file: &mut dyn FnMut(&[u8], u64, &mut [u8]) -> usize) {
         match record {
-            StateRecord::Thread(_) | StateRecord::Scheduled { .. } | StateRecord::Read { .. } => {}
+            StateRecord::Thread(_) | StateRecord::Scheduled { .. } | StateRecord::Read { .. } | StateRecord::SignalDelivered { .. } => {}
             StateRecord::Registers { changes, .. } => set_pieces(self.threads.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT])), changes),
             StateRecord::Wrote { address, bytes, .. } => self.write(*address, bytes),
             StateRecord::Zeroed { start, length, .. } => self.fill(*start, *length, Some(0)),
@@ -791,6 +842,8 @@ mod tests {
             StateRecord::Registers { at: 9, by_instruction: true, changes: vec![(0, 0), (piece::xmm(3), 0x8000_0000_0000_0000)] },
             StateRecord::Moved { at: 9, from: 0x7000, to: 0x9000, length: 0x1000 },
             StateRecord::Unmapped { at: 9, start: 0x9000, length: 0x1000 },
+            StateRecord::SignalDelivered { at: 9, signal: 10, ip: 0x417adb },
+            StateRecord::Wrote { at: 9, by_instruction: false, address: 0x7fff_0000 - 0x240, bytes: &[0xaa; 16] },
         ]
     }
 
@@ -910,9 +963,13 @@ mod tests {
         for (tid, at) in [(5, 0), (6, 0), (5, 10), (6, 4), (5, 12)] {
             writer.push(&StateRecord::Thread(tid));
             writer.push(&StateRecord::Scheduled { at });
+            if tid == 6 {
+                writer.push(&StateRecord::SignalDelivered { at: at + 1, signal: 10 + at as u32, ip: 0x1000 + at });
+            }
         }
-        let runs = schedule(&writer.take_bytes()).unwrap();
-        assert_eq!(runs, vec![(5, 0, Some(10)), (6, 0, Some(4)), (5, 10, Some(2)), (6, 4, None), (5, 12, None)]);
+        let schedule = schedule(&writer.take_bytes()).unwrap();
+        assert_eq!(schedule.runs, vec![(5, 0, Some(10)), (6, 0, Some(4)), (5, 10, Some(2)), (6, 4, None), (5, 12, None)]);
+        assert_eq!(schedule.deliveries, vec![Delivery { tid: 6, at: 1, signal: 10, ip: 0x1000 }, Delivery { tid: 6, at: 5, signal: 14, ip: 0x1004 }]);
     }
 
     #[test]

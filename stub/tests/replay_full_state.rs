@@ -382,6 +382,10 @@ Show()
 /// own `record full` shows going backwards over the same hits (run
 /// natively, with glibc kept off the AVX instructions `record full` cannot
 /// record). No register of `info all-registers` reads unavailable there.
+/// Out of the handler, reverse-finish stands where `record full` stands:
+/// after the `tgkill` system call, before the delivery (the signal's own
+/// step); reverse-stepi from there is the `syscall`, with its number in
+/// rax; stepi goes back to the delivery, then into the handler.
 #[test]
 fn a_signal_handler_on_the_replay_shows_what_gdb_record_full_shows_natively() {
     if !tools_present() {
@@ -397,17 +401,35 @@ fn a_signal_handler_on_the_replay_shows_what_gdb_record_full_shows_natively() {
 
     let native = values(&gdb(&program, &[&source, quiet, hit, "run", "signal-show", "continue", "signal-show", "continue", "signal-show"]));
     assert_eq!(native.keys().copied().collect::<Vec<_>>(), vec![0, 1, 2], "the native hits");
-    let out = gdb(
-        &program,
-        &[&source, quiet, AVX_OFF, "break main", "run", "record full", hit, "continue", "continue", "continue", "reverse-continue", "signal-show", "reverse-continue", "signal-show"],
-    );
+    let out_of_handler = ["reverse-finish", "p $pc", "p $rax", "p hits", "reverse-stepi", "p $pc", "stepi", "p $pc"];
+    let mut commands = vec![&source, quiet, AVX_OFF, "break main", "run", "record full", hit, "continue", "continue", "continue", "reverse-continue", "signal-show", "reverse-continue", "signal-show"];
+    commands.extend(out_of_handler);
+    let out = gdb(&program, &commands);
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("VALUES ")).collect();
     assert_eq!(lines.len(), 2, "GDB's record full, backwards:\n{out}");
     let record_full = values(&lines.join("\n"));
+    let record_full_out_of_handler = printed(&out);
+    assert_eq!(record_full_out_of_handler.len(), 5, "{out}");
+    assert!(record_full_out_of_handler[0].contains("<__pthread_kill_implementation"), "{out}");
 
     let (stub, target) = start_replay(&trace_json);
-    let out = gdb(&program, &[&source, &target, hit, "reverse-continue", "signal-show", "reverse-continue", "signal-show", "reverse-continue", "signal-show", "info all-registers"]);
+    let mut commands = vec![&source, &target, hit, "reverse-continue", "signal-show", "reverse-continue", "signal-show", "reverse-continue", "signal-show", "info all-registers"];
+    commands.extend(&out_of_handler[..6]);
+    commands.extend(["p $rax", "stepi", "p $pc", "stepi", "p $pc", "p $rdi"]);
+    let out = gdb(&program, &commands);
     common::end_stub(stub);
+    // After the system call (its result, 0), before the delivery; the
+    // handler has not run (hits 0); then the system call itself.
+    let replay_out_of_handler = printed(&out);
+    assert_eq!(replay_out_of_handler.len(), 8, "{out}");
+    let compared: Vec<&String> = [0, 1, 2, 3, 5].iter().map(|&i| &replay_out_of_handler[i]).collect();
+    assert_eq!(compared, record_full_out_of_handler.iter().collect::<Vec<_>>(), "reverse-finish, reverse-stepi and stepi against GDB's record full:\n{out}");
+    assert_eq!(replay_out_of_handler[1..3], ["0", "0"], "{out}");
+    assert!(replay_out_of_handler[3] != replay_out_of_handler[0], "reverse-stepi moves to the syscall:\n{out}");
+    // 234 is tgkill's number on x86-64 (record full shows 0 there: it does
+    // not restore what a system call changed in the registers).
+    assert_eq!(replay_out_of_handler[4], "234", "rax before the syscall:\n{out}");
+    assert!(replay_out_of_handler[6].contains("<on_usr1>") && replay_out_of_handler[7] == "10", "stepi into the handler, the signal number in rdi:\n{out}");
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("VALUES ")).collect();
     assert_eq!(lines.len(), 3, "three hits backwards:\n{out}");
     let replay = values(&lines.join("\n"));

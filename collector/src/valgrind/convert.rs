@@ -738,11 +738,16 @@ impl LogConverter {
                 let at = self.threads[index].steps;
                 self.state_record(tid, StateRecord::Scheduled { at });
             }
-            LogRecord::Signal { ip, .. } => {
+            LogRecord::Signal { signal, ip } => {
                 self.predicted = None;
                 self.predicted_by = None;
                 if let Some(thread) = self.thread() {
                     thread.interrupted(Some(ip));
+                }
+                // What the delivery writes (the frame, the handler's
+                // registers) comes after: a replay can stand between.
+                if let Some((tid, at)) = self.current.and_then(|i| self.threads.get(i)).map(|t| (t.tid, t.steps)) {
+                    self.state_record(tid, StateRecord::SignalDelivered { at, signal, ip });
                 }
             }
             LogRecord::ThreadEnd { number, ip } => {

@@ -411,3 +411,54 @@ fn a_signal_stops_tracing_before_the_interrupted_instruction() {
     let text = format!("{packets:?}");
     assert!(text.contains("Fup") && text.contains("TipPgd") && text.contains("TipPge"), "{text}");
 }
+
+#[test]
+fn a_signal_delivered_is_marked_in_the_full_state_between_the_interrupted_state_and_the_frame() {
+    use retrace_decoder::full_state::{state_records, StateRecord};
+    let registers = |number: u32, changes: &[(u8, u64)]| {
+        let mut out = vec![b'r'];
+        out.extend(number.to_le_bytes());
+        out.push(changes.len() as u8);
+        for (piece, value) in changes {
+            out.push(*piece);
+            out.extend(value.to_le_bytes());
+        }
+        out
+    };
+    let mut log = LOG_MAGIC.to_vec();
+    log.extend(thread(1, 77));
+    // nop ; syscall (0x1001), then the handler at 0x2000.
+    log.extend(superblock(0, &[(0x1000, &[0x90]), (0x1001, &[0x0f, 0x05])]));
+    log.extend(superblock(1, &[(0x2000, &[0x90])]));
+    log.extend(entered(0));
+    // The system call's result, then the signal it raised, delivered
+    // before 0x1003: its frame and the handler's registers.
+    log.extend(registers(1, &[(0, 0)]));
+    log.push(b'S');
+    log.extend(10u32.to_le_bytes());
+    log.extend(0x1003u64.to_le_bytes());
+    log.push(b'K');
+    log.extend(1u32.to_le_bytes());
+    log.extend(0x7000u64.to_le_bytes());
+    log.extend(4u64.to_le_bytes());
+    log.extend([1, 2, 3, 4]);
+    log.extend(registers(1, &[(5, 10), (7, 0x7000)]));
+    log.extend(entered(1));
+    let mut converter = LogConverter::new(DEFAULT_PSB_PERIOD, true).with_full_state(true);
+    for record in log_records(&log) {
+        converter.feed(record.unwrap()).unwrap();
+    }
+    let (image, _) = converter.finish();
+    assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1001, 0x2000][..]));
+    let stream = image.full_state.unwrap().bytes;
+    let records: Vec<_> = state_records(&stream).map(|r| r.unwrap()).filter(|(_, r)| !matches!(r, StateRecord::Thread(_) | StateRecord::Scheduled { .. })).collect();
+    assert_eq!(
+        records,
+        vec![
+            (77, StateRecord::Registers { at: 2, by_instruction: false, changes: vec![(0, 0)] }),
+            (77, StateRecord::SignalDelivered { at: 2, signal: 10, ip: 0x1003 }),
+            (77, StateRecord::Wrote { at: 2, by_instruction: false, address: 0x7000, bytes: &[1, 2, 3, 4] }),
+            (77, StateRecord::Registers { at: 2, by_instruction: false, changes: vec![(5, 10), (7, 0x7000)] }),
+        ]
+    );
+}

@@ -43,7 +43,7 @@ use super::replay::{boundary, Breakpoints, Forward, History, Replayer, TimeTrave
 use super::recorded_state::{FullStateHistory, RecordedState, Releasing, StreamBytes};
 use super::diversion::{Diversion, DiversionStop};
 use super::scratch::Scratch;
-use super::timeline::{RecordedThread, Timeline};
+use super::timeline::{Delivery, RecordedThread, Timeline};
 use crate::inferior::InferiorError;
 use crate::arch::{RegNumber, Regs};
 use crate::inferior::{
@@ -363,10 +363,15 @@ impl SavedTrace {
                 // Up to any damage (the state's load says where it is);
                 // a file that is no stream at all is refused.
                 let reading = Releasing::new(stream);
-                let runs = retrace_decoder::full_state::schedule_of(reading.take_while(|item| item.as_ref().map_or_else(|e| e.offset == 0, |_| true)))
+                let schedule = retrace_decoder::full_state::schedule_of(reading.take_while(|item| item.as_ref().map_or_else(|e| e.offset == 0, |_| true)))
                     .map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?;
-                let slices = scheduled_slices(&threads, &runs);
-                Timeline::interleaved(threads, slices)
+                let slices = scheduled_slices(&threads, &schedule.runs);
+                let deliveries = schedule
+                    .deliveries
+                    .iter()
+                    .filter_map(|d| Some(Delivery { thread: threads.iter().position(|t| t.tid == u64::from(d.tid))?, index: d.at, ip: d.ip }))
+                    .collect();
+                Timeline::scheduled(threads, slices, deliveries)
             }
             None => Timeline::sequential(threads),
         };
@@ -541,7 +546,7 @@ impl HistoryOps for SavedTrace {
         let here = self.timeline.at(self.position()).expect("the position is in the timeline");
         HistoryStatus {
             source: HistorySource::SavedTrace { bundle: self.bundle.clone(), trace_bytes: self.traces.iter().map(|(_, trace)| trace.len()).sum() },
-            instructions: self.timeline.len(),
+            instructions: self.timeline.instructions(),
             threads: self.timeline.threads().iter().map(|t| (t.tid, t.history.instructions())).collect(),
             position: HistoryPosition { tid: here.tid, id: self.timeline.item_id(self.position()).unwrap_or(0), index: self.position(), pc: Some(here.ip), present: false },
         }

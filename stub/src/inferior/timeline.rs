@@ -1,10 +1,13 @@
 //! The recorded past as one line: every thread's executed instructions in
 //! one global order, and the searches reverse execution needs over it
 //! (the latest earlier instruction at a breakpoint, a thread's previous or
-//! next instruction). A position is an instruction of that order not yet
-//! executed: the program stands *before* it, its thread's PC is its
-//! address. No OS and no protocol here: the saved-trace target (and the
-//! recorded history of a live process) navigate with it.
+//! next instruction). A position is a step of that order not yet taken:
+//! the program stands *before* it, its thread's PC is its address. A step
+//! is an instruction or, where the recording says so (a full-state
+//! recording), a signal's delivery: the thread stood interrupted at an
+//! address (the one it returns to) before its handler's first instruction,
+//! as GDB's `record full` and rr show it. No OS and no protocol here: the
+//! saved-trace target navigates with it.
 
 use retrace_decoder::history::{Cursor, History as DecodedHistory};
 
@@ -20,29 +23,48 @@ pub struct RecordedThread {
     pub history: DecodedHistory,
 }
 
-/// Consecutive instructions of one thread in the global order.
+/// Consecutive instructions of one thread in the global order, or one
+/// signal delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Run {
     /// Index into the timeline's threads.
     thread: usize,
-    /// The thread's instruction index of the run's first instruction.
+    /// The thread's instruction index of the run's first instruction (of a
+    /// delivery: of the instruction it comes before).
     first: u64,
-    /// Instructions in the run.
+    /// Positions in the run (a delivery: 1).
     len: u64,
-    /// Global position of the run's first instruction.
+    /// Global position of the run's first step.
     start: u64,
+    /// A delivery: the address the thread was interrupted at.
+    delivery: Option<u64>,
 }
 
-/// One instruction of the timeline.
+/// One step of the timeline: an instruction, or a signal's delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Instruction {
     /// Index into [`Timeline::threads`].
     pub thread: usize,
     /// Its thread's id.
     pub tid: u64,
-    /// Its number within its thread (instructions only, from 0).
+    /// Its number within its thread (instructions only, from 0); a
+    /// delivery's is the instruction's it comes before.
     pub index: u64,
-    /// Its address.
+    /// Its address; a delivery's is where the thread was interrupted.
+    pub ip: u64,
+    /// It is a signal's delivery, not an instruction.
+    pub delivery: bool,
+}
+
+/// A signal delivered: before instruction `index` of thread `thread`
+/// (an index into the threads), the thread interrupted at `ip`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// Index into the timeline's threads.
+    pub thread: usize,
+    /// The thread's instruction it comes before (the handler's first).
+    pub index: u64,
+    /// Where the thread was interrupted.
     pub ip: u64,
 }
 
@@ -54,6 +76,7 @@ pub struct Timeline {
     /// For each thread, the indices of its runs in `runs` (in order).
     runs_of: Vec<Vec<usize>>,
     len: u64,
+    deliveries: u64,
 }
 
 impl Timeline {
@@ -71,26 +94,58 @@ impl Timeline {
     /// not is dropped, so the order stays a permutation of the instructions
     /// it keeps).
     pub fn interleaved(threads: Vec<RecordedThread>, slices: Vec<(usize, u64, u64)>) -> Self {
-        let mut runs: Vec<Run> = Vec::new();
-        let mut runs_of = vec![Vec::new(); threads.len()];
-        let mut next_of = vec![0u64; threads.len()];
-        let mut len = 0;
+        Self::scheduled(threads, slices, Vec::new())
+    }
+
+    /// [`Self::interleaved`], with the signals delivered (in the order
+    /// they were): each is a step of its own before its instruction. One
+    /// before no instruction of the history is left out.
+    pub fn scheduled(threads: Vec<RecordedThread>, slices: Vec<(usize, u64, u64)>, deliveries: Vec<Delivery>) -> Self {
+        let mut timeline = Timeline { runs: Vec::new(), runs_of: vec![Vec::new(); threads.len()], threads, len: 0, deliveries: 0 };
+        let mut waiting = vec![std::collections::VecDeque::new(); timeline.threads.len()];
+        let mut deliveries = deliveries;
+        deliveries.sort_by_key(|d| (d.thread, d.index));
+        for d in deliveries {
+            if let Some(queue) = waiting.get_mut(d.thread) {
+                queue.push_back((d.index, d.ip));
+            }
+        }
+        let mut next_of = vec![0u64; timeline.threads.len()];
         for (thread, first, count) in slices {
             let Some(next) = next_of.get_mut(thread) else { continue };
-            if count == 0 || first != *next || first + count > threads[thread].history.instructions() {
+            if count == 0 || first != *next || first + count > timeline.threads[thread].history.instructions() {
                 continue;
             }
             *next += count;
-            match runs.last_mut() {
-                Some(last) if last.thread == thread => last.len += count,
-                _ => {
-                    runs_of[thread].push(runs.len());
-                    runs.push(Run { thread, first, len: count, start: len });
+            let (mut at, end) = (first, first + count);
+            while let Some(&(index, ip)) = waiting[thread].front().filter(|(index, _)| *index < end) {
+                if index > at {
+                    timeline.push(thread, at, index - at, None);
+                    at = index;
                 }
+                timeline.push(thread, at, 1, Some(ip));
+                waiting[thread].pop_front();
             }
-            len += count;
+            timeline.push(thread, at, end - at, None);
         }
-        Timeline { threads, runs, runs_of, len }
+        timeline
+    }
+
+    /// Appends `len` instructions of `thread` from `first`, or a delivery
+    /// before instruction `first`.
+    fn push(&mut self, thread: usize, first: u64, len: u64, delivery: Option<u64>) {
+        if len == 0 {
+            return;
+        }
+        match self.runs.last_mut() {
+            Some(last) if last.thread == thread && last.delivery.is_none() && delivery.is_none() && last.first + last.len == first => last.len += len,
+            _ => {
+                self.runs_of[thread].push(self.runs.len());
+                self.runs.push(Run { thread, first, len, start: self.len, delivery });
+            }
+        }
+        self.len += len;
+        self.deliveries += delivery.is_some() as u64;
     }
 
     /// The threads, in the order given at construction.
@@ -98,9 +153,14 @@ impl Timeline {
         &self.threads
     }
 
-    /// Instructions in the timeline.
+    /// Steps in the timeline (instructions and deliveries).
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Instructions in the timeline.
+    pub fn instructions(&self) -> u64 {
+        self.len - self.deliveries
     }
 
     /// Whether nothing was recorded.
@@ -115,23 +175,25 @@ impl Timeline {
         Some(self.runs.partition_point(|r| r.start <= position) - 1)
     }
 
+    /// The cursor at `position` of run `run` (a delivery's: at the
+    /// instruction it comes before).
     fn cursor(&self, run: usize, position: u64) -> Cursor<'_> {
         let run = self.runs[run];
-        let index = run.first + (position - run.start);
+        let index = run.first + if run.delivery.is_some() { 0 } else { position - run.start };
         self.threads[run.thread].history.cursor_at(index).expect("runs lie inside their thread's history")
     }
 
-    /// The instruction at `position`.
+    /// The step at `position`.
     pub fn at(&self, position: u64) -> Option<Instruction> {
         let run = self.run_at(position)?;
         let cursor = self.cursor(run, position);
-        let thread = self.runs[run].thread;
-        Some(Instruction { thread, tid: self.threads[thread].tid, index: cursor.index(), ip: cursor.ip() })
+        let Run { thread, delivery, .. } = self.runs[run];
+        Some(Instruction { thread, tid: self.threads[thread].tid, index: cursor.index(), ip: delivery.unwrap_or(cursor.ip()), delivery: delivery.is_some() })
     }
 
     /// The item id of the instruction at `position` in its thread, as
     /// `retrace dump instructions` and LLDB number it (events and errors
-    /// count).
+    /// count); a delivery's is the instruction's it comes before.
     pub fn item_id(&self, position: u64) -> Option<u64> {
         let run = self.run_at(position)?;
         Some(self.cursor(run, position).item_id())
@@ -140,9 +202,20 @@ impl Timeline {
     /// The global position of instruction `index` of `thread`.
     pub fn position_of(&self, thread: usize, index: u64) -> Option<u64> {
         let runs = self.runs_of.get(thread)?;
+        // (A delivery before instruction `index` comes before the run
+        // that starts with it: the last run from at or before `index` is
+        // an instruction run.)
         let at = runs.partition_point(|&r| self.runs[r].first <= index).checked_sub(1)?;
         let run = self.runs[runs[at]];
-        (index < run.first + run.len).then(|| run.start + (index - run.first))
+        (run.delivery.is_none() && index < run.first + run.len).then(|| run.start + (index - run.first))
+    }
+
+    /// The position of the first delivery to `thread` before its
+    /// instruction `index` that is at or after `from`.
+    pub fn delivery_before(&self, thread: usize, index: u64, from: u64) -> Option<u64> {
+        let runs = self.runs_of.get(thread)?;
+        let at = runs.partition_point(|&r| self.runs[r].first < index);
+        runs[at..].iter().map(|&r| self.runs[r]).take_while(|r| r.first == index && r.delivery.is_some()).map(|r| r.start).find(|&start| start >= from)
     }
 
     /// The position of the instruction whose item id in thread `tid` is
@@ -203,46 +276,53 @@ impl Timeline {
     }
 
     /// The latest position before `position` whose instruction `hit`
-    /// accepts (given its address).
+    /// accepts (given its address). Deliveries run no instruction: they
+    /// are not searched (a breakpoint where a thread was interrupted stops
+    /// when the instruction runs, after the handler, as natively).
     pub fn search_back(&self, position: u64, mut hit: impl FnMut(u64) -> bool) -> Option<u64> {
         let mut at = position.min(self.len).checked_sub(1)?;
         let mut run = self.run_at(at)?;
         loop {
-            let mut cursor = self.cursor(run, at);
             let start = self.runs[run].start;
-            loop {
-                if hit(cursor.ip()) {
-                    return Some(at);
+            if self.runs[run].delivery.is_none() {
+                let mut cursor = self.cursor(run, at);
+                loop {
+                    if hit(cursor.ip()) {
+                        return Some(at);
+                    }
+                    if at == start {
+                        break;
+                    }
+                    cursor.prev();
+                    at -= 1;
                 }
-                if at == start {
-                    break;
-                }
-                cursor.prev();
-                at -= 1;
             }
             run = run.checked_sub(1)?;
-            at -= 1;
+            at = start - 1;
         }
     }
 
     /// The earliest position after `position` whose instruction `hit`
-    /// accepts.
+    /// accepts (deliveries are not searched, as in [`Self::search_back`]).
     pub fn search_forward(&self, position: u64, mut hit: impl FnMut(u64) -> bool) -> Option<u64> {
         let mut at = position.checked_add(1)?;
         let mut run = self.run_at(at)?;
         loop {
-            let mut cursor = self.cursor(run, at);
             let end = self.runs[run].start + self.runs[run].len;
-            loop {
-                if hit(cursor.ip()) {
-                    return Some(at);
+            if self.runs[run].delivery.is_none() {
+                let mut cursor = self.cursor(run, at);
+                loop {
+                    if hit(cursor.ip()) {
+                        return Some(at);
+                    }
+                    at += 1;
+                    if at == end {
+                        break;
+                    }
+                    cursor.next();
                 }
-                at += 1;
-                if at == end {
-                    break;
-                }
-                cursor.next();
             }
+            at = end;
             run += 1;
             if run == self.runs.len() {
                 return None;
@@ -295,7 +375,7 @@ impl History for Timeline {
         }
         let hit = |ip: u64| addresses.binary_search(&ip).is_ok();
         match self.at(from) {
-            Some(here) if hit(here.ip) => Some(from),
+            Some(here) if !here.delivery && hit(here.ip) => Some(from),
             Some(_) => self.search_forward(from, hit),
             None => None,
         }
@@ -393,6 +473,60 @@ pub(crate) mod tests {
             false
         }), None);
         assert_eq!(seen.len(), 8);
+    }
+
+    #[test]
+    fn deliveries_are_steps_of_their_own_that_searches_pass_over() {
+        let threads = vec![
+            RecordedThread { tid: 10, history: nops(0x1000, 5) },
+            RecordedThread { tid: 20, history: nops(0x2000, 3) },
+        ];
+        // 10: 0,1 | 20: 0 | 10: (delivery) 2,3 (delivery, delivery) 4 | 20: 1,2
+        // (thread 20's delivery after its end is left out).
+        let deliveries = vec![
+            Delivery { thread: 0, index: 4, ip: 0xa4 },
+            Delivery { thread: 0, index: 2, ip: 0xa2 },
+            Delivery { thread: 0, index: 4, ip: 0xb4 },
+            Delivery { thread: 1, index: 3, ip: 0xc3 },
+        ];
+        let t = Timeline::scheduled(threads, vec![(0, 0, 2), (1, 0, 1), (0, 2, 3), (1, 1, 2)], deliveries);
+        assert_eq!((t.len(), t.instructions()), (11, 8));
+        let order: Vec<(u64, u64, bool)> = (0..11).map(|p| t.at(p).map(|i| (i.tid, i.ip, i.delivery)).unwrap()).collect();
+        assert_eq!(
+            order,
+            [
+                (10, 0x1000, false),
+                (10, 0x1001, false),
+                (20, 0x2000, false),
+                (10, 0xa2, true),
+                (10, 0x1002, false),
+                (10, 0x1003, false),
+                (10, 0xa4, true),
+                (10, 0xb4, true),
+                (10, 0x1004, false),
+                (20, 0x2001, false),
+                (20, 0x2002, false)
+            ]
+        );
+        for p in 0..11 {
+            let i = t.at(p).unwrap();
+            if !i.delivery {
+                assert_eq!(t.position_of(i.thread, i.index), Some(p));
+            }
+        }
+        assert_eq!((t.delivery_before(0, 2, 0), t.delivery_before(0, 4, 0), t.delivery_before(0, 4, 7), t.delivery_before(0, 4, 8), t.delivery_before(0, 3, 0)), (Some(3), Some(6), Some(7), None, None));
+        // A thread's neighbours include its deliveries; searches skip them.
+        assert_eq!((t.previous_of_thread(4, 0), t.previous_of_thread(8, 0), t.next_of_thread(5, 0), t.next_pc_of_thread(3, 0)), (Some(3), Some(7), Some(6), Some(0xa2)));
+        assert_eq!(t.search_back(11, |ip| ip == 0xa4 || ip == 0x1003), Some(5));
+        assert_eq!(t.search_forward(2, |ip| ip == 0xa2 || ip == 0x1002), Some(4));
+        assert_eq!(History::first_pc_from(&t, &[0xa2], 3), None);
+        let mut seen = 0;
+        assert_eq!(t.search_back(11, |_| {
+            seen += 1;
+            false
+        }), None);
+        assert_eq!(seen, 8);
+        assert_eq!(t.item_id(3), t.item_id(4));
     }
 
     #[test]

@@ -155,6 +155,7 @@ fn with_slice<'b>(record: &StateRecord<'_>, slice: &'b [u8]) -> StateRecord<'b> 
         StateRecord::Unmapped { at, start, length } => StateRecord::Unmapped { at, start, length },
         StateRecord::Moved { at, from, to, length } => StateRecord::Moved { at, from, to, length },
         StateRecord::FileMapped { at, start, length, offset, .. } => StateRecord::FileMapped { at, start, length, offset, path: slice },
+        StateRecord::SignalDelivered { at, signal, ip } => StateRecord::SignalDelivered { at, signal, ip },
     }
 }
 

@@ -98,8 +98,10 @@ impl<'a> Iterator for Releasing<'a> {
 /// load: its step `at - 1`) takes effect right after that step; any other
 /// (what the kernel wrote, a thread's registers set, a mapping) where the
 /// stream stands then: after the latest step whose records came before it.
-/// So positions never go down along the stream, and the state at a
-/// position is every record up to the first that takes effect after it.
+/// A signal's delivery is a step of the timeline: the records after its
+/// mark take effect after that step. So positions never go down along the
+/// stream, and the state at a position is every record up to the first
+/// that takes effect after it.
 #[derive(Debug, Clone)]
 pub struct Clock<'t> {
     timeline: &'t Timeline,
@@ -127,6 +129,13 @@ impl<'t> Clock<'t> {
         };
         if let Some(position) = step.and_then(|s| self.timeline.position_of(*self.threads.get(&tid)?, s)) {
             self.now = self.now.max(position + 1);
+        }
+        // A delivery is a step of its own: what the thread's records say
+        // after it (the frame, the handler's registers) is after it.
+        if let StateRecord::SignalDelivered { at, .. } = *record {
+            if let Some(position) = self.threads.get(&tid).and_then(|&thread| self.timeline.delivery_before(thread, at, self.now)) {
+                self.now = self.now.max(position + 1);
+            }
         }
         self.now
     }

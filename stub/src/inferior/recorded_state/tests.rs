@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::inferior::timeline::tests::nops;
-use crate::inferior::timeline::RecordedThread;
+use crate::inferior::timeline::{Delivery, RecordedThread};
 use retrace_decoder::full_state::{state_records, StateMachine, StateWriter};
 
 #[test]
@@ -43,7 +43,16 @@ fn file_bytes() -> Vec<u8> {
 /// a word of 0x5000.., every fifth reads 0x5100; the kernel writes after
 /// step 20, a mapping goes at step 30 and one moves at step 35.
 fn one_thread() -> (Timeline, Vec<u8>) {
-    let timeline = Timeline::sequential(vec![RecordedThread { tid: 7, history: nops(0x1000, 40) }]);
+    one_thread_signalled(false)
+}
+
+/// [`one_thread`], and with `signalled` a signal delivered after step 25
+/// (before its instruction 26, interrupted at 0x1234): a frame written at
+/// 0x5300 and rsp moved there.
+fn one_thread_signalled(signalled: bool) -> (Timeline, Vec<u8>) {
+    let threads = vec![RecordedThread { tid: 7, history: nops(0x1000, 40) }];
+    let deliveries = if signalled { vec![Delivery { thread: 0, index: 26, ip: 0x1234 }] } else { Vec::new() };
+    let timeline = Timeline::scheduled(threads, vec![(0, 0, 40)], deliveries);
     let mut w = StateWriter::new();
     w.push(&StateRecord::Zeroed { at: 0, start: 0x5000, length: 0x1000 });
     w.push(&StateRecord::Wrote { at: 0, by_instruction: false, address: 0x5000, bytes: &[1, 2, 3, 4, 5, 6, 7, 8] });
@@ -62,6 +71,12 @@ fn one_thread() -> (Timeline, Vec<u8>) {
         if s == 20 {
             w.push(&StateRecord::Wrote { at: s + 1, by_instruction: false, address: 0x5200, bytes: &[0xaa; 16] });
             w.push(&StateRecord::Registers { at: s + 1, by_instruction: false, changes: vec![(1, 77)] });
+        }
+        if s == 25 && signalled {
+            w.push(&StateRecord::Registers { at: s + 1, by_instruction: false, changes: vec![(2, 55)] });
+            w.push(&StateRecord::SignalDelivered { at: s + 1, signal: 10, ip: 0x1234 });
+            w.push(&StateRecord::Wrote { at: s + 1, by_instruction: false, address: 0x5300, bytes: &[0xbb; 16] });
+            w.push(&StateRecord::Registers { at: s + 1, by_instruction: false, changes: vec![(7, 0x5300), (5, 10)] });
         }
         if s == 30 {
             w.push(&StateRecord::Unmapped { at: s + 1, start: 0x5400, length: 0x100 });
@@ -104,17 +119,17 @@ fn replayed(timeline: &Timeline, stream: &[u8], position: u64) -> StateMachine {
 
 #[test]
 fn registers_and_memory_at_every_position_are_what_a_replay_from_the_start_gives() {
-    let (timeline, stream) = one_thread();
     // Intervals of 1, 3 and 16 positions: checkpoints everywhere, in
     // between, and fewer than the steps.
-    for interval in [1, 3, 16] {
+    for (interval, signalled) in [(1, false), (3, false), (16, false), (1, true), (3, true), (16, true)] {
+        let (timeline, stream) = one_thread_signalled(signalled);
         let state = load(&timeline, &stream, interval);
         for position in 0..timeline.len() {
             let oracle = replayed(&timeline, &stream, position);
             let rip = timeline.at(position).unwrap().ip;
             let expected = registers_of(oracle.registers(7).unwrap(), rip);
             assert_eq!(state.registers_at(&timeline, 7, position), Some(expected), "interval {interval}, position {position}");
-            for (address, len) in [(0x4ff8u64, 0x30usize), (0x5100, 8), (0x51fc, 0x18), (0x53f0, 0x20), (0x5ff8, 0x20), (0x8000, 0x10), (0x8ff8, 0x10), (0x9ffc, 0x10), (0xa7f0, 0x20)] {
+            for (address, len) in [(0x4ff8u64, 0x30usize), (0x5100, 8), (0x51fc, 0x18), (0x52f8, 0x20), (0x53f0, 0x20), (0x5ff8, 0x20), (0x8000, 0x10), (0x8ff8, 0x10), (0x9ffc, 0x10), (0xa7f0, 0x20)] {
                 let mut got = vec![0u8; len];
                 let n = state.memory_at(&timeline, position, address, &mut got);
                 let mut want = vec![0u8; len];
@@ -204,4 +219,34 @@ fn a_stream_cut_short_is_served_up_to_the_cut_and_unknown_after() {
     let mut file = |_: &[u8]| None;
     let refused = RecordedState::load(&timeline, StreamBytes::Owned(b"PK\x03\x04".to_vec()), &mut file).unwrap_err();
     assert!(refused.contains("not a retrace full-state stream"), "{refused}");
+}
+
+#[test]
+fn a_signal_delivery_is_a_step_between_the_interrupted_thread_and_its_handler() {
+    let (timeline, stream) = one_thread_signalled(true);
+    assert_eq!((timeline.len(), timeline.instructions()), (41, 40));
+    let delivery = timeline.at(26).unwrap();
+    assert_eq!((delivery.delivery, delivery.ip, delivery.index), (true, 0x1234, 26));
+    assert_eq!((timeline.at(25).unwrap().ip, timeline.at(27).unwrap().ip), (0x1000 + 25, 0x1000 + 26));
+    for interval in [1, 4, 16] {
+        let state = load(&timeline, &stream, interval);
+        // Standing at the delivery: interrupted at 0x1234, the system
+        // call's result in, no frame yet.
+        let before = state.registers_at(&timeline, 7, 26).unwrap();
+        assert_eq!((before.rip, before.gpr[2], before.gpr[7], before.gpr[5]), (0x1234, 55, 0x5f00, 0), "interval {interval}");
+        let after = state.registers_at(&timeline, 7, 27).unwrap();
+        assert_eq!((after.rip, after.gpr[2], after.gpr[7], after.gpr[5]), (0x1000 + 26, 55, 0x5300, 10), "interval {interval}");
+        let mut frame = [0u8; 16];
+        assert_eq!(state.memory_at(&timeline, 26, 0x5300, &mut frame), 16);
+        assert_eq!(frame, [0; 16]);
+        assert_eq!(state.memory_at(&timeline, 27, 0x5300, &mut frame), 16);
+        assert_eq!(frame, [0xbb; 16]);
+        // The delivery wrote the frame: a watchpoint there stops before it.
+        let history = FullStateHistory { timeline: &timeline, state: &state };
+        assert_eq!(history.last_write_before(0x5308..0x5309, 41), Some(26));
+        assert_eq!(history.first_write_from(0x5308..0x5309, 0), Some(26));
+        assert!(history.wrote(26, &(0x5300..0x5301)) && !history.wrote(25, &(0x5300..0x5301)));
+        // Instruction 26's own records come after the delivery.
+        assert_eq!(state.registers_at(&timeline, 7, 28).unwrap().gpr[0], 126);
+    }
 }
