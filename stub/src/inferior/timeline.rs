@@ -42,7 +42,7 @@ struct Run {
 
 /// One step of the timeline: an instruction, or a signal's delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Instruction {
+pub struct TimelineStep {
     /// Index into [`Timeline::threads`].
     pub thread: usize,
     /// Its thread's id.
@@ -184,11 +184,11 @@ impl Timeline {
     }
 
     /// The step at `position`.
-    pub fn at(&self, position: u64) -> Option<Instruction> {
+    pub fn at(&self, position: u64) -> Option<TimelineStep> {
         let run = self.run_at(position)?;
         let cursor = self.cursor(run, position);
         let Run { thread, delivery, .. } = self.runs[run];
-        Some(Instruction { thread, tid: self.threads[thread].tid, index: cursor.index(), ip: delivery.unwrap_or(cursor.ip()), delivery: delivery.is_some() })
+        Some(TimelineStep { thread, tid: self.threads[thread].tid, index: cursor.index(), ip: delivery.unwrap_or(cursor.ip()), delivery: delivery.is_some() })
     }
 
     /// The item id of the instruction at `position` in its thread, as
