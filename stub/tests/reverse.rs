@@ -74,8 +74,9 @@ fn lines() -> Lines {
 /// The script: from before the pipe is made, back over calls and to
 /// breakpoints and a watchpoint, forwards inside the history to its end
 /// and on over a `read()` from the pipe; then back into the signal
-/// handler, and back across the signal's delivery and the `read()` to
-/// before it (its buffer empty again). That last command is judged
+/// handler, out of it to where the signal was delivered (after the system
+/// call that raised it), and back across the `read()` to before it (its
+/// buffer empty again). That last command is judged
 /// against a forward run: GDB's `record full` restores registers wrongly
 /// back across a system call here (r11 and r13 in the dynamic program, r8
 /// in the static one, where the forward run and the stub agree).
@@ -107,6 +108,9 @@ fn script(lines: &Lines) -> String {
         "break on_usr1",
         "reverse-continue",
         "reverse-stepi",
+        // Out of the handler: after the system call that raised the
+        // signal, before its delivery.
+        "reverse-finish",
         &format!("tbreak reverse_mix.c:{}", lines.read),
         "reverse-continue",
     ]

@@ -24,6 +24,10 @@ pub enum Flow {
     Return,
     /// Anything else.
     Other,
+    /// Not an instruction: a signal's delivery, a step of a recording
+    /// where the thread stood interrupted before its handler ran (the
+    /// handler's first instruction, next, is one frame deeper).
+    Delivery,
 }
 
 impl Flow {
@@ -102,7 +106,7 @@ pub fn frame_history(executed: impl IntoIterator<Item = Executed>, mut flow: imp
         match kind {
             Flow::Call => depth -= 1,
             Flow::Return => depth += 1,
-            Flow::Other => {}
+            Flow::Other | Flow::Delivery => {}
         }
         if depth <= 0 || (depth == 1 && kind == Flow::Return) {
             listed.push(FrameStep { id: step.id, pc: step.pc, depth, stop: None });

@@ -233,8 +233,19 @@ impl FullRecording {
             return;
         };
         if prepared.entering_handler {
-            // Stopped at the handler's entry: nothing ran yet.
-            self.log.entering_handler(tid.as_raw() as u64);
+            // Stopped at the handler's entry: no instruction ran, the
+            // signal was delivered. That is a step of its own (as GDB's
+            // `record full` keeps it): from the thread interrupted, after
+            // its system call if it was in one, to the handler's entry
+            // with its frame written.
+            let entry = match self.mode {
+                RecordMode::Branch => super::rip(tid).map(Regs::only_pc),
+                RecordMode::Full => read_all_registers(tid).ok(),
+            };
+            match entry {
+                Some(entry) => self.log.push_delivery(tid.as_raw() as u64, &prepared.before, &entry),
+                None => self.log.entering_handler(tid.as_raw() as u64),
+            }
             self.before_step(program, tid, None);
             return;
         }
@@ -719,7 +730,7 @@ impl HistoryOps for FullRecording {
                 bytes: full.log.bytes(),
                 watchpoints_refused: (full.mode == RecordMode::Branch).then_some(WATCHPOINTS_NEED_FULL),
             },
-            instructions: len,
+            instructions: len - full.log.deliveries(),
             threads: full.log.threads().map(|t| (t, full.log.steps_of_thread_before(t, len))).collect(),
             position: HistoryPosition {
                 tid,

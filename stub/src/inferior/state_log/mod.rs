@@ -125,6 +125,8 @@ pub struct StateLog {
     pending: Vec<Overwritten>,
     /// The address of the last write recorded in the current chunk.
     last_write: u64,
+    /// Steps that are signal deliveries ([`Self::push_delivery`]).
+    deliveries: u64,
 }
 
 impl StateLog {
@@ -162,7 +164,7 @@ impl StateLog {
             .threads
             .values()
             .map(|t| {
-                vec(&t.runs) + vec(&t.checkpoints) + vec(&t.handler_entries) + vec(&t.depth_marks) + vec(&t.depth_offsets) + vec(&t.blocks)
+                vec(&t.runs) + vec(&t.checkpoints) + vec(&t.handler_entries) + vec(&t.deliveries) + vec(&t.depth_marks) + vec(&t.depth_offsets) + vec(&t.blocks)
                     + std::mem::size_of::<ThreadSteps>()
             })
             .sum();
@@ -192,16 +194,17 @@ impl StateLog {
         self.threads.keys().copied()
     }
 
-    /// How many steps thread `tid` ran before `position`: the id of the
-    /// instruction it stands at (`retrace dump instructions` numbering).
+    /// How many instructions thread `tid` ran before `position`: the id
+    /// of the instruction it stands at (`retrace dump instructions`
+    /// numbering; deliveries are not instructions).
     pub fn steps_of_thread_before(&self, tid: u64, position: u64) -> u64 {
-        self.threads.get(&tid).map_or(0, |t| t.done_before(position) as u64)
+        self.threads.get(&tid).map_or(0, |t| t.id_of(t.done_before(position)))
     }
 
-    /// The position of thread `tid`'s step number `index` (0-based).
-    pub fn position_of_thread_step(&self, tid: u64, index: u64) -> Option<u64> {
+    /// The position of thread `tid`'s instruction number `id` (0-based).
+    pub fn position_of_thread_step(&self, tid: u64, id: u64) -> Option<u64> {
         let thread = self.threads.get(&tid)?;
-        let index = usize::try_from(index).ok().filter(|&i| i < thread.count)?;
+        let index = thread.index_of(id).filter(|&i| i < thread.count)?;
         Some(thread.position(index))
     }
 
@@ -265,7 +268,7 @@ impl StateLog {
         thread.depth_next += match flow {
             Flow::Call => 1,
             Flow::Return => -1,
-            Flow::Other => 0,
+            Flow::Other | Flow::Delivery => 0,
         };
         if index % FRAME_BLOCK == 0 {
             thread.blocks.push(FrameBlock { min_depth: depth, max_depth: depth, min_pc: pc, max_pc: pc });
@@ -386,6 +389,26 @@ impl StateLog {
     /// is the handler's first instruction.
     pub fn entering_handler(&mut self, tid: u64) {
         self.threads.entry(tid).or_default().entering_handler = true;
+    }
+
+    /// Thread `tid` was delivered a signal: a step of its own, from the
+    /// thread interrupted (`before`, at the address it resumes at when the
+    /// handler returns) to the handler's entry (`after`), which overwrote
+    /// what [`Self::overwritten_outside`] was given since its last step
+    /// (the signal frame's room). Searches for breakpoints pass over it,
+    /// and the thread's instruction numbers (ids) do not count it. Its next
+    /// step is the handler's first instruction.
+    pub fn push_delivery(&mut self, tid: u64, before: &Regs, after: &Regs) {
+        self.push(tid, before, after, Vec::new(), None, Flow::Delivery);
+        let thread = self.threads.entry(tid).or_default();
+        thread.deliveries.push(thread.count - 1);
+        thread.entering_handler = true;
+        self.deliveries += 1;
+    }
+
+    /// The signal deliveries among the steps.
+    pub fn deliveries(&self) -> u64 {
+        self.deliveries
     }
 
     /// Drops everything (the program exec'd: a new history begins).

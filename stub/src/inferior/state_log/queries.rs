@@ -205,7 +205,9 @@ impl StateLog {
         first
     }
 
-    /// The ids of the instructions at `addresses`, sorted.
+    /// The ids of the instructions at `addresses`, sorted (a delivery is
+    /// none: no breakpoint stops there, as natively it fires when the
+    /// interrupted instruction runs, after the handler).
     pub(super) fn ids_at(&self, addresses: &[u64]) -> Vec<u32> {
         let kinds = [Flow::Call, Flow::Return, Flow::Other];
         let mut ids: Vec<u32> = addresses.iter().flat_map(|&a| kinds.iter().filter_map(move |&k| self.code_index.get(&(a, k)).copied())).collect();
@@ -261,17 +263,24 @@ impl StateLog {
         None
     }
 
-    /// Thread `tid`'s steps before its step number `before`, newest first,
-    /// as [`crate::inferior::frames::frame_history`] reads them.
+    /// Thread `tid`'s instructions before its instruction number `before`,
+    /// newest first, as [`crate::inferior::frames::frame_history`] reads
+    /// them (deliveries left out: the instruction a signal interrupted is
+    /// the one before its handler's first).
     pub fn executed_before(&self, tid: u64, before: u64) -> impl Iterator<Item = Executed> + '_ {
         let thread = self.threads.get(&tid);
         let count = thread.map_or(0, |t| t.count);
-        let entries = thread.map_or(&[][..], |t| &t.handler_entries[..]);
-        let before = usize::try_from(before).unwrap_or(usize::MAX).min(count);
-        (0..before).rev().map(move |index| Executed {
-            id: index as u64,
-            pc: self.pc(thread.expect("a thread with steps").position(index)),
-            interrupted: entries.binary_search(&(index + 1)).is_ok(),
+        let before = thread.and_then(|t| t.index_of(before)).unwrap_or(usize::MAX).min(count);
+        (0..before).rev().filter_map(move |index| {
+            let thread = thread.expect("a thread with steps");
+            if thread.is_delivery(index) {
+                return None;
+            }
+            let mut next = index + 1;
+            while thread.is_delivery(next) {
+                next += 1;
+            }
+            Some(Executed { id: thread.id_of(index), pc: self.pc(thread.position(index)), interrupted: thread.handler_entries.binary_search(&next).is_ok() })
         })
     }
 
@@ -310,11 +319,11 @@ impl StateLog {
     pub fn frame_history(&self, tid: u64, before: u64, max: usize, within: &[Range<u64>], stops: &[u64]) -> Vec<FrameStep> {
         let Some(thread) = self.threads.get(&tid) else { return Vec::new() };
         let count = thread.count;
-        let before = usize::try_from(before).unwrap_or(usize::MAX).min(count);
+        let before = thread.index_of(before).unwrap_or(usize::MAX).min(count);
         let frame = if before == count { thread.depth_next } else { thread.depth(before) };
         let pc = |i: usize| self.pc(thread.position(i));
         let inside = |pc: u64| within.iter().any(|r| r.contains(&pc));
-        let step = |i: usize| FrameStep { id: i as u64, pc: pc(i), depth: thread.depth(i) - frame, stop: None };
+        let step = |i: usize| FrameStep { id: thread.id_of(i), pc: pc(i), depth: thread.depth(i) - frame, stop: None };
         let mut listed = Vec::new();
         // In the run `within` passes over, and its earliest step so far.
         let mut in_run = !within.is_empty();
@@ -332,6 +341,10 @@ impl StateLog {
                 }
             }
             i -= 1;
+            if thread.is_delivery(i) {
+                // Not an instruction: the one it interrupted is listed.
+                continue;
+            }
             let here = step(i);
             if here.depth == 1 && self.instruction(thread.position(i)).1 == Flow::Return {
                 // A callee's return: listed (not within a run), then the
@@ -380,7 +393,7 @@ impl StateLog {
         while let Some(position) = self.last_pc_before(stops, before).filter(|&p| p >= first) {
             let index = thread.done_before(position);
             if index < thread.count && thread.position(index) == position {
-                return Some((index as u64, self.pc(position)));
+                return Some((thread.id_of(index), self.pc(position)));
             }
             before = position;
         }

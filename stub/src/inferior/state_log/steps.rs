@@ -39,6 +39,8 @@ pub(super) struct ThreadSteps {
     pub(super) handler_entries: Vec<usize>,
     /// Its next step is a signal handler's first instruction.
     pub(super) entering_handler: bool,
+    /// Indices of its steps that are signal deliveries, not instructions.
+    pub(super) deliveries: Vec<usize>,
     /// The call depth of its steps number `CHUNK * k` (its first step's is
     /// 0): one more after a `call` and at a signal handler's first
     /// instruction, one less after a `ret`.
@@ -65,6 +67,29 @@ impl ThreadSteps {
         let Some(&(first, at)) = run.checked_sub(1).map(|r| &self.runs[r]) else { return 0 };
         let end = self.runs.get(run).map_or(self.count as u64, |r| r.0);
         (first + (position - at)).min(end) as usize
+    }
+
+    /// Whether its step `index` is a signal delivery.
+    pub(super) fn is_delivery(&self, index: usize) -> bool {
+        self.deliveries.binary_search(&index).is_ok()
+    }
+
+    /// The instruction number (id) of its step `index`, or of the
+    /// instruction after it for a delivery: deliveries are not counted.
+    pub(super) fn id_of(&self, index: usize) -> u64 {
+        (index - self.deliveries.partition_point(|&d| d < index)) as u64
+    }
+
+    /// The index of its step that is instruction number `id`.
+    pub(super) fn index_of(&self, id: u64) -> Option<usize> {
+        let mut index = usize::try_from(id).ok()?;
+        for &delivery in &self.deliveries {
+            if delivery > index {
+                break;
+            }
+            index += 1;
+        }
+        Some(index)
     }
 
     /// The call depth of its step `index`.

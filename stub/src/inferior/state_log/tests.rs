@@ -323,12 +323,20 @@ fn made_up_thread(seed: u64, steps: usize) -> StateLog {
         state % n
     };
     let mut depth = 0;
+    let mut handlers = 0u64;
     for _ in 0..steps {
         let pc = match random(100) {
             0..=2 => 0x10,
             3..=5 if depth > 0 => 0x20,
             6 if depth > 0 => {
-                log.entering_handler(1);
+                // Half the handlers come after a delivery step (the
+                // thread interrupted at 0x5000..), half without.
+                handlers += 1;
+                if handlers % 2 == 0 {
+                    log.push_delivery(1, &regs(0x5000 + handlers % 256, 0), &regs(0x9000, 0));
+                } else {
+                    log.entering_handler(1);
+                }
                 0x9000
             }
             _ if depth == 0 && random(2) == 0 => 0x1000 + random(16),
@@ -398,5 +406,46 @@ fn the_indexed_frame_history_lists_what_the_walk_lists() {
             }
         }
         assert!(stopped_callees > 10, "callees ran the stop addresses: {stopped_callees}");
+        assert!(log.deliveries() > 10, "deliveries among the steps: {}", log.deliveries());
     }
+}
+
+#[test]
+fn a_signal_delivery_is_a_step_of_its_own_that_instruction_numbers_and_breakpoints_pass_over() {
+    // Thread 1: 0x10 (a syscall: rax 234 -> 0), then a signal delivered
+    // (interrupted at 0x12, the frame written over 0x1100..0x1180), the
+    // handler's 0x9000 and 0x9001, then 0x12.
+    let mut memory = vec![0u8; 0x200];
+    let mut log = StateLog::new(vec![0x1000..0x1200]);
+    log.push(1, &regs(0x10, 234), &regs(0x12, 0), vec![], None, Flow::Other);
+    log.overwritten_outside(Overwritten { address: 0x1100, old: memory[0x100..0x180].to_vec() });
+    memory[0x100..0x180].fill(0xee);
+    let mut entry = regs(0x9000, 10);
+    entry.gpr[7] = 0x1100;
+    log.push_delivery(1, &regs(0x12, 0), &entry);
+    log.push(1, &entry, &regs(0x9001, 10), vec![], None, Flow::Other);
+    log.push(1, &regs(0x9001, 10), &regs(0x12, 0), vec![], None, Flow::Return);
+    log.push(1, &regs(0x12, 0), &regs(0x14, 0), vec![], None, Flow::Other);
+    assert_eq!((log.len(), log.deliveries()), (5, 1));
+    // Standing at the delivery: after the system call, interrupted at
+    // 0x12, the frame not written yet.
+    assert_eq!(log.registers_at(1, 1), Some(regs(0x12, 0)));
+    assert_eq!(log.registers_at(1, 2), Some(entry.clone()));
+    let mut buf = [0u8; 8];
+    assert_eq!(log.read_at(1, 0x1100, &mut buf, &mut reader(&memory)), 8);
+    assert_eq!(buf, [0; 8]);
+    assert_eq!(log.read_at(2, 0x1100, &mut buf, &mut reader(&memory)), 8);
+    assert_eq!(buf, [0xee; 8]);
+    assert_eq!(log.last_write_before(0x1108..0x1110, 5), Some(1), "the delivery wrote the frame");
+    // A breakpoint at 0x12 stops where the instruction runs, not at the delivery.
+    assert_eq!(log.first_pc_from(&[0x12], 0), Some(4));
+    assert_eq!(log.last_pc_before(&[0x12], 4), None);
+    // Instruction numbers: the delivery is none.
+    assert_eq!((0..=5).map(|p| log.steps_of_thread_before(1, p)).collect::<Vec<_>>(), [0, 1, 1, 2, 3, 4]);
+    assert_eq!((0..4).map(|id| log.position_of_thread_step(1, id)).collect::<Vec<_>>(), [Some(0), Some(2), Some(3), Some(4)]);
+    assert_eq!(log.previous_of_thread(1, 2), Some(1), "bs from the handler's entry stands at the delivery");
+    // From the handler's second instruction its frame lists its entry,
+    // then the instruction the signal interrupted (the system call).
+    let listed: Vec<(u64, u64, i32)> = log.frame_history(1, 2, 10, &[], &[]).iter().map(|s| (s.id, s.pc, s.depth)).collect();
+    assert_eq!(listed, [(1, 0x9000, 0), (0, 0x10, -1)]);
 }
