@@ -9,8 +9,11 @@
 //! cannot be computed before it runs (`xsave`, scatter stores), is
 //! bracketed instead by copies of all writable memory, and the changed
 //! bytes — whatever the kernel wrote, `read()`'s buffer, `stat`'s, a
-//! vanished mapping's — are kept. A signal handler's entry keeps the stack
-//! bytes below the red zone that the kernel's signal frame overwrites.
+//! vanished mapping's — are kept. A signal's delivery is a step of its own
+//! (as GDB's `record full` keeps it: the thread interrupted, after its
+//! system call if it was in one, then the handler's entry): it keeps the
+//! stack bytes below the red zone that the kernel's signal frame
+//! overwrites.
 //!
 //! In `branch` mode only the order of instructions is kept: in the past
 //! the PC is known, other registers are unavailable and only memory that
