@@ -31,8 +31,16 @@
 //! | `F` | start, length, file offset, path length, path | a file mapped: its bytes (a module copied into the bundle, by its path) |
 //! | `I` | signal, ip | a signal is delivered to the thread, interrupted before `ip`: the thread's records after it with the same `at` (the signal frame, the handler's registers) are the delivery's |
 //!
+//! An instruction's own records also take short forms (the step and the
+//! count or size in the tag, 0x10–0x2f) and, the most frequent, compact
+//! ones: one piece (`0x80 | step << 5 | piece`), a general register and
+//! the flags (`0x30 | register`), an 8-byte store of a general register's
+//! value (`0x60 | register`, no bytes: the reader knows the value);
+//! `docs/full-state-format.md` has the tables.
+//!
 //! Register pieces are 8 bytes each, numbered as [`piece`] says.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::leb128;
@@ -108,8 +116,9 @@ pub enum StateRecord<'a> {
         by_instruction: bool,
         /// First address.
         address: u64,
-        /// The bytes.
-        bytes: &'a [u8],
+        /// The bytes (read in place from a stream, or a register's value
+        /// that a store wrote).
+        bytes: Cow<'a, [u8]>,
     },
     /// An instruction read memory.
     Read {
@@ -276,6 +285,27 @@ impl StateWriter {
         let at = record.at().max(thread.at);
         let step = at - thread.at;
         thread.at = at;
+        // The most frequent of an instruction's own records take a
+        // compact tag: one register, a register and the flags, a store of
+        // a register's value.
+        if let Some(compact) = compact_form(record, step, &thread.pieces) {
+            match compact {
+                Compact::Pieces { tag, pieces } => {
+                    out.push(tag);
+                    for &(p, value) in &pieces {
+                        let slot = &mut thread.pieces[p as usize];
+                        leb128::put_signed(out, value.wrapping_sub(*slot) as i64);
+                        *slot = value;
+                    }
+                }
+                Compact::RegisterStored { tag, address } => {
+                    out.push(tag);
+                    leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
+                    deltas.address = address;
+                }
+            }
+            return;
+        }
         // An instruction's own record, a step on or none, takes a short
         // tag: the step and the count or size are in it, not after it.
         let short = short_tag(record, step);
@@ -303,7 +333,7 @@ impl StateWriter {
                 if long {
                     leb128::put(out, bytes.len() as u64);
                 }
-                out.extend_from_slice(bytes);
+                out.extend_from_slice(&bytes[..]);
             }
             StateRecord::Read { address, size, .. } => {
                 put_address(out, *address);
@@ -332,6 +362,45 @@ impl StateWriter {
                 leb128::put(out, *ip);
             }
         }
+    }
+}
+
+/// The compact tags (see the format's documentation): an instruction's
+/// one register piece (`0x80 | step << 5 | piece`, step 0–3, piece 0–31),
+/// one general register and the flags, a step on (`0x30 | register`),
+/// and an 8-byte store of a general register's value, a step on (`0x60 |
+/// register`).
+const COMPACT_ONE_PIECE: u8 = 0x80;
+const COMPACT_WITH_FLAGS: u8 = 0x30;
+const COMPACT_REGISTER_STORED: u8 = 0x60;
+
+/// An instruction's record in a compact form.
+enum Compact {
+    /// The tag, then each piece's difference (the pieces are the tag's).
+    Pieces { tag: u8, pieces: Vec<(u8, u64)> },
+    /// The tag, then the address difference (the bytes are the
+    /// register's value).
+    RegisterStored { tag: u8, address: u64 },
+}
+
+/// `record`'s compact form, `step` after the thread's last `at`, with
+/// the thread's pieces as last written (`last`), if it has one.
+fn compact_form(record: &StateRecord<'_>, step: u64, last: &[u64; piece::COUNT]) -> Option<Compact> {
+    match record {
+        StateRecord::Registers { by_instruction: true, changes, .. } => {
+            let pieces: Vec<(u8, u64)> = changes.iter().copied().filter(|(p, _)| (*p as usize) < piece::COUNT).collect();
+            match pieces[..] {
+                [(p, _)] if p < 32 && step <= 3 => Some(Compact::Pieces { tag: COMPACT_ONE_PIECE | (step as u8) << 5 | p, pieces }),
+                [(p, _), (piece::RFLAGS, _)] if p < 16 && step == 1 => Some(Compact::Pieces { tag: COMPACT_WITH_FLAGS | p, pieces }),
+                _ => None,
+            }
+        }
+        StateRecord::Wrote { by_instruction: true, address, bytes, .. } if step == 1 && bytes.len() == 8 => {
+            let value = u64::from_le_bytes(bytes[..].try_into().ok()?);
+            let p = piece::GENERAL.clone().find(|&p| last[p as usize] == value)?;
+            Some(Compact::RegisterStored { tag: COMPACT_REGISTER_STORED | p, address: *address })
+        }
+        _ => None,
     }
 }
 
@@ -485,12 +554,37 @@ impl<'a> StateRecords<'a> {
         for _ in 0..n {
             let p = *self.stream.get(self.at).ok_or("cut short")?;
             self.at += 1;
-            let difference = self.signed().ok_or("cut short")?;
-            let slot = self.deltas.thread().pieces.get_mut(p as usize).ok_or("register piece out of range")?;
-            *slot = slot.wrapping_add(difference as u64);
-            changes.push((p, *slot));
+            changes.push((p, self.piece_difference(p)?));
         }
         Ok(changes)
+    }
+
+    /// Piece `p`'s difference from its last value: its value now.
+    fn piece_difference(&mut self, p: u8) -> Result<u64, &'static str> {
+        let difference = self.signed().ok_or("cut short")?;
+        let slot = self.deltas.thread().pieces.get_mut(p as usize).ok_or("register piece out of range")?;
+        *slot = slot.wrapping_add(difference as u64);
+        Ok(*slot)
+    }
+
+    /// A record in a compact form (tag 0x30–0x3f, 0x60–0x6f, 0x80–0xff).
+    fn compact(&mut self, tag: u8) -> Result<StateRecord<'a>, &'static str> {
+        let (step, pieces): (u64, &[u8]) = match tag {
+            COMPACT_ONE_PIECE.. => (u64::from(tag >> 5 & 3), &[tag & 31]),
+            COMPACT_WITH_FLAGS..=0x3f => (1, &[tag & 15, piece::RFLAGS]),
+            _ => (1, &[]),
+        };
+        let thread = self.deltas.thread();
+        let at = thread.at.checked_add(step).ok_or("position out of range")?;
+        thread.at = at;
+        if pieces.is_empty() {
+            let value = thread.pieces[(tag & 15) as usize];
+            let address = self.deltas.address.wrapping_add(self.signed().ok_or("cut short")? as u64);
+            self.deltas.address = address;
+            return Ok(StateRecord::Wrote { at, by_instruction: true, address, bytes: Cow::Owned(value.to_le_bytes().to_vec()) });
+        }
+        let changes = pieces.iter().map(|&p| Ok((p, self.piece_difference(p)?))).collect::<Result<_, &'static str>>()?;
+        Ok(StateRecord::Registers { at, by_instruction: true, changes })
     }
 
     fn record(&mut self) -> Result<(u32, StateRecord<'a>), &'static str> {
@@ -500,6 +594,10 @@ impl<'a> StateRecords<'a> {
             let tid = self.number().and_then(|t| u32::try_from(t).ok()).ok_or("thread record cut short or out of range")?;
             self.deltas.tid = tid;
             return Ok((tid, StateRecord::Thread(tid)));
+        }
+        if matches!(tag, COMPACT_WITH_FLAGS..=0x3f | COMPACT_REGISTER_STORED..=0x6f | COMPACT_ONE_PIECE..) {
+            let tid = self.deltas.tid;
+            return Ok((tid, self.compact(tag)?));
         }
         // A short tag stands for `R`, `W` or `D` with the step and the
         // count or size in it.
@@ -535,7 +633,7 @@ impl<'a> StateRecords<'a> {
                 if kind == b'D' {
                     StateRecord::Read { at, address, size }
                 } else {
-                    StateRecord::Wrote { at, by_instruction: kind == b'W', address, bytes: self.bytes(size).ok_or(cut)? }
+                    StateRecord::Wrote { at, by_instruction: kind == b'W', address, bytes: Cow::Borrowed(self.bytes(size).ok_or(cut)?) }
                 }
             }
             b'Z' | b'U' => {
@@ -827,13 +925,13 @@ mod tests {
         vec![
             StateRecord::Thread(0),
             StateRecord::Zeroed { at: 0, start: 0x7000, length: 0x1000 },
-            StateRecord::Wrote { at: 0, by_instruction: false, address: 0x7ff0, bytes: b"stack" },
+            StateRecord::Wrote { at: 0, by_instruction: false, address: 0x7ff0, bytes: Cow::Borrowed(b"stack") },
             StateRecord::FileMapped { at: 0, start: 0x400000, length: 0x2000, offset: 0, path: b"/bin/true" },
             StateRecord::Thread(42),
             StateRecord::Scheduled { at: 0 },
             StateRecord::Registers { at: 0, by_instruction: false, changes: vec![(0, 5), (piece::RFLAGS, 0x202), (7, 0x7fff_0000)] },
             StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 3)] },
-            StateRecord::Wrote { at: 2, by_instruction: true, address: 0x7fef, bytes: &[1, 2, 3, 4, 5, 6, 7, 8] },
+            StateRecord::Wrote { at: 2, by_instruction: true, address: 0x7fef, bytes: Cow::Borrowed(&[1, 2, 3, 4, 5, 6, 7, 8]) },
             StateRecord::Read { at: 2, address: 0x600010, size: 4 },
             StateRecord::Thread(43),
             StateRecord::Registers { at: 0, by_instruction: false, changes: vec![(0, u64::MAX)] },
@@ -843,7 +941,7 @@ mod tests {
             StateRecord::Moved { at: 9, from: 0x7000, to: 0x9000, length: 0x1000 },
             StateRecord::Unmapped { at: 9, start: 0x9000, length: 0x1000 },
             StateRecord::SignalDelivered { at: 9, signal: 10, ip: 0x417adb },
-            StateRecord::Wrote { at: 9, by_instruction: false, address: 0x7fff_0000 - 0x240, bytes: &[0xaa; 16] },
+            StateRecord::Wrote { at: 9, by_instruction: false, address: 0x7fff_0000 - 0x240, bytes: Cow::Borrowed(&[0xaa; 16]) },
         ]
     }
 
@@ -876,21 +974,57 @@ mod tests {
             .collect();
         let read: Vec<(u32, StateRecord)> = state_records(&bytes).map(|r| r.unwrap()).collect();
         assert_eq!(read, expected);
-        // An instruction's one register, one step on: a short tag (the
-        // step and the count in it), piece, one-byte difference; its 8-byte
+        // An instruction's one register, one step on: a compact tag (the
+        // step and the piece in it), one-byte difference; its 8-byte
         // store: tag, address difference, the bytes; its load: tag and
         // address difference.
         let mut small = StateWriter::new();
         small.push(&StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 3)] });
-        assert_eq!(small.take_bytes().len(), STATE_MAGIC.len() + 3);
-        small.push(&StateRecord::Wrote { at: 1, by_instruction: true, address: 8, bytes: &[1; 8] });
+        assert_eq!(small.take_bytes().len(), STATE_MAGIC.len() + 2);
+        small.push(&StateRecord::Wrote { at: 1, by_instruction: true, address: 8, bytes: Cow::Borrowed(&[1; 8]) });
         small.push(&StateRecord::Read { at: 2, address: 16, size: 8 });
         assert_eq!(small.take_bytes().len(), 1 + 1 + 8 + 1 + 1);
+        // A register and the flags, a step on: the tag and the two
+        // differences; a store of rbx's value, a step on: the tag and the
+        // address difference; the same store two steps on, or of a value
+        // no register holds: the bytes.
+        small.push(&StateRecord::Registers { at: 3, by_instruction: true, changes: vec![(1, 0x1234), (piece::RFLAGS, 0x44)] });
+        assert_eq!(small.take_bytes().len(), 1 + 2 + 2);
+        let rbx = 0x1234u64.to_le_bytes();
+        small.push(&StateRecord::Wrote { at: 4, by_instruction: true, address: 24, bytes: Cow::Borrowed(&rbx) });
+        assert_eq!(small.take_bytes().len(), 1 + 1);
+        small.push(&StateRecord::Wrote { at: 6, by_instruction: true, address: 24, bytes: Cow::Borrowed(&rbx) });
+        small.push(&StateRecord::Wrote { at: 7, by_instruction: true, address: 24, bytes: Cow::Borrowed(&[7; 8]) });
+        assert_eq!(small.take_bytes().len(), (1 + 1 + 1 + 1 + 8) + (1 + 1 + 8));
+        // One piece two and three steps on, or of a piece past 31: as
+        // compact as the step allows.
+        small.push(&StateRecord::Registers { at: 10, by_instruction: true, changes: vec![(7, 1)] });
+        assert_eq!(small.take_bytes().len(), 1 + 1);
+        small.push(&StateRecord::Registers { at: 11, by_instruction: true, changes: vec![(piece::xmm(1), 1)] });
+        assert_eq!(small.take_bytes().len(), 1 + 1 + 1);
+        // And every form reads back as written.
+        let records = [
+            StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 3)] },
+            StateRecord::Registers { at: 2, by_instruction: true, changes: vec![(1, 0x1234), (piece::RFLAGS, 0x44)] },
+            StateRecord::Wrote { at: 3, by_instruction: true, address: 24, bytes: Cow::Borrowed(&rbx) },
+            StateRecord::Wrote { at: 5, by_instruction: true, address: 24, bytes: Cow::Borrowed(&rbx) },
+            StateRecord::Registers { at: 8, by_instruction: true, changes: vec![(31, u64::MAX)] },
+            StateRecord::Registers { at: 9, by_instruction: true, changes: vec![(16, 2), (1, 5)] },
+            StateRecord::Wrote { at: 10, by_instruction: true, address: 0, bytes: Cow::Borrowed(&[0; 8]) },
+        ];
+        let mut writer = StateWriter::new();
+        for record in &records {
+            writer.push(record);
+        }
+        let bytes = writer.take_bytes();
+        let read: Vec<StateRecord> = state_records(&bytes).map(|r| r.unwrap().1).collect();
+        assert_eq!(read, records);
+        assert!(bytes[STATE_MAGIC.len()..].iter().any(|&tag| tag >= 0x80) && bytes.contains(&0x31) && bytes.contains(&0x61), "the compact forms were taken");
         // Eight pieces, or a step of more than one: the long form.
         let eight: Vec<(u8, u64)> = (0..8).map(|p| (p, 1)).collect();
         let records = [
             StateRecord::Registers { at: 3, by_instruction: true, changes: eight },
-            StateRecord::Wrote { at: 5, by_instruction: true, address: 8, bytes: &[2; 3] },
+            StateRecord::Wrote { at: 5, by_instruction: true, address: 8, bytes: Cow::Borrowed(&[2; 3]) },
             StateRecord::Read { at: 5, address: 9, size: 16 },
         ];
         let mut long = StateWriter::new();
@@ -926,7 +1060,7 @@ mod tests {
         let mut no_file = |_: &[u8], _: u64, _: &mut [u8]| 0;
         for (tid, record) in [
             (0, StateRecord::Zeroed { at: 0, start: 0x1000, length: 0x2000 }),
-            (0, StateRecord::Wrote { at: 0, by_instruction: false, address: 0x1ffe, bytes: &[1, 2, 3, 4] }),
+            (0, StateRecord::Wrote { at: 0, by_instruction: false, address: 0x1ffe, bytes: Cow::Borrowed(&[1, 2, 3, 4]) }),
             (7, StateRecord::Registers { at: 0, by_instruction: false, changes: vec![(0, 10), (piece::RFLAGS, 2)] }),
             (7, StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 11)] }),
         ] {
@@ -988,7 +1122,7 @@ mod tests {
             }
         }
         let mut bad = bytes.clone();
-        bad[STATE_MAGIC.len()] = b'?';
+        bad[STATE_MAGIC.len()] = 0x01;
         let error = state_records(&bad).next().unwrap().unwrap_err();
         assert_eq!(error.offset, STATE_MAGIC.len());
         assert!(state_records(b"RTVGLOG2").next().unwrap().is_err());

@@ -425,7 +425,7 @@ impl LogConverter {
         let Some((tid, at)) = self.at_instruction(index) else { return };
         let state = match *record {
             LogRecord::Registers { changes, .. } => StateRecord::Registers { at, by_instruction: true, changes: changes.iter().collect() },
-            LogRecord::Wrote { address, bytes, .. } => StateRecord::Wrote { at, by_instruction: true, address, bytes },
+            LogRecord::Wrote { address, bytes, .. } => StateRecord::Wrote { at, by_instruction: true, address, bytes: bytes.into() },
             LogRecord::Read { address, size, .. } => StateRecord::Read { at, address, size: u64::from(size) },
             _ => return,
         };
@@ -444,7 +444,7 @@ impl LogConverter {
             }
             LogRecord::KernelWrote { number, address, bytes } => {
                 let (tid, at) = if number == 0 { (0, 0) } else { self.at_thread(number).unwrap_or((current, steps)) };
-                (tid, StateRecord::Wrote { at, by_instruction: false, address, bytes })
+                (tid, StateRecord::Wrote { at, by_instruction: false, address, bytes: bytes.into() })
             }
             LogRecord::Zeroed { start, length } => (current, StateRecord::Zeroed { at: steps, start, length }),
             LogRecord::Unmapped { start, length } => (current, StateRecord::Unmapped { at: steps, start, length }),

@@ -457,7 +457,7 @@ fn a_signal_delivered_is_marked_in_the_full_state_between_the_interrupted_state_
         vec![
             (77, StateRecord::Registers { at: 2, by_instruction: false, changes: vec![(0, 0)] }),
             (77, StateRecord::SignalDelivered { at: 2, signal: 10, ip: 0x1003 }),
-            (77, StateRecord::Wrote { at: 2, by_instruction: false, address: 0x7000, bytes: &[1, 2, 3, 4] }),
+            (77, StateRecord::Wrote { at: 2, by_instruction: false, address: 0x7000, bytes: std::borrow::Cow::Borrowed(&[1, 2, 3, 4]) }),
             (77, StateRecord::Registers { at: 2, by_instruction: false, changes: vec![(5, 10), (7, 0x7000)] }),
         ]
     );

@@ -45,7 +45,7 @@ fn check(stream: &[u8]) {
             if !bytes.is_empty() && bytes.len() < 4096 && address.checked_add(bytes.len() as u64).is_some() {
                 let mut back = vec![0; bytes.len()];
                 assert_eq!(machine.read(*address, &mut back), bytes.len());
-                assert_eq!(&back, bytes);
+                assert_eq!(&back[..], &bytes[..]);
             }
         }
     }

@@ -20,6 +20,7 @@
 //! timeline and the state. A register or byte the recording does not know
 //! is unavailable.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::{ControlFlow, Range};
 
@@ -149,7 +150,14 @@ fn with_slice<'b>(record: &StateRecord<'_>, slice: &'b [u8]) -> StateRecord<'b> 
         StateRecord::Thread(tid) => StateRecord::Thread(tid),
         StateRecord::Scheduled { at } => StateRecord::Scheduled { at },
         StateRecord::Registers { at, by_instruction, ref changes } => StateRecord::Registers { at, by_instruction, changes: changes.clone() },
-        StateRecord::Wrote { at, by_instruction, address, .. } => StateRecord::Wrote { at, by_instruction, address, bytes: slice },
+        // (Bytes not in the stream, a register's value stored, are kept.)
+        StateRecord::Wrote { at, by_instruction, address, ref bytes } => {
+            let bytes = match bytes {
+                Cow::Owned(value) => Cow::Owned(value.clone()),
+                Cow::Borrowed(_) => Cow::Borrowed(slice),
+            };
+            StateRecord::Wrote { at, by_instruction, address, bytes }
+        }
         StateRecord::Read { at, address, size } => StateRecord::Read { at, address, size },
         StateRecord::Zeroed { at, start, length } => StateRecord::Zeroed { at, start, length },
         StateRecord::Unmapped { at, start, length } => StateRecord::Unmapped { at, start, length },
@@ -162,7 +170,7 @@ fn with_slice<'b>(record: &StateRecord<'_>, slice: &'b [u8]) -> StateRecord<'b> 
 impl Kept {
     fn of(stream: &[u8], tid: u32, record: &StateRecord<'_>) -> Self {
         let slice = match record {
-            StateRecord::Wrote { bytes, .. } => bytes,
+            StateRecord::Wrote { bytes: Cow::Borrowed(bytes), .. } => bytes,
             StateRecord::FileMapped { path, .. } => path,
             _ => &[][..],
         };
@@ -199,7 +207,7 @@ fn interval_of(effect: u64, interval: u64) -> u32 {
 fn memory_effects(record: &StateRecord<'_>) -> Vec<Range<u64>> {
     let range = |start: u64, length: u64| start..start.saturating_add(length);
     match *record {
-        StateRecord::Wrote { address, bytes, .. } => vec![range(address, bytes.len() as u64)],
+        StateRecord::Wrote { address, ref bytes, .. } => vec![range(address, bytes.len() as u64)],
         StateRecord::Zeroed { start, length, .. } | StateRecord::Unmapped { start, length, .. } | StateRecord::FileMapped { start, length, .. } => vec![range(start, length)],
         StateRecord::Moved { from, to, length, .. } => vec![range(from, length), range(to, length)],
         _ => Vec::new(),
@@ -350,7 +358,7 @@ impl RecordedState {
             }
         };
         match *record {
-            StateRecord::Wrote { address: start, bytes, .. } => set(start, bytes.len() as u64, &mut |at| Byte::Value(bytes[(at - start) as usize])),
+            StateRecord::Wrote { address: start, ref bytes, .. } => set(start, bytes.len() as u64, &mut |at| Byte::Value(bytes[(at - start) as usize])),
             StateRecord::Zeroed { start, length, .. } => set(start, length, &mut |_| Byte::Value(0)),
             StateRecord::Unmapped { start, length, .. } => set(start, length, &mut |_| Byte::Unknown),
             StateRecord::Moved { from, to, length, .. } => {
@@ -491,7 +499,7 @@ impl RecordedState {
 
 /// Whether `record` wrote (an instruction, or the kernel) a byte of `range`.
 fn writes_to(record: &StateRecord<'_>, range: &Range<u64>) -> bool {
-    matches!(*record, StateRecord::Wrote { address, bytes, .. } if address < range.end && range.start < address.saturating_add(bytes.len() as u64))
+    matches!(*record, StateRecord::Wrote { address, ref bytes, .. } if address < range.end && range.start < address.saturating_add(bytes.len() as u64))
 }
 
 /// Whether `record` is an instruction's read of a byte of `range`.

@@ -40,7 +40,8 @@ fn file_bytes() -> Vec<u8> {
 
 /// One thread (7) of 40 instructions: a start with zeroed, written and
 /// file-mapped memory; every instruction changes rax, every third writes
-/// a word of 0x5000.., every fifth reads 0x5100; the kernel writes after
+/// a word of 0x5000.., every seventh (from 6) stores rax's value at
+/// 0x5040, every fifth reads 0x5100; the kernel writes after
 /// step 20, a mapping goes at step 30 and one moves at step 35.
 fn one_thread() -> (Timeline, Vec<u8>) {
     one_thread_signalled(false)
@@ -55,27 +56,33 @@ fn one_thread_signalled(signalled: bool) -> (Timeline, Vec<u8>) {
     let timeline = Timeline::scheduled(threads, vec![(0, 0, 40)], deliveries);
     let mut w = StateWriter::new();
     w.push(&StateRecord::Zeroed { at: 0, start: 0x5000, length: 0x1000 });
-    w.push(&StateRecord::Wrote { at: 0, by_instruction: false, address: 0x5000, bytes: &[1, 2, 3, 4, 5, 6, 7, 8] });
+    w.push(&StateRecord::Wrote { at: 0, by_instruction: false, address: 0x5000, bytes: Cow::Borrowed(&[1, 2, 3, 4, 5, 6, 7, 8]) });
     w.push(&StateRecord::FileMapped { at: 0, start: 0x8000, length: 0x3000, offset: 0x800, path: FILE });
     w.push(&StateRecord::Thread(7));
     w.push(&StateRecord::Registers { at: 0, by_instruction: false, changes: vec![(0, 100), (7, 0x5f00), (piece::RFLAGS, 0x44)] });
     let words: Vec<[u8; 8]> = (0..40u8).map(|s| [s; 8]).collect();
     for s in 0..40u64 {
+        if s % 7 == 6 {
+            // A store of rax's value (before this step sets it), as the
+            // instruction's first record: the stream keeps the register's
+            // number, not the bytes.
+            w.push(&StateRecord::Wrote { at: s + 1, by_instruction: true, address: 0x5040, bytes: Cow::Owned((99 + s).to_le_bytes().to_vec()) });
+        }
         w.push(&StateRecord::Registers { at: s + 1, by_instruction: true, changes: vec![(0, 100 + s)] });
         if s % 3 == 0 {
-            w.push(&StateRecord::Wrote { at: s + 1, by_instruction: true, address: 0x5000 + (s % 4) * 8, bytes: &words[s as usize] });
+            w.push(&StateRecord::Wrote { at: s + 1, by_instruction: true, address: 0x5000 + (s % 4) * 8, bytes: Cow::Borrowed(&words[s as usize]) });
         }
         if s % 5 == 0 {
             w.push(&StateRecord::Read { at: s + 1, address: 0x5100, size: 8 });
         }
         if s == 20 {
-            w.push(&StateRecord::Wrote { at: s + 1, by_instruction: false, address: 0x5200, bytes: &[0xaa; 16] });
+            w.push(&StateRecord::Wrote { at: s + 1, by_instruction: false, address: 0x5200, bytes: Cow::Borrowed(&[0xaa; 16]) });
             w.push(&StateRecord::Registers { at: s + 1, by_instruction: false, changes: vec![(1, 77)] });
         }
         if s == 25 && signalled {
             w.push(&StateRecord::Registers { at: s + 1, by_instruction: false, changes: vec![(2, 55)] });
             w.push(&StateRecord::SignalDelivered { at: s + 1, signal: 10, ip: 0x1234 });
-            w.push(&StateRecord::Wrote { at: s + 1, by_instruction: false, address: 0x5300, bytes: &[0xbb; 16] });
+            w.push(&StateRecord::Wrote { at: s + 1, by_instruction: false, address: 0x5300, bytes: Cow::Borrowed(&[0xbb; 16]) });
             w.push(&StateRecord::Registers { at: s + 1, by_instruction: false, changes: vec![(7, 0x5300), (5, 10)] });
         }
         if s == 30 {
@@ -129,7 +136,7 @@ fn registers_and_memory_at_every_position_are_what_a_replay_from_the_start_gives
             let rip = timeline.at(position).unwrap().ip;
             let expected = registers_of(oracle.registers(7).unwrap(), rip);
             assert_eq!(state.registers_at(&timeline, 7, position), Some(expected), "interval {interval}, position {position}");
-            for (address, len) in [(0x4ff8u64, 0x30usize), (0x5100, 8), (0x51fc, 0x18), (0x52f8, 0x20), (0x53f0, 0x20), (0x5ff8, 0x20), (0x8000, 0x10), (0x8ff8, 0x10), (0x9ffc, 0x10), (0xa7f0, 0x20)] {
+            for (address, len) in [(0x4ff8u64, 0x30usize), (0x5038, 0x18), (0x5100, 8), (0x51fc, 0x18), (0x52f8, 0x20), (0x53f0, 0x20), (0x5ff8, 0x20), (0x8000, 0x10), (0x8ff8, 0x10), (0x9ffc, 0x10), (0xa7f0, 0x20)] {
                 let mut got = vec![0u8; len];
                 let n = state.memory_at(&timeline, position, address, &mut got);
                 let mut want = vec![0u8; len];
@@ -180,7 +187,7 @@ fn a_record_of_one_thread_takes_effect_where_the_stream_stands_among_the_others(
         w.push(&StateRecord::Registers { at: s + 1, by_instruction: true, changes: vec![(0, s)] });
     }
     w.push(&StateRecord::Thread(20));
-    w.push(&StateRecord::Wrote { at: 5, by_instruction: false, address: 0x5000, bytes: &[9] });
+    w.push(&StateRecord::Wrote { at: 5, by_instruction: false, address: 0x5000, bytes: Cow::Borrowed(&[9]) });
     let stream = w.take_bytes();
     let state = load(&timeline, &stream, 4);
     let byte = |position| {
