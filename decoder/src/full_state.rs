@@ -35,8 +35,9 @@
 //! count or size in the tag, 0x10–0x2f) and, the most frequent, compact
 //! ones: one piece (`0x80 | step << 5 | piece`), a general register and
 //! the flags (`0x30 | register`), an 8-byte store of a general register's
-//! value (`0x60 | register`, no bytes: the reader knows the value);
-//! `docs/full-state-format.md` has the tables.
+//! value (`0x60 | register`, no bytes: the reader knows the value), and
+//! 8-byte stores and loads near the stack pointer, from `rsp` (`0x78 |
+//! load << 1 | step`); `docs/full-state-format.md` has the tables.
 //!
 //! Register pieces are 8 bytes each, numbered as [`piece`] says.
 
@@ -289,20 +290,29 @@ impl StateWriter {
         // compact tag: one register, a register and the flags, a store of
         // a register's value.
         if let Some(compact) = compact_form(record, step, &thread.pieces) {
-            match compact {
-                Compact::Pieces { tag, pieces } => {
+            match (compact, record) {
+                (Compact::Pieces(tag), StateRecord::Registers { changes, .. }) => {
                     out.push(tag);
-                    for &(p, value) in &pieces {
+                    for &(p, value) in changes {
                         let slot = &mut thread.pieces[p as usize];
                         leb128::put_signed(out, value.wrapping_sub(*slot) as i64);
                         *slot = value;
                     }
                 }
-                Compact::RegisterStored { tag, address } => {
+                (Compact::RegisterStored(tag), StateRecord::Wrote { address, .. }) => {
                     out.push(tag);
                     leb128::put_signed(out, address.wrapping_sub(deltas.address) as i64);
-                    deltas.address = address;
+                    deltas.address = *address;
                 }
+                _ => unreachable!("a compact form is of its record's kind"),
+            }
+            return;
+        }
+        if let Some((tag, address)) = stack_form(record, step, thread.pieces[7], deltas.address) {
+            out.push(tag);
+            leb128::put_signed(out, address.wrapping_sub(thread.pieces[7]) as i64);
+            if let StateRecord::Wrote { bytes, .. } = record {
+                out.extend_from_slice(&bytes[..]);
             }
             return;
         }
@@ -374,31 +384,52 @@ const COMPACT_ONE_PIECE: u8 = 0x80;
 const COMPACT_WITH_FLAGS: u8 = 0x30;
 const COMPACT_REGISTER_STORED: u8 = 0x60;
 
+/// The stack forms (`0x78 | load << 1 | step`, step 0 or 1): an 8-byte
+/// store (its bytes follow) or load at the signed difference from the
+/// thread's `rsp` as its records last gave it, not from the last address
+/// (which stays, for the next access elsewhere).
+const STACK_ACCESS: u8 = 0x78;
+
+/// Bytes of `value` as a signed LEB128 number.
+fn signed_len(value: i64) -> u32 {
+    (64 - leb128::zigzag(value).leading_zeros()).max(1).div_ceil(7)
+}
+
+/// `record`'s stack form, `step` after the thread's last `at`: an 8-byte
+/// access whose address is shorter to write from `rsp` than from `last`.
+fn stack_form(record: &StateRecord<'_>, step: u64, rsp: u64, last: u64) -> Option<(u8, u64)> {
+    let (address, load) = match record {
+        StateRecord::Wrote { by_instruction: true, address, bytes, .. } if bytes.len() == 8 => (*address, 0),
+        StateRecord::Read { address, size: 8, .. } => (*address, 1),
+        _ => return None,
+    };
+    let shorter = signed_len(address.wrapping_sub(rsp) as i64) < signed_len(address.wrapping_sub(last) as i64);
+    (step <= 1 && shorter).then_some((STACK_ACCESS | load << 1 | step as u8, address))
+}
+
 /// An instruction's record in a compact form.
 enum Compact {
-    /// The tag, then each piece's difference (the pieces are the tag's).
-    Pieces { tag: u8, pieces: Vec<(u8, u64)> },
+    /// The tag, then each piece's difference (the pieces are the tag's,
+    /// all of the record's).
+    Pieces(u8),
     /// The tag, then the address difference (the bytes are the
     /// register's value).
-    RegisterStored { tag: u8, address: u64 },
+    RegisterStored(u8),
 }
 
 /// `record`'s compact form, `step` after the thread's last `at`, with
 /// the thread's pieces as last written (`last`), if it has one.
 fn compact_form(record: &StateRecord<'_>, step: u64, last: &[u64; piece::COUNT]) -> Option<Compact> {
     match record {
-        StateRecord::Registers { by_instruction: true, changes, .. } => {
-            let pieces: Vec<(u8, u64)> = changes.iter().copied().filter(|(p, _)| (*p as usize) < piece::COUNT).collect();
-            match pieces[..] {
-                [(p, _)] if p < 32 && step <= 3 => Some(Compact::Pieces { tag: COMPACT_ONE_PIECE | (step as u8) << 5 | p, pieces }),
-                [(p, _), (piece::RFLAGS, _)] if p < 16 && step == 1 => Some(Compact::Pieces { tag: COMPACT_WITH_FLAGS | p, pieces }),
-                _ => None,
-            }
-        }
-        StateRecord::Wrote { by_instruction: true, address, bytes, .. } if step == 1 && bytes.len() == 8 => {
+        StateRecord::Registers { by_instruction: true, changes, .. } => match changes[..] {
+            [(p, _)] if p < 32 && step <= 3 => Some(Compact::Pieces(COMPACT_ONE_PIECE | (step as u8) << 5 | p)),
+            [(p, _), (piece::RFLAGS, _)] if p < 16 && step == 1 => Some(Compact::Pieces(COMPACT_WITH_FLAGS | p)),
+            _ => None,
+        },
+        StateRecord::Wrote { by_instruction: true, bytes, .. } if step == 1 && bytes.len() == 8 => {
             let value = u64::from_le_bytes(bytes[..].try_into().ok()?);
             let p = piece::GENERAL.clone().find(|&p| last[p as usize] == value)?;
-            Some(Compact::RegisterStored { tag: COMPACT_REGISTER_STORED | p, address: *address })
+            Some(Compact::RegisterStored(COMPACT_REGISTER_STORED | p))
         }
         _ => None,
     }
@@ -598,6 +629,20 @@ impl<'a> StateRecords<'a> {
         if matches!(tag, COMPACT_WITH_FLAGS..=0x3f | COMPACT_REGISTER_STORED..=0x6f | COMPACT_ONE_PIECE..) {
             let tid = self.deltas.tid;
             return Ok((tid, self.compact(tag)?));
+        }
+        if (STACK_ACCESS..=STACK_ACCESS + 3).contains(&tag) {
+            let tid = self.deltas.tid;
+            let thread = self.deltas.thread();
+            let at = thread.at.checked_add(u64::from(tag & 1)).ok_or("position out of range")?;
+            thread.at = at;
+            let rsp = thread.pieces[7];
+            let address = rsp.wrapping_add(self.signed().ok_or("cut short")? as u64);
+            let record = if tag & 2 != 0 {
+                StateRecord::Read { at, address, size: 8 }
+            } else {
+                StateRecord::Wrote { at, by_instruction: true, address, bytes: Cow::Borrowed(self.bytes(8).ok_or("cut short")?) }
+            };
+            return Ok((tid, record));
         }
         // A short tag stands for `R`, `W` or `D` with the step and the
         // count or size in it.
@@ -1002,8 +1047,21 @@ mod tests {
         assert_eq!(small.take_bytes().len(), 1 + 1);
         small.push(&StateRecord::Registers { at: 11, by_instruction: true, changes: vec![(piece::xmm(1), 1)] });
         assert_eq!(small.take_bytes().len(), 1 + 1 + 1);
+        // On the stack: an 8-byte store and load near rsp take the
+        // difference from rsp (tag, one byte, the bytes), and leave the
+        // last address where it was: the next load there is one byte on.
+        small.push(&StateRecord::Registers { at: 12, by_instruction: true, changes: vec![(7, 0x7fff_0000)] });
+        small.take_bytes();
+        small.push(&StateRecord::Wrote { at: 12, by_instruction: true, address: 0x7fff_0000 - 8, bytes: Cow::Borrowed(&[5; 8]) });
+        small.push(&StateRecord::Read { at: 13, address: 0x7fff_0000 - 8, size: 8 });
+        assert_eq!(small.take_bytes().len(), (1 + 1 + 8) + (1 + 1));
+        small.push(&StateRecord::Read { at: 13, address: 24, size: 8 });
+        assert_eq!(small.take_bytes().len(), 1 + 1);
         // And every form reads back as written.
         let records = [
+            StateRecord::Registers { at: 0, by_instruction: true, changes: vec![(7, 0x7fff_0000)] },
+            StateRecord::Wrote { at: 0, by_instruction: true, address: 0x7fff_0000 - 8, bytes: Cow::Borrowed(&[5; 8]) },
+            StateRecord::Read { at: 1, address: 0x7fff_0000 + 16, size: 8 },
             StateRecord::Registers { at: 1, by_instruction: true, changes: vec![(0, 3)] },
             StateRecord::Registers { at: 2, by_instruction: true, changes: vec![(1, 0x1234), (piece::RFLAGS, 0x44)] },
             StateRecord::Wrote { at: 3, by_instruction: true, address: 24, bytes: Cow::Borrowed(&rbx) },
@@ -1020,6 +1078,7 @@ mod tests {
         let read: Vec<StateRecord> = state_records(&bytes).map(|r| r.unwrap().1).collect();
         assert_eq!(read, records);
         assert!(bytes[STATE_MAGIC.len()..].iter().any(|&tag| tag >= 0x80) && bytes.contains(&0x31) && bytes.contains(&0x61), "the compact forms were taken");
+        assert!(bytes.contains(&STACK_ACCESS) && bytes.contains(&(STACK_ACCESS | 3)), "the stack forms were taken");
         // Eight pieces, or a step of more than one: the long form.
         let eight: Vec<(u8, u64)> = (0..8).map(|p| (p, 1)).collect();
         let records = [

@@ -41,7 +41,8 @@ fn file_bytes() -> Vec<u8> {
 /// One thread (7) of 40 instructions: a start with zeroed, written and
 /// file-mapped memory; every instruction changes rax, every third writes
 /// a word of 0x5000.., every seventh (from 6) stores rax's value at
-/// 0x5040, every fifth reads 0x5100; the kernel writes after
+/// 0x5040, every eleventh (from 10) writes below rsp at 0x5ef8, every
+/// fifth reads 0x5100; the kernel writes after
 /// step 20, a mapping goes at step 30 and one moves at step 35.
 fn one_thread() -> (Timeline, Vec<u8>) {
     one_thread_signalled(false)
@@ -74,6 +75,10 @@ fn one_thread_signalled(signalled: bool) -> (Timeline, Vec<u8>) {
         }
         if s % 5 == 0 {
             w.push(&StateRecord::Read { at: s + 1, address: 0x5100, size: 8 });
+        }
+        if s % 11 == 10 {
+            // Below rsp (0x5f00): the stream writes it from rsp.
+            w.push(&StateRecord::Wrote { at: s + 1, by_instruction: true, address: 0x5ef8, bytes: Cow::Borrowed(&words[s as usize]) });
         }
         if s == 20 {
             w.push(&StateRecord::Wrote { at: s + 1, by_instruction: false, address: 0x5200, bytes: Cow::Borrowed(&[0xaa; 16]) });
@@ -136,7 +141,7 @@ fn registers_and_memory_at_every_position_are_what_a_replay_from_the_start_gives
             let rip = timeline.at(position).unwrap().ip;
             let expected = registers_of(oracle.registers(7).unwrap(), rip);
             assert_eq!(state.registers_at(&timeline, 7, position), Some(expected), "interval {interval}, position {position}");
-            for (address, len) in [(0x4ff8u64, 0x30usize), (0x5038, 0x18), (0x5100, 8), (0x51fc, 0x18), (0x52f8, 0x20), (0x53f0, 0x20), (0x5ff8, 0x20), (0x8000, 0x10), (0x8ff8, 0x10), (0x9ffc, 0x10), (0xa7f0, 0x20)] {
+            for (address, len) in [(0x4ff8u64, 0x30usize), (0x5038, 0x18), (0x5ef0, 0x18), (0x5100, 8), (0x51fc, 0x18), (0x52f8, 0x20), (0x53f0, 0x20), (0x5ff8, 0x20), (0x8000, 0x10), (0x8ff8, 0x10), (0x9ffc, 0x10), (0xa7f0, 0x20)] {
                 let mut got = vec![0u8; len];
                 let n = state.memory_at(&timeline, position, address, &mut got);
                 let mut want = vec![0u8; len];
