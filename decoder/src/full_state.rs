@@ -192,7 +192,11 @@ pub enum StateRecord<'a> {
 #[derive(Debug, Default, Clone)]
 struct DeltaState {
     tid: u32,
-    threads: HashMap<u32, ThreadDeltas>,
+    /// Every thread's, in the order first met (a few: looked up only when
+    /// the stream changes threads).
+    threads: Vec<(u32, ThreadDeltas)>,
+    /// The index of `tid`'s in `threads`, once it has one.
+    current: usize,
     address: u64,
 }
 
@@ -209,8 +213,21 @@ impl Default for ThreadDeltas {
 }
 
 impl DeltaState {
+    /// The index of `tid`'s differences (made if new).
+    fn index(&mut self) -> usize {
+        if self.threads.get(self.current).is_none_or(|(tid, _)| *tid != self.tid) {
+            let tid = self.tid;
+            self.current = self.threads.iter().position(|(t, _)| *t == tid).unwrap_or_else(|| {
+                self.threads.push((tid, ThreadDeltas::default()));
+                self.threads.len() - 1
+            });
+        }
+        self.current
+    }
+
     fn thread(&mut self) -> &mut ThreadDeltas {
-        self.threads.entry(self.tid).or_default()
+        let index = self.index();
+        &mut self.threads[index].1
     }
 }
 
@@ -282,7 +299,8 @@ impl StateWriter {
             StateRecord::FileMapped { .. } => b'F',
             StateRecord::SignalDelivered { .. } => b'I',
         };
-        let thread = deltas.threads.entry(deltas.tid).or_default();
+        let index = deltas.index();
+        let thread = &mut deltas.threads[index].1;
         let at = record.at().max(thread.at);
         let step = at - thread.at;
         thread.at = at;
@@ -614,7 +632,10 @@ impl<'a> StateRecords<'a> {
             self.deltas.address = address;
             return Ok(StateRecord::Wrote { at, by_instruction: true, address, bytes: Cow::Owned(value.to_le_bytes().to_vec()) });
         }
-        let changes = pieces.iter().map(|&p| Ok((p, self.piece_difference(p)?))).collect::<Result<_, &'static str>>()?;
+        let mut changes = Vec::with_capacity(pieces.len());
+        for &p in pieces {
+            changes.push((p, self.piece_difference(p)?));
+        }
         Ok(StateRecord::Registers { at, by_instruction: true, changes })
     }
 

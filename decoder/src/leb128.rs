@@ -19,6 +19,11 @@ pub fn put_signed(out: &mut Vec<u8>, value: i64) {
 /// Reads the value at `*at`, moving `at` past it; `None` where `bytes`
 /// ends inside it or it does not fit 64 bits.
 pub fn get(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    // Most numbers of a stream are one byte.
+    if let Some(&byte) = bytes.get(*at).filter(|&&b| b < 0x80) {
+        *at += 1;
+        return Some(u64::from(byte));
+    }
     let mut reader = EndianSlice::new(bytes.get(*at..)?, LittleEndian);
     let value = gimli::leb128::read::unsigned(&mut reader).ok()?;
     *at = bytes.len() - reader.len();

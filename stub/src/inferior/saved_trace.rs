@@ -339,11 +339,13 @@ impl SavedTrace {
         // Item ids as `retrace dump instructions` and LLDB give them.
         let options = FlowOptions { lldb_psb_slices: true };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let started = std::time::Instant::now();
         let threads: Vec<RecordedThread> = loaded
             .threads
             .iter()
             .map(|t| RecordedThread { tid: t.tid, history: decode_parallel_with(&t.trace, image, cores, options) })
             .collect();
+        tracing::info!(seconds = started.elapsed().as_secs_f64(), "traces decoded");
         if threads.iter().all(|t| t.history.instructions() == 0) {
             return Err(InferiorError::Bundle(format!("{}: the trace holds no instructions", trace_json.display())));
         }
@@ -362,9 +364,11 @@ impl SavedTrace {
             Some(stream) => {
                 // Up to any damage (the state's load says where it is);
                 // a file that is no stream at all is refused.
+                let started = std::time::Instant::now();
                 let reading = Releasing::new(stream);
                 let schedule = retrace_decoder::full_state::schedule_of(reading.take_while(|item| item.as_ref().map_or_else(|e| e.offset == 0, |_| true)))
                     .map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?;
+                tracing::info!(seconds = started.elapsed().as_secs_f64(), runs = schedule.runs.len(), deliveries = schedule.deliveries.len(), "full-state schedule read");
                 let slices = scheduled_slices(&threads, &schedule.runs);
                 let deliveries = schedule
                     .deliveries

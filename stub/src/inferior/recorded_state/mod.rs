@@ -135,6 +135,18 @@ pub fn registers_of(pieces: &[Option<u64>; piece::COUNT], rip: u64) -> Regs {
 /// A thread's register pieces as known (by piece number).
 type Pieces = Box<[Option<u64>; piece::COUNT]>;
 
+/// Every thread's pieces (a few threads: searched in order).
+type ThreadPieces = Vec<(u32, Pieces)>;
+
+/// Thread `tid`'s pieces in `threads` (none known yet if new).
+fn pieces_of(threads: &mut ThreadPieces, tid: u32) -> &mut Pieces {
+    let index = threads.iter().position(|(t, _)| *t == tid).unwrap_or_else(|| {
+        threads.push((tid, Box::new([None; piece::COUNT])));
+        threads.len() - 1
+    });
+    &mut threads[index].1
+}
+
 /// A record kept apart from the stream (its one slice, the bytes written
 /// or the path mapped, as a range of the stream).
 #[derive(Debug, Clone)]
@@ -193,7 +205,7 @@ struct Checkpoint {
     /// The reading after `first`.
     rest: StreamPosition,
     /// Every thread's registers.
-    registers: HashMap<u32, Pieces>,
+    registers: ThreadPieces,
 }
 
 /// The interval whose records take effect at `effect`: interval `k` holds
@@ -262,8 +274,8 @@ impl RecordedState {
         let bytes = stream.bytes();
         let mut reading = Releasing::new(&stream);
         let mut clock = Clock::new(timeline, &threads, 0);
-        let mut registers: HashMap<u32, Pieces> = HashMap::new();
-        let mut checkpoints = vec![Checkpoint { first: None, rest: reading.records.position(), registers: HashMap::new() }];
+        let mut registers = ThreadPieces::new();
+        let mut checkpoints = vec![Checkpoint { first: None, rest: reading.records.position(), registers: ThreadPieces::new() }];
         let (mut writes, mut reads) = (Touches::default(), Touches::default());
         let mut complete_before = u64::MAX;
         while let Some(item) = reading.next() {
@@ -282,7 +294,7 @@ impl RecordedState {
             }
             let at = interval_of(effect, interval);
             match &record {
-                StateRecord::Registers { changes, .. } => set_pieces(registers.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT])), changes),
+                StateRecord::Registers { changes, .. } => set_pieces(pieces_of(&mut registers, tid), changes),
                 StateRecord::Read { address, size, .. } => reads.touch(at, *address..address.saturating_add(*size)),
                 _ => {
                     if let StateRecord::FileMapped { path, .. } = &record {
@@ -334,7 +346,7 @@ impl RecordedState {
         let thread = timeline.thread_of(tid)?;
         let tid = u32::try_from(tid).ok()?;
         let k = (position / self.interval) as u32;
-        let mut pieces = self.checkpoints.get(k as usize)?.registers.get(&tid).cloned();
+        let mut pieces = self.checkpoints.get(k as usize)?.registers.iter().find(|(t, _)| *t == tid).map(|(_, p)| p.clone());
         self.scan(timeline, k, position, &mut |_, of, record| {
             if let (true, StateRecord::Registers { changes, .. }) = (of == tid, record) {
                 set_pieces(pieces.get_or_insert_with(|| Box::new([None; piece::COUNT])), changes);

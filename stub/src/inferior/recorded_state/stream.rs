@@ -107,13 +107,28 @@ pub struct Clock<'t> {
     timeline: &'t Timeline,
     threads: &'t HashMap<u32, usize>,
     now: u64,
+    /// The thread looked up last and its index (records come in runs of
+    /// one thread's).
+    last: Option<(u32, Option<usize>)>,
 }
 
 impl<'t> Clock<'t> {
     /// A clock standing at `now`; `threads` maps thread ids to the
     /// timeline's thread indices.
     pub fn new(timeline: &'t Timeline, threads: &'t HashMap<u32, usize>, now: u64) -> Self {
-        Clock { timeline, threads, now }
+        Clock { timeline, threads, now, last: None }
+    }
+
+    /// Thread `tid`'s index in the timeline.
+    fn thread(&mut self, tid: u32) -> Option<usize> {
+        match self.last {
+            Some((last, index)) if last == tid => index,
+            _ => {
+                let index = self.threads.get(&tid).copied();
+                self.last = Some((tid, index));
+                index
+            }
+        }
     }
 
     /// Where the stream stands.
@@ -127,13 +142,13 @@ impl<'t> Clock<'t> {
             StateRecord::Registers { at, by_instruction: true, .. } | StateRecord::Wrote { at, by_instruction: true, .. } | StateRecord::Read { at, .. } => at.checked_sub(1),
             _ => None,
         };
-        if let Some(position) = step.and_then(|s| self.timeline.position_of(*self.threads.get(&tid)?, s)) {
+        if let Some(position) = step.and_then(|s| self.timeline.position_of(self.thread(tid)?, s)) {
             self.now = self.now.max(position + 1);
         }
         // A delivery is a step of its own: what the thread's records say
         // after it (the frame, the handler's registers) is after it.
         if let StateRecord::SignalDelivered { at, .. } = *record {
-            if let Some(position) = self.threads.get(&tid).and_then(|&thread| self.timeline.delivery_before(thread, at, self.now)) {
+            if let Some(position) = self.thread(tid).and_then(|thread| self.timeline.delivery_before(thread, at, self.now)) {
                 self.now = self.now.max(position + 1);
             }
         }
