@@ -771,8 +771,12 @@ impl HistoryOps for FullRecording {
         let full = &*self;
         let position = full.position.unwrap_or(full.log.len());
         let tid = request.tid.unwrap_or_else(|| self.thread_at(position));
-        let id = request.before.unwrap_or_else(|| full.log.steps_of_thread_before(tid, position));
-        Ok(HistoryListing { tid, id, steps: full.log.frame_history(tid, id, request.max, &request.within, &request.stops) })
+        let (id, steps) = match request.before {
+            Some(id) => (id, full.log.frame_history(tid, id, request.max, &request.within, &request.stops)),
+            // From where it stands (a delivery has no number of its own).
+            None => (full.log.steps_of_thread_before(tid, position), full.log.frame_history_at(tid, position, request.max, &request.within, &request.stops)),
+        };
+        Ok(HistoryListing { tid, id, steps })
     }
 }
 

@@ -318,8 +318,23 @@ impl StateLog {
     /// (sorted), found through the address index.
     pub fn frame_history(&self, tid: u64, before: u64, max: usize, within: &[Range<u64>], stops: &[u64]) -> Vec<FrameStep> {
         let Some(thread) = self.threads.get(&tid) else { return Vec::new() };
+        let before = thread.index_of(before).unwrap_or(usize::MAX).min(thread.count);
+        self.frame_history_from(thread, before, max, within, stops)
+    }
+
+    /// [`Self::frame_history`] seen from where thread `tid` stands at
+    /// `position` (at a signal's delivery: the interrupted frame, which
+    /// its instruction number, the handler's first instruction's, does
+    /// not tell apart).
+    pub fn frame_history_at(&self, tid: u64, position: u64, max: usize, within: &[Range<u64>], stops: &[u64]) -> Vec<FrameStep> {
+        let Some(thread) = self.threads.get(&tid) else { return Vec::new() };
+        self.frame_history_from(thread, thread.done_before(position), max, within, stops)
+    }
+
+    /// The frame history from before `thread`'s step `before` (an index
+    /// of its steps, deliveries included; its count: the present).
+    fn frame_history_from(&self, thread: &ThreadSteps, before: usize, max: usize, within: &[Range<u64>], stops: &[u64]) -> Vec<FrameStep> {
         let count = thread.count;
-        let before = thread.index_of(before).unwrap_or(usize::MAX).min(count);
         let frame = if before == count { thread.depth_next } else { thread.depth(before) };
         let pc = |i: usize| self.pc(thread.position(i));
         let inside = |pc: u64| within.iter().any(|r| r.contains(&pc));

@@ -80,14 +80,15 @@ impl ThreadSteps {
         (index - self.deliveries.partition_point(|&d| d < index)) as u64
     }
 
-    /// The index of its step that is instruction number `id`.
+    /// The index of its step that is instruction number `id` (past its
+    /// last: at least its count).
     pub(super) fn index_of(&self, id: u64) -> Option<usize> {
         let mut index = usize::try_from(id).ok()?;
         for &delivery in &self.deliveries {
             if delivery > index {
                 break;
             }
-            index += 1;
+            index = index.checked_add(1)?;
         }
         Some(index)
     }

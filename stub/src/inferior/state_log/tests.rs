@@ -448,4 +448,13 @@ fn a_signal_delivery_is_a_step_of_its_own_that_instruction_numbers_and_breakpoin
     // then the instruction the signal interrupted (the system call).
     let listed: Vec<(u64, u64, i32)> = log.frame_history(1, 2, 10, &[], &[]).iter().map(|s| (s.id, s.pc, s.depth)).collect();
     assert_eq!(listed, [(1, 0x9000, 0), (0, 0x10, -1)]);
+    // Standing at the delivery: the interrupted frame, whose previous
+    // instruction is the system call; at the handler's entry, nothing
+    // of its frame yet, then the system call that entered it.
+    let at = |position: u64| -> Vec<(u64, u64, i32)> { log.frame_history_at(1, position, 10, &[], &[]).iter().map(|s| (s.id, s.pc, s.depth)).collect() };
+    assert_eq!(at(1), [(0, 0x10, 0)]);
+    assert_eq!(at(2), [(0, 0x10, -1)]);
+    // An instruction number past every one is no step.
+    assert_eq!(log.position_of_thread_step(1, u64::MAX), None);
+    assert!(log.frame_history(1, u64::MAX, 10, &[], &[]).len() == 3, "from the present");
 }
