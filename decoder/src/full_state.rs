@@ -12,13 +12,15 @@
 //! process-wide records before any thread ran (the memory at the start)
 //! are thread 0's with `at` 0.
 //!
-//! Encoding (after the magic `RTSTATE1`; numbers are LEB128, "signed" ones
+//! Encoding (after the magic `RTSTATE2`, up to the end mark `E`; streams
+//! from before the end mark start with `RTSTATE1`; numbers are LEB128, "signed" ones
 //! zigzag-mapped): each record is a tag byte, then `at` as the difference
 //! from the previous record of the same thread, then its fields:
 //!
 //! | tag | fields | meaning |
 //! |---|---|---|
 //! | `T` | tid (no `at`) | the records that follow are thread `tid`'s |
+//! | `E` | (no `at`) | the end mark: the stream is whole ([`StateWriter::finish`]) |
 //! | `S` | — | the thread runs from its step `at` on, until another is scheduled: the one order the threads ran in |
 //! | `R` | n, n × (piece u8, signed difference from the thread's last value of the piece) | an instruction changed registers: their values after it |
 //! | `r` | as `R` | registers changed other than by an instruction (a system call's result, a signal delivered, a thread's first registers) |
@@ -46,8 +48,14 @@ use std::collections::HashMap;
 
 use crate::leb128;
 
-/// The magic at the start of a full-state stream.
-pub const STATE_MAGIC: &[u8; 8] = b"RTSTATE1";
+/// The magic at the start of a full-state stream: one that ends with an
+/// end mark ([`StateRecord::End`]), so that a stream cut between two
+/// records is told from a whole one.
+pub const STATE_MAGIC: &[u8; 8] = b"RTSTATE2";
+
+/// The magic of the streams written before the end mark (read as they
+/// are: their end is where the bytes end).
+pub const STATE_MAGIC_UNMARKED: &[u8; 8] = b"RTSTATE1";
 
 /// The register pieces (8 bytes each) records name.
 pub mod piece {
@@ -172,6 +180,9 @@ pub enum StateRecord<'a> {
         /// The file's path when recorded.
         path: &'a [u8],
     },
+    /// The stream is whole: nothing follows (the last record of a stream
+    /// [`StateWriter::finish`] ended).
+    End,
     /// A signal is delivered to the thread: what its records say after
     /// this one, until its next step, is the delivery's (the signal frame
     /// written, the handler's registers); before it, the thread stood
@@ -273,6 +284,12 @@ impl StateWriter {
         std::mem::take(&mut self.out)
     }
 
+    /// Ends the stream with its end mark: the bytes not taken yet.
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.push(&StateRecord::End);
+        self.take_bytes()
+    }
+
     /// Appends `record`. `at` must not go back within a thread (a record
     /// that does is written at the thread's last `at`).
     pub fn push(&mut self, record: &StateRecord<'_>) {
@@ -285,6 +302,10 @@ impl StateWriter {
                     leb128::put(out, u64::from(*tid));
                     deltas.tid = *tid;
                 }
+                return;
+            }
+            StateRecord::End => {
+                out.push(b'E');
                 return;
             }
             StateRecord::Scheduled { .. } => b'S',
@@ -347,7 +368,7 @@ impl StateWriter {
             deltas.address = address;
         };
         match record {
-            StateRecord::Thread(_) => unreachable!("written above"),
+            StateRecord::Thread(_) | StateRecord::End => unreachable!("written above"),
             StateRecord::Scheduled { .. } => {}
             StateRecord::Registers { changes, .. } => {
                 if long {
@@ -501,7 +522,7 @@ impl StateRecord<'_> {
     /// When it took effect (0 for [`StateRecord::Thread`]).
     pub fn at(&self) -> u64 {
         match self {
-            StateRecord::Thread(_) => 0,
+            StateRecord::Thread(_) | StateRecord::End => 0,
             StateRecord::Scheduled { at }
             | StateRecord::Registers { at, .. }
             | StateRecord::Wrote { at, .. }
@@ -528,11 +549,17 @@ pub struct StateError {
 /// The records of a stream with the thread each is of, in order. A damaged
 /// or cut record ends the iteration with an error naming its offset (the
 /// differences cannot be followed past it).
+///
+/// A stream that promises its end mark ([`STATE_MAGIC`]) and ends
+/// without it ends the iteration with an error at its last byte: it was
+/// cut between two records.
 pub fn state_records(stream: &[u8]) -> StateRecords<'_> {
-    if !stream.starts_with(STATE_MAGIC) {
-        return StateRecords { stream, at: stream.len(), deltas: DeltaState::default(), error: Some(StateError { offset: 0, what: "not a retrace full-state stream (no RTSTATE1)".into() }) };
+    let marked = stream.starts_with(STATE_MAGIC);
+    if !marked && !stream.starts_with(STATE_MAGIC_UNMARKED) {
+        let error = StateError { offset: 0, what: "not a retrace full-state stream (no RTSTATE2 or RTSTATE1)".into() };
+        return StateRecords { stream, at: stream.len(), deltas: DeltaState::default(), error: Some(error), marked: false, ended: true };
     }
-    StateRecords { stream, at: STATE_MAGIC.len(), deltas: DeltaState::default(), error: None }
+    StateRecords { stream, at: STATE_MAGIC.len(), deltas: DeltaState::default(), error: None, marked, ended: false }
 }
 
 /// See [`state_records`].
@@ -542,6 +569,10 @@ pub struct StateRecords<'a> {
     at: usize,
     deltas: DeltaState,
     error: Option<StateError>,
+    /// The stream promises an end mark.
+    marked: bool,
+    /// The end mark was read (or its absence reported).
+    ended: bool,
 }
 
 /// Where a reading of a stream stands ([`StateRecords::position`]): its
@@ -552,6 +583,8 @@ pub struct StateRecords<'a> {
 pub struct StreamPosition {
     at: usize,
     deltas: DeltaState,
+    marked: bool,
+    ended: bool,
 }
 
 impl StreamPosition {
@@ -570,13 +603,13 @@ impl<'a> StateRecords<'a> {
     /// Where this reading stands (nothing once it met an error).
     pub fn position(&self) -> StreamPosition {
         let at = if self.error.is_some() { self.stream.len() } else { self.at };
-        StreamPosition { at, deltas: self.deltas.clone() }
+        StreamPosition { at, deltas: self.deltas.clone(), marked: self.marked, ended: self.ended }
     }
 
     /// Reads `stream` on from `position`, which a reading of the same
     /// stream gave.
     pub fn resume(stream: &'a [u8], position: &StreamPosition) -> Self {
-        StateRecords { stream, at: position.at.min(stream.len()), deltas: position.deltas.clone(), error: None }
+        StateRecords { stream, at: position.at.min(stream.len()), deltas: position.deltas.clone(), error: None, marked: position.marked, ended: position.ended }
     }
 
     fn number(&mut self) -> Option<u64> {
@@ -642,10 +675,17 @@ impl<'a> StateRecords<'a> {
     fn record(&mut self) -> Result<(u32, StateRecord<'a>), &'static str> {
         let tag = *self.stream.get(self.at).ok_or("cut short")?;
         self.at += 1;
+        if self.ended {
+            return Err("a record after the end mark");
+        }
         if tag == b'T' {
             let tid = self.number().and_then(|t| u32::try_from(t).ok()).ok_or("thread record cut short or out of range")?;
             self.deltas.tid = tid;
             return Ok((tid, StateRecord::Thread(tid)));
+        }
+        if tag == b'E' {
+            self.ended = true;
+            return Ok((self.deltas.tid, StateRecord::End));
         }
         if matches!(tag, COMPACT_WITH_FLAGS..=0x3f | COMPACT_REGISTER_STORED..=0x6f | COMPACT_ONE_PIECE..) {
             let tid = self.deltas.tid;
@@ -734,6 +774,10 @@ impl<'a> Iterator for StateRecords<'a> {
             return Some(Err(error));
         }
         if self.at >= self.stream.len() {
+            if self.marked && !self.ended {
+                self.ended = true;
+                return Some(Err(StateError { offset: self.stream.len(), what: "the stream ends without its end mark: cut short".into() }));
+            }
             return None;
         }
         let start = self.at;
@@ -742,6 +786,8 @@ impl<'a> Iterator for StateRecords<'a> {
             Err(what) => {
                 let tag = self.stream[start];
                 self.at = self.stream.len();
+                // (The error ends the reading: no end mark is looked for.)
+                self.ended = true;
                 Some(Err(StateError { offset: start, what: format!("record {:?}: {what}", tag as char) }))
             }
         }
@@ -849,7 +895,7 @@ impl StateMachine {
     /// page end, reads as zeros as the kernel maps them; past it, unknown).
     pub fn apply(&mut self, tid: u32, record: &StateRecord<'_>, file: &mut dyn FnMut(&[u8], u64, &mut [u8]) -> usize) {
         match record {
-            StateRecord::Thread(_) | StateRecord::Scheduled { .. } | StateRecord::Read { .. } | StateRecord::SignalDelivered { .. } => {}
+            StateRecord::Thread(_) | StateRecord::End | StateRecord::Scheduled { .. } | StateRecord::Read { .. } | StateRecord::SignalDelivered { .. } => {}
             StateRecord::Registers { changes, .. } => set_pieces(self.threads.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT])), changes),
             StateRecord::Wrote { address, bytes, .. } => self.write(*address, bytes),
             StateRecord::Zeroed { start, length, .. } => self.fill(*start, *length, Some(0)),
@@ -1018,7 +1064,7 @@ mod tests {
         for record in &records {
             writer.push(record);
         }
-        let bytes = writer.take_bytes();
+        let bytes = writer.finish();
         let mut thread = 0;
         let expected: Vec<(u32, StateRecord)> = records
             .iter()
@@ -1038,7 +1084,8 @@ mod tests {
                 Some((*tid, r.clone()))
             })
             .collect();
-        let read: Vec<(u32, StateRecord)> = state_records(&bytes).map(|r| r.unwrap()).collect();
+        let mut read: Vec<(u32, StateRecord)> = state_records(&bytes).map(|r| r.unwrap()).collect();
+        assert_eq!(read.pop(), Some((42, StateRecord::End)), "the end mark last");
         assert_eq!(read, expected);
         // An instruction's one register, one step on: a compact tag (the
         // step and the piece in it), one-byte difference; its 8-byte
@@ -1095,8 +1142,8 @@ mod tests {
         for record in &records {
             writer.push(record);
         }
-        let bytes = writer.take_bytes();
-        let read: Vec<StateRecord> = state_records(&bytes).map(|r| r.unwrap().1).collect();
+        let bytes = writer.finish();
+        let read: Vec<StateRecord> = state_records(&bytes).map(|r| r.unwrap().1).filter(|r| *r != StateRecord::End).collect();
         assert_eq!(read, records);
         assert!(bytes[STATE_MAGIC.len()..].iter().any(|&tag| tag >= 0x80) && bytes.contains(&0x31) && bytes.contains(&0x61), "the compact forms were taken");
         assert!(bytes.contains(&STACK_ACCESS) && bytes.contains(&(STACK_ACCESS | 3)), "the stack forms were taken");
@@ -1111,9 +1158,14 @@ mod tests {
         for record in &records {
             long.push(record);
         }
-        let bytes = long.take_bytes();
+        let bytes = long.finish();
         assert_eq!(bytes[STATE_MAGIC.len()], b'R');
-        let read: Vec<StateRecord> = state_records(&bytes).map(|r| r.unwrap().1).collect();
+        let read: Vec<StateRecord> = state_records(&bytes).map(|r| r.unwrap().1).filter(|r| *r != StateRecord::End).collect();
+        assert_eq!(read, records);
+        // A stream of before the end mark reads to where its bytes end.
+        let mut unmarked = bytes[..bytes.len() - 1].to_vec();
+        unmarked[..STATE_MAGIC.len()].copy_from_slice(STATE_MAGIC_UNMARKED);
+        let read: Vec<StateRecord> = state_records(&unmarked).map(|r| r.unwrap().1).collect();
         assert_eq!(read, records);
     }
 
@@ -1123,7 +1175,7 @@ mod tests {
         for record in &sample() {
             writer.push(record);
         }
-        let bytes = writer.take_bytes();
+        let bytes = writer.finish();
         let all: Vec<(u32, StateRecord)> = state_records(&bytes).map(|r| r.unwrap()).collect();
         let mut records = state_records(&bytes);
         for k in 0..=all.len() {
@@ -1181,7 +1233,7 @@ mod tests {
                 writer.push(&StateRecord::SignalDelivered { at: at + 1, signal: 10 + at as u32, ip: 0x1000 + at });
             }
         }
-        let schedule = schedule(&writer.take_bytes()).unwrap();
+        let schedule = schedule(&writer.finish()).unwrap();
         assert_eq!(schedule.runs, vec![(5, 0, Some(10)), (6, 0, Some(4)), (5, 10, Some(2)), (6, 4, None), (5, 12, None)]);
         assert_eq!(schedule.deliveries, vec![Delivery { tid: 6, at: 1, signal: 10, ip: 0x1000 }, Delivery { tid: 6, at: 5, signal: 14, ip: 0x1004 }]);
     }
@@ -1192,15 +1244,21 @@ mod tests {
         for record in &sample() {
             writer.push(record);
         }
-        let bytes = writer.take_bytes();
+        let bytes = writer.finish();
+        // A cut anywhere, between two records too, is one error, the last
+        // item, at or before the cut.
         for cut in STATE_MAGIC.len()..bytes.len() {
             let items: Vec<_> = state_records(&bytes[..cut]).collect();
             let errors: Vec<_> = items.iter().filter_map(|r| r.as_ref().err()).collect();
-            assert!(errors.len() <= 1 && items.last().is_some_and(|r| r.is_err()) == (errors.len() == 1), "cut at {cut}");
-            if let Some(error) = errors.first() {
-                assert!(error.offset < cut, "cut at {cut}: {error}");
-            }
+            assert!(errors.len() == 1 && items.last().is_some_and(|r| r.is_err()), "cut at {cut}");
+            assert!(errors[0].offset <= cut, "cut at {cut}: {}", errors[0]);
         }
+        assert!(state_records(&bytes).all(|r| r.is_ok()));
+        // Anything after the end mark is an error there.
+        let mut longer = bytes.clone();
+        longer.extend([b'S', 0]);
+        let errors: Vec<_> = state_records(&longer).filter_map(Result::err).collect();
+        assert_eq!(errors.iter().map(|e| e.offset).collect::<Vec<_>>(), [bytes.len()]);
         let mut bad = bytes.clone();
         bad[STATE_MAGIC.len()] = 0x01;
         let error = state_records(&bad).next().unwrap().unwrap_err();

@@ -813,7 +813,7 @@ impl LogConverter {
             modules.push(LoadedModule { path: path.clone(), base, image: None });
         }
         let full_state = self.state.take().map(|mut state| {
-            let (stored, bytes) = std::mem::take(&mut self.state_stored).finish(state.take_bytes());
+            let (stored, bytes) = std::mem::take(&mut self.state_stored).finish(state.finish());
             FullStateStream { bytes, stored }
         });
         let mut mapped_files: Vec<String> = self.mappings.iter().map(|m| m.4.clone()).filter(|path| !path.ends_with("-amd64-linux") && !modules.iter().any(|m| &m.path == path)).collect();

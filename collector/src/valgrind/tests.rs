@@ -451,7 +451,8 @@ fn a_signal_delivered_is_marked_in_the_full_state_between_the_interrupted_state_
     let (image, _) = converter.finish();
     assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1001, 0x2000][..]));
     let stream = image.full_state.unwrap().bytes;
-    let records: Vec<_> = state_records(&stream).map(|r| r.unwrap()).filter(|(_, r)| !matches!(r, StateRecord::Thread(_) | StateRecord::Scheduled { .. })).collect();
+    let mut records: Vec<_> = state_records(&stream).map(|r| r.unwrap()).filter(|(_, r)| !matches!(r, StateRecord::Thread(_) | StateRecord::Scheduled { .. })).collect();
+    assert_eq!(records.pop().map(|(_, r)| r), Some(StateRecord::End), "the conversion ends the stream with its end mark");
     assert_eq!(
         records,
         vec![

@@ -160,6 +160,7 @@ struct Kept {
 fn with_slice<'b>(record: &StateRecord<'_>, slice: &'b [u8]) -> StateRecord<'b> {
     match *record {
         StateRecord::Thread(tid) => StateRecord::Thread(tid),
+        StateRecord::End => StateRecord::End,
         StateRecord::Scheduled { at } => StateRecord::Scheduled { at },
         StateRecord::Registers { at, by_instruction, ref changes } => StateRecord::Registers { at, by_instruction, changes: changes.clone() },
         // (Bytes not in the stream, a register's value stored, are kept.)

@@ -97,7 +97,7 @@ fn one_thread_signalled(signalled: bool) -> (Timeline, Vec<u8>) {
             w.push(&StateRecord::Moved { at: s + 1, from: 0x5000, to: 0x6000, length: 0x10 });
         }
     }
-    (timeline, w.take_bytes())
+    (timeline, w.finish())
 }
 
 fn load(timeline: &Timeline, stream: &[u8], interval: u64) -> RecordedState {
@@ -193,7 +193,7 @@ fn a_record_of_one_thread_takes_effect_where_the_stream_stands_among_the_others(
     }
     w.push(&StateRecord::Thread(20));
     w.push(&StateRecord::Wrote { at: 5, by_instruction: false, address: 0x5000, bytes: Cow::Borrowed(&[9]) });
-    let stream = w.take_bytes();
+    let stream = w.finish();
     let state = load(&timeline, &stream, 4);
     let byte = |position| {
         let mut b = [0u8];
@@ -210,23 +210,28 @@ fn a_record_of_one_thread_takes_effect_where_the_stream_stands_among_the_others(
 #[test]
 fn a_stream_cut_short_is_served_up_to_the_cut_and_unknown_after() {
     let (timeline, stream) = one_thread();
-    // Cut inside a record (a store's bytes) two thirds of the way: the
-    // stream says where it is damaged. (A cut between two records cannot
-    // be told from a stream that ends there.)
+    // Cut two thirds of the way, inside a record (a store's bytes) or
+    // between two (after a store): the stream says where it is damaged
+    // (a whole stream ends with its end mark).
     let mut records = state_records(&stream);
     let mut cut = stream.len();
     while let Some(Ok((_, record))) = records.next() {
         if records.offset() > stream.len() * 2 / 3 && matches!(record, StateRecord::Wrote { .. }) {
-            cut = records.offset() - 2;
+            cut = records.offset();
             break;
         }
     }
     assert!(cut < stream.len());
-    let state = load(&timeline, &stream[..cut], 4);
-    let mut b = [0u8; 8];
-    assert_eq!(state.memory_at(&timeline, 5, 0x5000, &mut b), 8);
-    assert!(state.registers_at(&timeline, 7, 5).is_some());
-    assert!(state.registers_at(&timeline, 7, 39).is_none() && state.memory_at(&timeline, 39, 0x5000, &mut b) == 0);
+    for cut in [cut - 2, cut] {
+        let state = load(&timeline, &stream[..cut], 4);
+        let mut b = [0u8; 8];
+        assert_eq!(state.memory_at(&timeline, 5, 0x5000, &mut b), 8);
+        assert!(state.registers_at(&timeline, 7, 5).is_some());
+        assert!(state.registers_at(&timeline, 7, 39).is_none() && state.memory_at(&timeline, 39, 0x5000, &mut b) == 0, "cut at {cut}");
+    }
+    // The whole stream: known to the last position.
+    let state = load(&timeline, &stream, 4);
+    assert!(state.registers_at(&timeline, 7, 39).is_some());
     // Not a stream at all: refused with the reason.
     let mut file = |_: &[u8]| None;
     let refused = RecordedState::load(&timeline, StreamBytes::Owned(b"PK\x03\x04".to_vec()), &mut file).unwrap_err();
