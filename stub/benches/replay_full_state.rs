@@ -156,6 +156,18 @@ fn bench(program: &Path, dir: &Path, length: u64) {
         r.send("g");
     });
     assert_eq!(replay.register(16), mark_pc, "20 s undo 20 bs");
+    // LLDB reads a stop's registers one `p` at a time.
+    let back_step_each = timed20(&mut replay, |r| {
+        let reply = r.send("bs");
+        assert!(reply.starts_with('T'), "bs: {reply}");
+        for n in 0..24 {
+            r.send(&format!("p{n:x}"));
+        }
+    });
+    for _ in 0..20 {
+        assert!(replay.send("s").starts_with('T'));
+    }
+    assert_eq!(replay.register(16), mark_pc, "20 s undo 20 bs");
 
     // 4. Forwards to the end, then back to the watched write.
     replay.send(&format!("z0,{mark_pc:x},1"));
@@ -186,6 +198,7 @@ fn bench(program: &Path, dir: &Path, length: u64) {
     println!("  g                                        {}", ms(registers));
     println!("  bs + g                                   {}", ms(back_step));
     println!("  s + g                                    {}", ms(step));
+    println!("  bs + p x 24 (as LLDB reads a stop)       {}", ms(back_step_each));
     println!("  c forwards {back} to bench_end       {}", ms(forward));
     println!("  bc to the write of marked {back} back  {}", ms(watch));
     println!("  replay server peak RSS                   {:>9} MiB   (target <= 1024 MiB at 10^8)", rss_peak / 1024);

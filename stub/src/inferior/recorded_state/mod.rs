@@ -258,7 +258,14 @@ pub struct RecordedState {
     /// Positions before this one have all their records (the stream was
     /// cut or damaged after; past it nothing is known).
     complete_before: u64,
+    /// The registers asked for last: (thread, position, registers). A
+    /// debugger reads a stop's registers one by one (LLDB's `p`), each
+    /// of which would replay an interval again.
+    recent_registers: std::sync::Mutex<Vec<(u64, u64, Option<Regs>)>>,
 }
+
+/// Registers kept in [`RecordedState::recent_registers`].
+const RECENT_REGISTERS: usize = 16;
 
 impl RecordedState {
     /// Reads `stream` once over `timeline`, keeping checkpoints and what
@@ -311,7 +318,7 @@ impl RecordedState {
             checkpoints.push(Checkpoint { first: None, rest: reading.records.position(), registers: registers.clone() });
         }
         drop(reading);
-        Ok(RecordedState { stream, files, interval, threads, checkpoints, writes, reads, complete_before })
+        Ok(RecordedState { stream, files, interval, threads, checkpoints, writes, reads, complete_before, recent_registers: Default::default() })
     }
 
     /// Replays the records from checkpoint `k` on, each with the position
@@ -341,6 +348,20 @@ impl RecordedState {
 
     /// Thread `tid`'s registers at `position`; `None` past the end.
     pub fn registers_at(&self, timeline: &Timeline, tid: u64, position: u64) -> Option<Regs> {
+        let mut recent = self.recent_registers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, _, regs)) = recent.iter().find(|(t, p, _)| (*t, *p) == (tid, position)) {
+            return regs.clone();
+        }
+        let regs = self.replay_registers(timeline, tid, position);
+        if recent.len() == RECENT_REGISTERS {
+            recent.remove(0);
+        }
+        recent.push((tid, position, regs.clone()));
+        regs
+    }
+
+    /// [`Self::registers_at`], replayed from the checkpoint before it.
+    fn replay_registers(&self, timeline: &Timeline, tid: u64, position: u64) -> Option<Regs> {
         if position >= timeline.len() || position >= self.complete_before {
             return None;
         }
