@@ -2,7 +2,8 @@
 //! fields): which of an instruction's records take a short, compact or
 //! stack form, and their tags, which the reader dispatches on.
 
-use super::*;
+use super::record::{piece, StateRecord};
+use crate::leb128;
 
 /// The compact tags (see the format's documentation): an instruction's
 /// one register piece (`0x80 | step << 5 | piece`, step 0–3, piece 0–31),

@@ -1,6 +1,8 @@
 //! A stream replayed forwards: [`StateMachine`].
 
-use super::*;
+use std::collections::HashMap;
+
+use super::record::{piece, StateRecord};
 
 /// Bytes per page of [`StateMachine`]'s memory.
 const PAGE: u64 = 4096;

@@ -1,8 +1,12 @@
 //! A stream's records: [`state_records`], resumable from a
 //! [`StreamPosition`].
 
+use std::borrow::Cow;
+
+use super::deltas::DeltaState;
 use super::forms::*;
-use super::*;
+use super::record::{piece, StateRecord, STATE_MAGIC, STATE_MAGIC_UNMARKED};
+use crate::leb128;
 
 /// A stream that cannot be read on from `offset`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

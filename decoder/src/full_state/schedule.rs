@@ -1,7 +1,10 @@
 //! What a stream says of the order things ran in: the threads' runs and
 //! the signals delivered.
 
-use super::*;
+use std::collections::HashMap;
+
+use super::reader::{state_records, StateError};
+use super::record::StateRecord;
 
 /// A signal's delivery, from a stream's [`StateRecord::SignalDelivered`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

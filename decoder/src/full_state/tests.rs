@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use super::forms::STACK_ACCESS;
 use super::*;
 

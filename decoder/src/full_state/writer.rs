@@ -1,7 +1,9 @@
 //! Records into a stream: [`StateWriter`].
 
+use super::deltas::DeltaState;
 use super::forms::{compact_form, put_pieces, short_tag, stack_form, Compact};
-use super::*;
+use super::record::{piece, StateRecord, STATE_MAGIC};
+use crate::leb128;
 
 /// Encodes records into a growing buffer, which the owner takes as it
 /// grows ([`StateWriter::take_bytes`]) so that memory stays bounded.
