@@ -209,7 +209,7 @@ impl Diversion {
 
     /// Runs (or single-steps) the stand-in until one of `breakpoints`, a
     /// signal or its end; pages it touches come from `source`.
-    pub fn run(&mut self, step: bool, breakpoints: &BTreeSet<u64>, source: Source<'_>) -> Result<DiversionStop, String> {
+    pub fn run(&mut self, step: bool, breakpoints: &[u64], source: Source<'_>) -> Result<DiversionStop, String> {
         let mut inserted: BTreeMap<u64, u8> = BTreeMap::new();
         for &address in breakpoints {
             let page = address / PAGE * PAGE;

@@ -127,7 +127,7 @@ pub struct Breakpoints {
 
 impl Breakpoints {
     /// Every breakpoint address, sorted.
-    fn addresses(&self) -> Vec<u64> {
+    pub fn addresses(&self) -> Vec<u64> {
         self.software.union(&self.hardware).copied().collect()
     }
 

@@ -487,7 +487,7 @@ impl SavedTrace {
         if stand_in.registers().ok().zip(recorded).is_some_and(|(now, recorded)| same_registers(&now, &recorded)) {
             return None;
         }
-        let addresses: std::collections::BTreeSet<u64> = breakpoints.software.union(&breakpoints.hardware).copied().collect();
+        let addresses = breakpoints.addresses();
         let mut source = |address: u64, buf: &mut [u8]| past_bytes(state, timeline, scratch, position, address, buf);
         let thread = Tid::new(tid as usize)?;
         Some(match stand_in.run(step.is_some(), &addresses, &mut source) {
