@@ -76,7 +76,6 @@ pub struct Timeline {
     /// For each thread, the indices of its runs in `runs` (in order).
     runs_of: Vec<Vec<usize>>,
     len: u64,
-    deliveries: u64,
 }
 
 impl Timeline {
@@ -101,7 +100,7 @@ impl Timeline {
     /// they were): each is a step of its own before its instruction. One
     /// before no instruction of the history is left out.
     pub fn scheduled(threads: Vec<RecordedThread>, slices: Vec<(usize, u64, u64)>, deliveries: Vec<Delivery>) -> Self {
-        let mut timeline = Timeline { runs: Vec::new(), runs_of: vec![Vec::new(); threads.len()], threads, len: 0, deliveries: 0 };
+        let mut timeline = Timeline { runs: Vec::new(), runs_of: vec![Vec::new(); threads.len()], threads, len: 0 };
         let mut waiting = vec![std::collections::VecDeque::new(); timeline.threads.len()];
         let mut deliveries = deliveries;
         deliveries.sort_by_key(|d| (d.thread, d.index));
@@ -145,7 +144,6 @@ impl Timeline {
             }
         }
         self.len += len;
-        self.deliveries += delivery.is_some() as u64;
     }
 
     /// The threads, in the order given at construction.
@@ -160,7 +158,7 @@ impl Timeline {
 
     /// Instructions in the timeline.
     pub fn instructions(&self) -> u64 {
-        self.len - self.deliveries
+        self.len - self.runs.iter().filter(|r| r.delivery.is_some()).count() as u64
     }
 
     /// Whether nothing was recorded.

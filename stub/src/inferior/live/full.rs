@@ -733,7 +733,7 @@ impl HistoryOps for FullRecording {
                 bytes: full.log.bytes(),
                 watchpoints_refused: (full.mode == RecordMode::Branch).then_some(WATCHPOINTS_NEED_FULL),
             },
-            instructions: len - full.log.deliveries(),
+            instructions: full.log.instructions(),
             threads: full.log.threads().map(|t| (t, full.log.steps_of_thread_before(t, len))).collect(),
             position: HistoryPosition {
                 tid,

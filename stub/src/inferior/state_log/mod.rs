@@ -125,8 +125,6 @@ pub struct StateLog {
     pending: Vec<Overwritten>,
     /// The address of the last write recorded in the current chunk.
     last_write: u64,
-    /// Steps that are signal deliveries ([`Self::push_delivery`]).
-    deliveries: u64,
 }
 
 impl StateLog {
@@ -403,12 +401,16 @@ impl StateLog {
         let thread = self.threads.entry(tid).or_default();
         thread.deliveries.push(thread.count - 1);
         thread.entering_handler = true;
-        self.deliveries += 1;
     }
 
     /// The signal deliveries among the steps.
     pub fn deliveries(&self) -> u64 {
-        self.deliveries
+        self.threads.values().map(|t| t.deliveries.len() as u64).sum()
+    }
+
+    /// The instructions among the steps (all but the deliveries).
+    pub fn instructions(&self) -> u64 {
+        self.len() - self.deliveries()
     }
 
     /// Drops everything (the program exec'd: a new history begins).

@@ -426,7 +426,7 @@ fn a_signal_delivery_is_a_step_of_its_own_that_instruction_numbers_and_breakpoin
     log.push(1, &entry, &regs(0x9001, 10), vec![], None, Flow::Other);
     log.push(1, &regs(0x9001, 10), &regs(0x12, 0), vec![], None, Flow::Return);
     log.push(1, &regs(0x12, 0), &regs(0x14, 0), vec![], None, Flow::Other);
-    assert_eq!((log.len(), log.deliveries()), (5, 1));
+    assert_eq!((log.len(), log.deliveries(), log.instructions()), (5, 1, 4));
     // Standing at the delivery: after the system call, interrupted at
     // 0x12, the frame not written yet.
     assert_eq!(log.registers_at(1, 1), Some(regs(0x12, 0)));
