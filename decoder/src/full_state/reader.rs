@@ -121,6 +121,13 @@ impl<'a> StateRecords<'a> {
         Ok(*slot)
     }
 
+    /// The current thread's `at`, `step` on from its last record's.
+    fn step_on(&mut self, step: u64) -> Result<u64, &'static str> {
+        let thread = self.deltas.thread();
+        thread.at = thread.at.checked_add(step).ok_or("position out of range")?;
+        Ok(thread.at)
+    }
+
     /// A record in a compact form (tag 0x30–0x3f, 0x60–0x6f, 0x80–0xff).
     fn compact(&mut self, tag: u8) -> Result<StateRecord<'a>, &'static str> {
         let (step, pieces): (u64, &[u8]) = match tag {
@@ -128,11 +135,9 @@ impl<'a> StateRecords<'a> {
             COMPACT_WITH_FLAGS..=0x3f => (1, &[tag & 15, piece::RFLAGS]),
             _ => (1, &[]),
         };
-        let thread = self.deltas.thread();
-        let at = thread.at.checked_add(step).ok_or("position out of range")?;
-        thread.at = at;
+        let at = self.step_on(step)?;
         if pieces.is_empty() {
-            let value = thread.pieces[(tag & 15) as usize];
+            let value = self.deltas.thread().pieces[(tag & 15) as usize];
             let address = self.deltas.address.wrapping_add(self.signed().ok_or("cut short")? as u64);
             self.deltas.address = address;
             return Ok(StateRecord::Wrote { at, by_instruction: true, address, bytes: Cow::Owned(value.to_le_bytes().to_vec()) });
@@ -165,10 +170,8 @@ impl<'a> StateRecords<'a> {
         }
         if (STACK_ACCESS..=STACK_ACCESS + 3).contains(&tag) {
             let tid = self.deltas.tid;
-            let thread = self.deltas.thread();
-            let at = thread.at.checked_add(u64::from(tag & 1)).ok_or("position out of range")?;
-            thread.at = at;
-            let rsp = thread.pieces[7];
+            let at = self.step_on(u64::from(tag & 1))?;
+            let rsp = self.deltas.thread().pieces[piece::RSP as usize];
             let address = rsp.wrapping_add(self.signed().ok_or("cut short")? as u64);
             let record = if tag & 2 != 0 {
                 StateRecord::Read { at, address, size: 8 }
@@ -195,9 +198,7 @@ impl<'a> StateRecords<'a> {
             (false, _) => self.number().ok_or(cut)?,
         };
         let tid = self.deltas.tid;
-        let thread = self.deltas.thread();
-        let at = thread.at.checked_add(step).ok_or("position out of range")?;
-        thread.at = at;
+        let at = self.step_on(step)?;
         let record = match kind {
             b'S' => StateRecord::Scheduled { at },
             b'R' | b'r' => {

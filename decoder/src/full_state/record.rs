@@ -20,6 +20,8 @@ pub mod piece {
     pub const GENERAL: std::ops::Range<u8> = 0..16;
     /// `rflags`.
     pub const RFLAGS: u8 = 16;
+    /// `rsp` (one of [`GENERAL`]): the stack forms count from it.
+    pub const RSP: u8 = 7;
     /// `fs_base`.
     pub const FS_BASE: u8 = 17;
     /// `gs_base`.

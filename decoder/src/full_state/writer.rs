@@ -110,9 +110,9 @@ impl StateWriter {
             }
             return;
         }
-        if let Some((tag, address)) = stack_form(record, step, thread.pieces[7], deltas.address) {
+        if let Some((tag, address)) = stack_form(record, step, thread.pieces[piece::RSP as usize], deltas.address) {
             out.push(tag);
-            leb128::put_signed(out, address.wrapping_sub(thread.pieces[7]) as i64);
+            leb128::put_signed(out, address.wrapping_sub(thread.pieces[piece::RSP as usize]) as i64);
             if let StateRecord::Wrote { bytes, .. } = record {
                 out.extend_from_slice(&bytes[..]);
             }
