@@ -3,6 +3,15 @@ use std::borrow::Cow;
 use super::forms::STACK_ACCESS;
 use super::*;
 
+/// `records` written into a whole stream (its end mark last).
+fn written(records: &[StateRecord<'_>]) -> Vec<u8> {
+    let mut writer = StateWriter::new();
+    for record in records {
+        writer.push(record);
+    }
+    writer.finish()
+}
+
 fn sample() -> Vec<StateRecord<'static>> {
     vec![
         StateRecord::Thread(0),
@@ -30,11 +39,7 @@ fn sample() -> Vec<StateRecord<'static>> {
 #[test]
 fn records_round_trip_with_their_threads_and_small_steps_take_few_bytes() {
     let records = sample();
-    let mut writer = StateWriter::new();
-    for record in &records {
-        writer.push(record);
-    }
-    let bytes = writer.finish();
+    let bytes = written(&records);
     let mut thread = 0;
     let expected: Vec<(u32, StateRecord)> = records
         .iter()
@@ -108,11 +113,7 @@ fn records_round_trip_with_their_threads_and_small_steps_take_few_bytes() {
         StateRecord::Registers { at: 9, by_instruction: true, changes: vec![(16, 2), (1, 5)] },
         StateRecord::Wrote { at: 10, by_instruction: true, address: 0, bytes: Cow::Borrowed(&[0; 8]) },
     ];
-    let mut writer = StateWriter::new();
-    for record in &records {
-        writer.push(record);
-    }
-    let bytes = writer.finish();
+    let bytes = written(&records);
     let read: Vec<StateRecord> = state_records(&bytes).map(|r| r.unwrap().1).filter(|r| *r != StateRecord::End).collect();
     assert_eq!(read, records);
     assert!(bytes[STATE_MAGIC.len()..].iter().any(|&tag| tag >= 0x80) && bytes.contains(&0x31) && bytes.contains(&0x61), "the compact forms were taken");
@@ -124,11 +125,7 @@ fn records_round_trip_with_their_threads_and_small_steps_take_few_bytes() {
         StateRecord::Wrote { at: 5, by_instruction: true, address: 8, bytes: Cow::Borrowed(&[2; 3]) },
         StateRecord::Read { at: 5, address: 9, size: 16 },
     ];
-    let mut long = StateWriter::new();
-    for record in &records {
-        long.push(record);
-    }
-    let bytes = long.finish();
+    let bytes = written(&records);
     assert_eq!(bytes[STATE_MAGIC.len()], b'R');
     let read: Vec<StateRecord> = state_records(&bytes).map(|r| r.unwrap().1).filter(|r| *r != StateRecord::End).collect();
     assert_eq!(read, records);
@@ -141,11 +138,7 @@ fn records_round_trip_with_their_threads_and_small_steps_take_few_bytes() {
 
 #[test]
 fn reading_resumed_from_any_position_reads_what_follows_it() {
-    let mut writer = StateWriter::new();
-    for record in &sample() {
-        writer.push(record);
-    }
-    let bytes = writer.finish();
+    let bytes = written(&sample());
     let all: Vec<(u32, StateRecord)> = state_records(&bytes).map(|r| r.unwrap()).collect();
     let mut records = state_records(&bytes);
     for k in 0..=all.len() {
@@ -210,11 +203,7 @@ fn the_schedule_is_each_threads_runs_in_order() {
 
 #[test]
 fn damage_is_reported_at_its_offset_and_ends_the_records() {
-    let mut writer = StateWriter::new();
-    for record in &sample() {
-        writer.push(record);
-    }
-    let bytes = writer.finish();
+    let bytes = written(&sample());
     // A cut anywhere, between two records too, is one error, the last
     // item, at or before the cut.
     for cut in STATE_MAGIC.len()..bytes.len() {
