@@ -110,7 +110,8 @@ impl ThreadState {
     fn executed(&mut self, insn: Instruction, undecodable: &mut u64) {
         if let Some(previous) = self.pending {
             // Valgrind runs a REP string instruction one iteration per
-            // superblock; Intel PT counts the instruction once.
+            // instruction mark (a superblock of its own, or up to eight
+            // when VEX unrolls it); Intel PT counts the instruction once.
             if insn.rep && previous.ip == insn.ip {
                 return;
             }
@@ -379,11 +380,26 @@ impl LogConverter {
         let (id, _) = self.open?;
         let superblock = self.superblocks.get(id as usize)?.as_ref()?;
         let thread = self.threads.get(self.current?)?;
-        let first = superblock.instructions.first()?;
-        let last = (index as usize).min(superblock.instructions.len() - 1);
-        let counted = superblock.instructions[..=last].iter().filter(|i| i.info.is_some()).count() as u64;
-        let repeated = first.rep && thread.pending.is_some_and(|p| p.ip == first.ip);
-        Some((thread.tid, (thread.steps + counted).saturating_sub(repeated as u64)))
+        let last = (index as usize).min(superblock.instructions.len().checked_sub(1)?);
+        // As `ThreadState::executed` counts: a REP instruction right after
+        // itself is its next iteration (VEX unrolls a REP's superblock,
+        // which jumps to itself, into up to eight iterations in one), and
+        // an undecodable instruction is none and ends what came before.
+        let mut previous = thread.pending.map(|p| p.ip);
+        let mut steps = thread.steps;
+        for insn in &superblock.instructions[..=last] {
+            if insn.info.is_none() {
+                previous = None;
+                continue;
+            }
+            if !(insn.rep && previous == Some(insn.ip)) {
+                steps += 1;
+            }
+            previous = Some(insn.ip);
+        }
+        // (The REP pending from the superblock before is this one's first
+        // instruction, not counted again.)
+        Some((thread.tid, steps))
     }
 
     /// The thread the tool numbers `number` (the running one when it

@@ -463,3 +463,61 @@ fn a_signal_delivered_is_marked_in_the_full_state_between_the_interrupted_state_
         ]
     );
 }
+
+#[test]
+fn every_iteration_of_a_rep_unrolled_by_vex_is_the_one_step_of_the_rep() {
+    use retrace_decoder::full_state::{state_records, StateRecord};
+    let wrote = |index: u16, address: u64| {
+        let mut out = vec![b'W'];
+        out.extend(index.to_le_bytes());
+        out.extend(address.to_le_bytes());
+        out.extend(1u16.to_le_bytes());
+        out.push(0x41);
+        out
+    };
+    let rep_stosb: &[u8] = &[0xf3, 0xaa];
+    let mut log = LOG_MAGIC.to_vec();
+    log.extend(thread(1, 77));
+    // nop ; rep stosb (its first iteration) ...
+    log.extend(superblock_with_exits(0, &[(0x1000, &[0x90]), (0x1001, rep_stosb)], &[(1, 0x1003)]));
+    // ... then VEX's unrolled superblock: four iterations of the REP in one
+    // (each with its exit once rcx is 0) ...
+    let unrolled = [(0x1001, rep_stosb); 4];
+    log.extend(superblock_with_exits(1, &unrolled, &[(0, 0x1003), (1, 0x1003), (2, 0x1003), (3, 0x1003)]));
+    // ... and what follows: nop ; syscall.
+    log.extend(superblock(2, &[(0x1003, &[0x90]), (0x1004, &[0x0f, 0x05])]));
+    log.extend(entered(0));
+    log.extend(wrote(1, 0x5000));
+    log.extend(entered(1));
+    for (index, address) in [(0, 0x5001), (1, 0x5002), (2, 0x5003), (3, 0x5004)] {
+        log.extend(wrote(index, address));
+    }
+    // Entered again: two more iterations, the third finds rcx 0.
+    log.extend(entered(1));
+    log.extend(wrote(0, 0x5005));
+    log.extend(wrote(1, 0x5006));
+    log.extend(left_at(2));
+    log.extend(entered(2));
+    log.extend(wrote(0, 0x6000));
+    log.extend([b'Q', 1, 0, 0, 0]);
+    log.extend(0x1006u64.to_le_bytes());
+    let mut converter = LogConverter::new(DEFAULT_PSB_PERIOD, true).with_full_state(true);
+    for record in log_records(&log) {
+        converter.feed(record.unwrap()).unwrap();
+    }
+    let (image, _) = converter.finish();
+    // Intel PT counts the REP once: nop, rep, nop, syscall.
+    assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1001, 0x1003, 0x1004][..]));
+    let stream = image.full_state.unwrap().bytes;
+    let writes: Vec<(u64, u64)> = state_records(&stream)
+        .map(|r| r.unwrap().1)
+        .filter_map(|r| match r {
+            StateRecord::Wrote { at, address, .. } => Some((address, at)),
+            _ => None,
+        })
+        .collect();
+    // Every store of the REP is its step's (1, so at 2); the nop after it
+    // is step 2.
+    let rep = (0x5000..0x5007).map(|address| (address, 2));
+    assert_eq!(writes, rep.chain([(0x6000, 3)]).collect::<Vec<_>>());
+}
