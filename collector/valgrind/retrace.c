@@ -71,6 +71,8 @@
 #include "pub_tool_vki.h"
 #include "pub_tool_vkiscnums.h"
 #include "pub_tool_mallocfree.h"
+#include "pub_tool_clreq.h"
+#include "pub_tool_gdbserver.h"
 #include "libvex_guest_amd64.h"
 
 /* Exported by Valgrind's core (its --log-socket and its own files use
@@ -232,6 +234,7 @@ static void log_mapping(Addr a, SizeT len)
 
 static void zero_mapped(Addr a, SizeT len, Bool readable_now);
 static void kernel_wrote(ThreadId slot, Addr a, SizeT len);
+static void range_record(UChar tag, Addr a, SizeT len);
 
 static Bool is_file_mapping(Addr a)
 {
@@ -250,6 +253,14 @@ static void new_mem_startup(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong 
       zero_mapped(a, len, rr);
    else if (ww && rr)
       kernel_wrote(VG_INVALID_THREADID, a, len);
+   /* The main stack grows down into the reservation below it (Valgrind
+      maps its pages as the program touches them, with no event for a
+      tool): zeros, as the kernel's growing stack gives them. */
+   if (a > 0) {
+      NSegment const* below = VG_(am_find_nsegment)(a - 1);
+      if (below != NULL && below->kind == SkResvn && below->smode == SmUpper && below->end + 1 == a)
+         range_record('Z', below->start, below->end + 1 - below->start);
+   }
 }
 
 static void new_mem_mmap(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong di_handle)
@@ -303,8 +314,30 @@ static void thread_exit(ThreadId slot)
       running_slot = VG_INVALID_THREADID;
 }
 
+/* A signal frame being built on thread frame_slot's stack, below
+   frame_above (the interrupted stack pointer; 0: none). Valgrind keeps
+   its own part of the frame (the saved guest state) in the program's
+   stack without telling the tool: the whole frame is logged once the
+   handler's first superblock is entered. */
+static Addr frame_above = 0;
+static ThreadId frame_slot = VG_INVALID_THREADID;
+
+static void log_frame(void)
+{
+   Addr sp = VG_(get_SP)(frame_slot);
+   if (sp < frame_above && frame_above - sp <= 256 * 1024)
+      kernel_wrote(frame_slot, sp, frame_above - sp);
+   frame_above = 0;
+}
+
 static void deliver_signal(ThreadId slot, Int signal, Bool alt_stack)
 {
+   /* (On an alternate stack the frame's extent is not the interrupted
+      stack pointer's: what Valgrind tells of it is what is logged.) */
+   if (full && !alt_stack) {
+      frame_above = VG_(get_SP)(slot);
+      frame_slot = slot;
+   }
    start_client_code(slot, 0);
    predicted = 0;
    put_u8('S');
@@ -315,6 +348,8 @@ static void deliver_signal(ThreadId slot, Int signal, Bool alt_stack)
 static VG_REGPARM(1) void entered(UWord id)
 {
    in_foreign_code = False;
+   if (frame_above != 0)
+      log_frame();
    if (used + 6 > sizeof buffer)
       flush();
    if (predicted != 0 && predicted == entries[id]) {
@@ -552,9 +587,17 @@ static void regs_written(HWord state, HWord index, HWord lo, HWord hi)
    log_changed(running_slot, (const VexGuestAMD64State*)state, (Int)index, lo, hi);
 }
 
+/* The last write to memory (an instruction's or the kernel's), for
+   the gdbserver monitor command `retrace last-write` (tests read the same
+   bytes on a replay). */
+static Addr last_write_address = 0;
+static ULong last_write_size = 0;
+
 static VG_REGPARM(3) void stored(HWord index, HWord address, HWord size)
 {
    UShort i = (UShort)index, n = (UShort)size;
+   last_write_address = address;
+   last_write_size = size;
    put_u8('W');
    put_u16(i);
    put_u64(address);
@@ -572,6 +615,8 @@ static VG_REGPARM(3) void loaded(HWord index, HWord address, HWord size)
 
 static void kernel_wrote(ThreadId slot, Addr a, SizeT len)
 {
+   last_write_address = a;
+   last_write_size = len;
    put_u8('K');
    put_u32(slot == VG_INVALID_THREADID ? 0 : thread_number(slot));
    put_u64(a);
@@ -931,6 +976,22 @@ static void print_debug_usage(void)
 {
 }
 
+/* Valgrind's gdbserver hands the tool `monitor` commands it does not
+   know: `retrace last-write` answers "last-write ADDRESS SIZE" (hex, the
+   program's last write to memory, with --retrace-full=yes). */
+static Bool handle_client_request(ThreadId slot, UWord* arg, UWord* ret)
+{
+   const HChar* command;
+   if (arg[0] != VG_USERREQ__GDB_MONITOR_COMMAND)
+      return False;
+   command = (const HChar*)arg[1];
+   if (VG_(strcmp)(command, "retrace last-write") != 0)
+      return False;
+   VG_(gdb_printf)("last-write %#lx %#llx\n", (unsigned long)last_write_address, last_write_size);
+   *ret = 1;
+   return True;
+}
+
 static void post_clo_init(void)
 {
    if (out_format == NULL && server == NULL) {
@@ -973,6 +1034,7 @@ static void pre_clo_init(void)
    VG_(basic_tool_funcs)(post_clo_init, instrument, fini);
    VG_(needs_command_line_options)(process_option, print_usage, print_debug_usage);
    VG_(needs_syscall_wrapper)(pre_syscall, post_syscall);
+   VG_(needs_client_requests)(handle_client_request);
    VG_(track_new_mem_startup)(new_mem_startup);
    VG_(track_new_mem_mmap)(new_mem_mmap);
    VG_(track_start_client_code)(start_client_code);

@@ -1,6 +1,9 @@
 //! The x86-64 Linux register set as GDB's amd64 Linux target description
 //! numbers it: core (0–39), SSE (40–56), `orig_rax` (57), `fs_base`,
-//! `gs_base` (58, 59). Both LLDB 22 and GDB 13 read it from `target.xml`.
+//! `gs_base` (58, 59), and AVX's upper halves `ymm0h`–`ymm15h` (60–75),
+//! from which GDB and LLDB both make `ymm0`–`ymm15`. Both LLDB 22 and GDB
+//! 13 read it from `target.xml`; the vector registers have gdbserver's
+//! union types (`$xmm0.v4_int32`, `$ymm0.v8_float`).
 
 use std::num::NonZeroUsize;
 
@@ -34,13 +37,18 @@ pub struct Regs {
     pub fs_base: u64,
     /// gs_base.
     pub gs_base: u64,
+    /// Bytes 16..32 of ymm0 … ymm15 (AVX).
+    pub ymmh: [u128; 16],
     /// Registers whose value is not known (bit `n`: register `n`): sent as
     /// `xx…`, which LLDB and GDB show as unavailable.
-    pub unavailable: u64,
+    pub unavailable: u128,
 }
 
 /// Number of registers.
-pub const REGISTER_COUNT: usize = 60;
+pub const REGISTER_COUNT: usize = 76;
+
+/// GDB's number of `ymm0h` (`ymm{n}h` is this + n).
+pub const FIRST_YMMH: usize = 60;
 
 /// Size in bytes of all registers, as `g` and `G` carry them.
 pub fn register_block_size() -> usize {
@@ -57,6 +65,7 @@ pub fn register_size(n: usize) -> Option<usize> {
         40..=55 => 16,
         56 => 4,
         57..=59 => 8,
+        60..=75 => 16,
         _ => return None,
     })
 }
@@ -70,7 +79,7 @@ impl Regs {
 
     /// Whether register `n`'s value is known.
     pub fn is_available(&self, n: usize) -> bool {
-        n < 64 && self.unavailable & (1 << n) == 0
+        n < REGISTER_COUNT && self.unavailable & (1 << n) == 0
     }
 
     /// The bytes of register `n`, little-endian.
@@ -87,6 +96,7 @@ impl Regs {
             57 => self.orig_rax.to_le_bytes().to_vec(),
             58 => self.fs_base.to_le_bytes().to_vec(),
             59 => self.gs_base.to_le_bytes().to_vec(),
+            60..=75 => self.ymmh[n - FIRST_YMMH].to_le_bytes().to_vec(),
             _ => return None,
         })
     }
@@ -110,6 +120,7 @@ impl Regs {
             57 => self.orig_rax = u64_(),
             58 => self.fs_base = u64_(),
             59 => self.gs_base = u64_(),
+            60..=75 => self.ymmh[n - FIRST_YMMH] = u128::from_le_bytes(bytes.try_into().unwrap()),
             _ => return Err(()),
         }
         Ok(())
@@ -239,22 +250,41 @@ pub const TARGET_XML: &str = r#"<?xml version="1.0"?>
 <reg name="fop" bitsize="32" type="int" group="float"/>
 </feature>
 <feature name="org.gnu.gdb.i386.sse">
-<reg name="xmm0" bitsize="128" type="uint128" regnum="40"/>
-<reg name="xmm1" bitsize="128" type="uint128"/>
-<reg name="xmm2" bitsize="128" type="uint128"/>
-<reg name="xmm3" bitsize="128" type="uint128"/>
-<reg name="xmm4" bitsize="128" type="uint128"/>
-<reg name="xmm5" bitsize="128" type="uint128"/>
-<reg name="xmm6" bitsize="128" type="uint128"/>
-<reg name="xmm7" bitsize="128" type="uint128"/>
-<reg name="xmm8" bitsize="128" type="uint128"/>
-<reg name="xmm9" bitsize="128" type="uint128"/>
-<reg name="xmm10" bitsize="128" type="uint128"/>
-<reg name="xmm11" bitsize="128" type="uint128"/>
-<reg name="xmm12" bitsize="128" type="uint128"/>
-<reg name="xmm13" bitsize="128" type="uint128"/>
-<reg name="xmm14" bitsize="128" type="uint128"/>
-<reg name="xmm15" bitsize="128" type="uint128"/>
+<vector id="v8bf16" type="bfloat16" count="8"/>
+<vector id="v8h" type="ieee_half" count="8"/>
+<vector id="v4f" type="ieee_single" count="4"/>
+<vector id="v2d" type="ieee_double" count="2"/>
+<vector id="v16i8" type="int8" count="16"/>
+<vector id="v8i16" type="int16" count="8"/>
+<vector id="v4i32" type="int32" count="4"/>
+<vector id="v2i64" type="int64" count="2"/>
+<union id="vec128">
+<field name="v8_bfloat16" type="v8bf16"/>
+<field name="v8_half" type="v8h"/>
+<field name="v4_float" type="v4f"/>
+<field name="v2_double" type="v2d"/>
+<field name="v16_int8" type="v16i8"/>
+<field name="v8_int16" type="v8i16"/>
+<field name="v4_int32" type="v4i32"/>
+<field name="v2_int64" type="v2i64"/>
+<field name="uint128" type="uint128"/>
+</union>
+<reg name="xmm0" bitsize="128" type="vec128" encoding="vector" format="vector-uint8" regnum="40"/>
+<reg name="xmm1" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm2" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm3" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm4" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm5" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm6" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm7" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm8" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm9" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm10" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm11" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm12" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm13" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm14" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
+<reg name="xmm15" bitsize="128" type="vec128" encoding="vector" format="vector-uint8"/>
 <reg name="mxcsr" bitsize="32" type="int" group="vector"/>
 </feature>
 <feature name="org.gnu.gdb.i386.linux">
@@ -263,6 +293,24 @@ pub const TARGET_XML: &str = r#"<?xml version="1.0"?>
 <feature name="org.gnu.gdb.i386.segments">
 <reg name="fs_base" bitsize="64" type="int" regnum="58"/>
 <reg name="gs_base" bitsize="64" type="int" regnum="59"/>
+</feature>
+<feature name="org.gnu.gdb.i386.avx">
+<reg name="ymm0h" bitsize="128" type="uint128" regnum="60"/>
+<reg name="ymm1h" bitsize="128" type="uint128"/>
+<reg name="ymm2h" bitsize="128" type="uint128"/>
+<reg name="ymm3h" bitsize="128" type="uint128"/>
+<reg name="ymm4h" bitsize="128" type="uint128"/>
+<reg name="ymm5h" bitsize="128" type="uint128"/>
+<reg name="ymm6h" bitsize="128" type="uint128"/>
+<reg name="ymm7h" bitsize="128" type="uint128"/>
+<reg name="ymm8h" bitsize="128" type="uint128"/>
+<reg name="ymm9h" bitsize="128" type="uint128"/>
+<reg name="ymm10h" bitsize="128" type="uint128"/>
+<reg name="ymm11h" bitsize="128" type="uint128"/>
+<reg name="ymm12h" bitsize="128" type="uint128"/>
+<reg name="ymm13h" bitsize="128" type="uint128"/>
+<reg name="ymm14h" bitsize="128" type="uint128"/>
+<reg name="ymm15h" bitsize="128" type="uint128"/>
 </feature>
 </target>
 "#;
@@ -274,12 +322,13 @@ mod tests {
     #[test]
     fn serialisation_round_trips_and_sizes_add_up() {
         let total: usize = (0..REGISTER_COUNT).map(|n| register_size(n).unwrap()).sum();
-        assert_eq!(total, 16 * 8 + 8 + 4 + 6 * 4 + 8 * 10 + 8 * 4 + 16 * 16 + 4 + 3 * 8);
+        assert_eq!(total, 16 * 8 + 8 + 4 + 6 * 4 + 8 * 10 + 8 * 4 + 16 * 16 + 4 + 3 * 8 + 16 * 16);
         let mut regs = Regs::default();
         regs.gpr[7] = 0x7fff_0000;
         regs.rip = 0x401000;
         regs.xmm[3] = 0x1234_5678_9abc_def0_1122_3344_5566_7788;
         regs.fs_base = 0x7fff_f7d8_a740;
+        regs.ymmh[15] = 0xfedc_ba98_7654_3210_0f1e_2d3c_4b5a_6978;
         let mut bytes = Vec::new();
         regs.gdb_serialize(|b| bytes.push(b.unwrap()));
         assert_eq!(bytes.len(), total);
@@ -287,6 +336,7 @@ mod tests {
         back.gdb_deserialize(&bytes).unwrap();
         assert_eq!(back, regs);
         assert_eq!(RegNumber::from_raw_id(16).unwrap().1.unwrap().get(), 8);
-        assert!(RegNumber::from_raw_id(60).is_none());
+        assert_eq!(RegNumber::from_raw_id(75).unwrap().1.unwrap().get(), 16);
+        assert!(RegNumber::from_raw_id(76).is_none());
     }
 }

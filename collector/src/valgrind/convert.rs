@@ -182,10 +182,23 @@ impl ThreadState {
     /// Control left the program's code after the pending instruction
     /// (a signal before `resume`, or code not the program's): the pending
     /// instruction completes towards `resume` when known, and tracing stops.
-    fn interrupted(&mut self, resume: Option<u64>) {
+    ///
+    /// A REP instruction interrupted between its iterations (at its own
+    /// address: a fault part-way, or a signal between two iterations) has
+    /// not completed: as Intel PT shows it, it is not counted, and it runs
+    /// (on) after the handler. Returns whether that was so.
+    fn interrupted(&mut self, resume: Option<u64>) -> bool {
         if let Some(previous) = self.pending.take() {
             let info = previous.info.expect("pending instructions are decoded");
             match resume {
+                Some(ip) if previous.rep && ip == previous.ip => {
+                    self.steps -= 1;
+                    if let Some(log) = self.log.as_mut() {
+                        log.pop();
+                    }
+                    self.writer.disable_async(ip);
+                    return true;
+                }
                 Some(ip) => {
                     self.writer.executed(previous.ip, &info, Some(ip), 0);
                     self.writer.disable_async(ip);
@@ -193,6 +206,7 @@ impl ThreadState {
                 None => self.end_with(previous, info),
             }
         }
+        false
     }
 
     /// The thread ended after its pending instruction (an `exit` system
@@ -333,6 +347,11 @@ pub struct LogConverter {
     /// where it is stored as it grows.
     state: Option<StateWriter>,
     state_stored: StoredStream,
+    /// Full state: the records of the REP instruction running (its
+    /// thread, and its iterations' records, placed after it), held until
+    /// it completes or is interrupted between iterations (then they are
+    /// the state the interruption sees, and the REP is not counted).
+    rep_records: Option<(u32, Vec<StateRecord<'static>>)>,
 }
 
 impl LogConverter {
@@ -362,6 +381,7 @@ impl LogConverter {
             progress: None,
             state: None,
             state_stored: StoredStream::default(),
+            rep_records: None,
         }
     }
 
@@ -441,11 +461,44 @@ impl LogConverter {
         let Some((tid, at)) = self.at_instruction(index) else { return };
         let state = match *record {
             LogRecord::Registers { changes, .. } => StateRecord::Registers { at, by_instruction: true, changes: changes.iter().collect() },
-            LogRecord::Wrote { address, bytes, .. } => StateRecord::Wrote { at, by_instruction: true, address, bytes: bytes.into() },
+            LogRecord::Wrote { address, bytes, .. } => StateRecord::Wrote { at, by_instruction: true, address, bytes: bytes.to_vec().into() },
             LogRecord::Read { address, size, .. } => StateRecord::Read { at, address, size: u64::from(size) },
             _ => return,
         };
-        self.state_record(tid, state);
+        let of_rep = self.state.is_some() && self.open_instruction(index).is_some_and(|insn| insn.rep);
+        // (Another instruction's, or another run of a REP: the one held
+        // completed.)
+        if !of_rep || self.rep_records.as_ref().is_some_and(|(held, records)| *held != tid || records.first().is_some_and(|r| r.at() != at)) {
+            self.flush_rep(false);
+        }
+        if of_rep {
+            self.rep_records.get_or_insert_with(|| (tid, Vec::new())).1.push(state);
+        } else {
+            self.state_record(tid, state);
+        }
+    }
+
+    /// Instruction `index` of the superblock entered last.
+    fn open_instruction(&self, index: u16) -> Option<Instruction> {
+        let (id, _) = self.open?;
+        let superblock = self.superblocks.get(id as usize)?.as_ref()?;
+        superblock.instructions.get(index as usize).copied()
+    }
+
+    /// Writes the held records of a REP: as they are when it completed,
+    /// one step earlier when it was `interrupted` (before it, it did not
+    /// count).
+    fn flush_rep(&mut self, interrupted: bool) {
+        let Some((tid, records)) = self.rep_records.take() else { return };
+        for mut record in records {
+            if interrupted {
+                match &mut record {
+                    StateRecord::Registers { at, .. } | StateRecord::Wrote { at, .. } | StateRecord::Read { at, .. } => *at = at.saturating_sub(1),
+                    _ => {}
+                }
+            }
+            self.state_record(tid, record);
+        }
     }
 
     /// A state record the tool wrote between superblocks (what changed
@@ -468,6 +521,22 @@ impl LogConverter {
             LogRecord::Mapping { start, length, offset, path, .. } => (current, StateRecord::FileMapped { at: steps, start, length, offset, path }),
             _ => return,
         };
+        // A thread's registers or memory changed while its REP runs (a
+        // signal about to be delivered between iterations): held with the
+        // REP's records, placed as they are.
+        if let Some((held, records)) = self.rep_records.as_mut().filter(|(held, _)| *held == tid) {
+            let _ = held;
+            if let StateRecord::Registers { .. } | StateRecord::Wrote { .. } = state {
+                let owned = match state {
+                    StateRecord::Wrote { at, by_instruction, address, bytes } => StateRecord::Wrote { at, by_instruction, address, bytes: bytes.into_owned().into() },
+                    StateRecord::Registers { at, by_instruction, changes } => StateRecord::Registers { at, by_instruction, changes },
+                    _ => unreachable!("matched above"),
+                };
+                records.push(owned);
+                return;
+            }
+        }
+        self.flush_rep(false);
         self.state_record(tid, state);
     }
 
@@ -685,6 +754,11 @@ impl LogConverter {
             }
             _ => {}
         }
+        // Whatever else happens in the program ends a REP's run (a signal,
+        // the thread's or the program's end, looks at how).
+        if !matches!(record, LogRecord::Superblock { .. } | LogRecord::Entered { .. } | LogRecord::Signal { .. } | LogRecord::ThreadEnd { .. } | LogRecord::Final(_) | LogRecord::Process(_) | LogRecord::ThreadRegisters { .. } | LogRecord::KernelWrote { .. }) {
+            self.flush_rep(false);
+        }
         // A fault stops a superblock at the faulting instruction: what
         // follows it there never ran (and neither did it).
         let stopped_at = match record {
@@ -736,6 +810,7 @@ impl LogConverter {
             LogRecord::Foreign => {
                 self.predicted = None;
                 self.predicted_by = None;
+                self.flush_rep(false);
                 if let Some(thread) = self.thread() {
                     thread.interrupted(None);
                 }
@@ -757,9 +832,10 @@ impl LogConverter {
             LogRecord::Signal { signal, ip } => {
                 self.predicted = None;
                 self.predicted_by = None;
-                if let Some(thread) = self.thread() {
-                    thread.interrupted(Some(ip));
-                }
+                let rep_interrupted = self.thread().is_some_and(|thread| thread.interrupted(Some(ip)));
+                // A REP's iterations so far are the state the delivery
+                // interrupts (and the REP runs on after the handler).
+                self.flush_rep(rep_interrupted);
                 // What the delivery writes (the frame, the handler's
                 // registers) comes after: a replay can stand between.
                 if let Some((tid, at)) = self.current.and_then(|i| self.threads.get(i)).map(|t| (t.tid, t.steps)) {
@@ -770,12 +846,15 @@ impl LogConverter {
                 if let Some(&index) = self.numbers.get(&number) {
                     let thread = &mut self.threads[index];
                     let ends_it = thread.pending.and_then(|p| p.info).is_some_and(|i| matches!(i.kind, FlowKind::Syscall | FlowKind::FarTransfer));
-                    if ends_it {
+                    let rep_interrupted = if ends_it {
                         thread.ended();
+                        false
                     } else {
-                        thread.interrupted(Some(ip));
-                    }
+                        thread.interrupted(Some(ip))
+                    };
+                    self.flush_rep(rep_interrupted);
                 }
+                self.flush_rep(false);
             }
             LogRecord::Mapping { start, length, offset, prot, path } => {
                 self.mappings.push((start, length, offset, prot, String::from_utf8_lossy(path).into_owned()));
@@ -790,12 +869,14 @@ impl LogConverter {
             LogRecord::Final(ip) => {
                 // The running thread stopped before `ip` unless its last
                 // instruction ended it (an exit system call).
+                let mut rep_interrupted = false;
                 if let Some(thread) = self.thread() {
                     let ends_it = thread.pending.and_then(|p| p.info).is_some_and(|i| matches!(i.kind, FlowKind::Syscall | FlowKind::FarTransfer));
                     if !ends_it {
-                        thread.interrupted(Some(ip));
+                        rep_interrupted = thread.interrupted(Some(ip));
                     }
                 }
+                self.flush_rep(rep_interrupted);
             }
         }
         Ok(())
@@ -805,6 +886,7 @@ impl LogConverter {
     /// modules: every file mapped executable, at the address where its
     /// offset 0 is (or would be) mapped.
     pub fn finish(mut self) -> (ImageRecording, u64) {
+        self.flush_rep(false);
         self.close(Leaving::AsLeft);
         let mut threads = Vec::new();
         for mut thread in std::mem::take(&mut self.threads) {

@@ -521,3 +521,71 @@ fn every_iteration_of_a_rep_unrolled_by_vex_is_the_one_step_of_the_rep() {
     let rep = (0x5000..0x5007).map(|address| (address, 2));
     assert_eq!(writes, rep.chain([(0x6000, 3)]).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_rep_interrupted_between_iterations_is_not_counted_and_its_iterations_are_what_the_delivery_sees() {
+    use retrace_decoder::full_state::{state_records, StateRecord};
+    let registers = |tag: u8, index: u16, rcx: u64| {
+        let mut out = vec![tag];
+        out.extend(index.to_le_bytes());
+        out.push(1);
+        out.push(2);
+        out.extend(rcx.to_le_bytes());
+        out
+    };
+    let rep_stosb: &[u8] = &[0xf3, 0xaa];
+    let mut log = LOG_MAGIC.to_vec();
+    log.extend(thread(1, 77));
+    // nop ; rep stosb: two iterations, then the third faults (SIGSEGV at
+    // the REP); the handler (nop at 0x2000) runs; the REP runs on.
+    log.extend(superblock_with_exits(0, &[(0x1000, &[0x90]), (0x1001, rep_stosb)], &[(1, 0x1003)]));
+    log.extend(superblock_with_exits(1, &[(0x1001, rep_stosb); 4], &[(0, 0x1003), (1, 0x1003), (2, 0x1003), (3, 0x1003)]));
+    log.extend(superblock(2, &[(0x2000, &[0x90])]));
+    log.extend(superblock(3, &[(0x1003, &[0x90]), (0x1004, &[0x0f, 0x05])]));
+    log.extend(entered(0));
+    log.extend(registers(b'R', 1, 9));
+    log.extend(entered(1));
+    log.extend(registers(b'R', 0, 8));
+    // The thread's registers as the delivery finds them (as the tool logs
+    // them before the signal).
+    log.push(b'r');
+    log.extend(1u32.to_le_bytes());
+    log.extend([1, 2]);
+    log.extend(77u64.to_le_bytes());
+    log.push(b'S');
+    log.extend(11u32.to_le_bytes());
+    log.extend(0x1001u64.to_le_bytes());
+    log.extend(entered(2));
+    log.extend(registers(b'R', 0, 100));
+    log.extend(entered(1));
+    log.extend(registers(b'R', 0, 7));
+    log.extend(left_at(1));
+    log.extend(entered(3));
+    log.extend([b'Q', 1, 0, 0, 0]);
+    log.extend(0x1006u64.to_le_bytes());
+    let mut converter = LogConverter::new(DEFAULT_PSB_PERIOD, true).with_full_state(true);
+    for record in log_records(&log) {
+        converter.feed(record.unwrap()).unwrap();
+    }
+    let (image, _) = converter.finish();
+    // nop, (the REP, interrupted: not counted), the handler's nop, the REP
+    // run to its end, nop, syscall.
+    assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x2000, 0x1001, 0x1003, 0x1004][..]));
+    let stream = image.full_state.unwrap().bytes;
+    let records: Vec<StateRecord> = state_records(&stream).map(|r| r.unwrap().1).filter(|r| matches!(r, StateRecord::Registers { .. } | StateRecord::SignalDelivered { .. })).collect();
+    let rcx = |at, value| StateRecord::Registers { at, by_instruction: true, changes: vec![(2, value)] };
+    assert_eq!(
+        records,
+        vec![
+            // The iterations before the fault: after the nop (step 0),
+            // where the delivery stands.
+            rcx(1, 9),
+            rcx(1, 8),
+            StateRecord::Registers { at: 1, by_instruction: false, changes: vec![(2, 77)] },
+            StateRecord::SignalDelivered { at: 1, signal: 11, ip: 0x1001 },
+            // The handler's nop is step 1; the REP, step 2.
+            rcx(2, 100),
+            rcx(3, 7),
+        ]
+    );
+}

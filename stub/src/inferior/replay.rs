@@ -174,6 +174,8 @@ pub struct Replayer {
     armed: Option<Armed>,
     /// The last armed resume did not move (a continue to where it stood).
     stood_still: bool,
+    /// The last move stopped for a breakpoint at this position.
+    stopped_at_breakpoint: Option<u64>,
 }
 
 fn tid(tid: u64) -> gdbstub::common::Tid {
@@ -188,7 +190,7 @@ pub fn boundary(history: &dyn History, position: u64, pos: ReplayLogPosition) ->
 impl Replayer {
     /// Standing at `position`.
     pub fn at(position: u64) -> Self {
-        Replayer { position, armed: None, stood_still: false }
+        Replayer { position, armed: None, stood_still: false, stopped_at_breakpoint: None }
     }
 
     /// Where the debugger stands.
@@ -199,6 +201,14 @@ impl Replayer {
     /// Stands at `position` (a new history, a restart).
     pub fn move_to(&mut self, position: u64) {
         self.position = position;
+        self.stopped_at_breakpoint = None;
+    }
+
+    /// A stop at `self.position`, remembered when it is a breakpoint's.
+    fn stopped(&mut self, stop: StopReason) -> StopReason {
+        let at_breakpoint = matches!(stop, StopReason::SwBreak(_) | StopReason::HwBreak(_));
+        self.stopped_at_breakpoint = at_breakpoint.then_some(self.position);
+        stop
     }
 
     /// The next resume goes to `position`, whatever it asks (`hold`: a
@@ -264,8 +274,9 @@ impl Replayer {
         // Arriving where a breakpoint is: its stop, as on the processor
         // (and a debugger then steps off it before it runs on).
         if let Some(stop) = self.breakpoint_at(history, breakpoints, position) {
-            return Some(Arrival { stop, at_breakpoint: true });
+            return Some(Arrival { stop: self.stopped(stop), at_breakpoint: true });
         }
+        self.stopped_at_breakpoint = None;
         Some(Arrival { stop: StopReason::SignalWithThread { tid: tid(history.thread_at(position)), signal: GdbSignal::SIGTRAP }, at_breakpoint: false })
     }
 
@@ -281,16 +292,18 @@ impl Replayer {
             // The write is seen before the instruction that made it.
             if let Some(stop) = self.watch_triggered_by(history, breakpoints, position).or_else(|| self.breakpoint_at(history, breakpoints, position)) {
                 self.position = position;
-                return stop;
+                return self.stopped(stop);
             }
             from = position;
         }
         self.position = 0;
+        self.stopped_at_breakpoint = None;
         boundary(history, 0, ReplayLogPosition::Begin)
     }
 
     /// `bs`: un-executes thread `tid`'s last step.
     pub fn step_backwards(&mut self, history: &dyn History, thread: u64) -> StopReason {
+        self.stopped_at_breakpoint = None;
         match history.previous_of_thread(thread, self.position) {
             Some(position) => {
                 self.position = position;
@@ -307,6 +320,12 @@ impl Replayer {
         let from = self.position;
         let stepped_stands_here = step.is_some_and(|t| history.step(from).is_some_and(|s| s.tid == t));
         let (addresses, (written, read)) = (breakpoints.addresses(), breakpoints.watched());
+        // A continue right after a stop at a breakpoint where it stands,
+        // without stepping off it first: the debugger holds no breakpoint
+        // there (GDB takes those of a library it was told is not loaded
+        // for gone, without removing them), so the instruction runs, as it
+        // would on the processor; stopping there again would never end.
+        let passes_over = step.is_none() && self.stopped_at_breakpoint.take() == Some(from);
         let mut position = from;
         while position < end {
             // An inserted breakpoint traps before its instruction runs,
@@ -314,10 +333,10 @@ impl Replayer {
             // there is stepped, as on the processor (GDB and LLDB step off
             // a breakpoint first; LLDB steps with it inserted right after
             // a reverse stop).
-            if step.is_none() || (position == from && stepped_stands_here) {
+            if (step.is_none() && !(passes_over && position == from)) || (position == from && stepped_stands_here) {
                 if let Some(stop) = self.breakpoint_at(history, breakpoints, position) {
                     self.position = position;
-                    return Forward::Stopped(stop);
+                    return Forward::Stopped(self.stopped(stop));
                 }
             }
             let Some(here) = history.step(position) else { break };
@@ -342,9 +361,9 @@ impl Replayer {
         self.position = end;
         // The end stands before a step where the history ends before its
         // last step: a breakpoint there stops as anywhere.
-        if step.is_none() || (from == end && stepped_stands_here) {
+        if (step.is_none() && !(passes_over && from == end)) || (from == end && stepped_stands_here) {
             if let Some(stop) = self.breakpoint_at(history, breakpoints, end) {
-                return Forward::Stopped(stop);
+                return Forward::Stopped(self.stopped(stop));
             }
         }
         Forward::End
@@ -511,9 +530,8 @@ mod tests {
         let mut r = Replayer::at(0);
         assert_eq!(r.run_forwards(&h, &bp, None), Forward::Stopped(StopReason::SwBreak(tid(2))));
         assert_eq!(r.position(), 4);
-        // Continuing or stepping from it traps again, as an inserted
-        // breakpoint does on the processor…
-        assert_eq!(r.run_forwards(&h, &bp, None), Forward::Stopped(StopReason::SwBreak(tid(2))));
+        // Stepping from it traps again, as an inserted breakpoint does on
+        // the processor…
         assert_eq!(r.run_forwards(&h, &bp, Some(2)), Forward::Stopped(StopReason::SwBreak(tid(2))));
         assert_eq!(r.position(), 4);
         // …so a debugger steps off it with it removed: thread 2's step runs.
@@ -565,10 +583,38 @@ mod tests {
         let mut r = Replayer::at(0);
         assert_eq!(r.run_forwards(&h, &bp, None), Forward::Stopped(StopReason::SwBreak(tid(2))));
         assert_eq!(r.position(), 6);
-        assert_eq!(r.run_forwards(&h, &bp, None), Forward::Stopped(StopReason::SwBreak(tid(2))));
+        assert_eq!(r.run_forwards(&h, &bp, Some(2)), Forward::Stopped(StopReason::SwBreak(tid(2))));
         assert_eq!(r.run_forwards(&h, &Breakpoints::default(), None), Forward::End);
         assert_eq!(r.run_forwards(&h, &Breakpoints::default(), Some(2)), Forward::End);
         assert_eq!(r.position(), 6);
+    }
+
+    #[test]
+    fn a_continue_right_after_a_breakpoint_stop_runs_its_instruction() {
+        // GDB takes the breakpoints of a library it was told is not loaded
+        // for gone, without removing them, and continues from a stop at
+        // one without stepping off it: trapping there again would never
+        // end (each stop is one GDB does not know, so it continues).
+        let h = history();
+        let bp = software(&[0x10]);
+        let mut r = Replayer::at(0);
+        assert_eq!(r.run_forwards(&h, &bp, None), Forward::Stopped(StopReason::SwBreak(tid(1))));
+        assert_eq!(r.position(), 0);
+        assert_eq!(r.run_forwards(&h, &bp, None), Forward::Stopped(StopReason::SwBreak(tid(1))));
+        assert_eq!(r.position(), 5);
+        assert_eq!(r.run_forwards(&h, &bp, None), Forward::End);
+        assert_eq!(r.position(), h.len());
+        // Arriving other than at a breakpoint's stop (a reverse step), the
+        // breakpoint where it stands traps as on the processor.
+        r.run_backwards(&h, &Breakpoints::default());
+        assert_eq!(r.position(), 0);
+        assert_eq!(r.run_forwards(&h, &bp, None), Forward::Stopped(StopReason::SwBreak(tid(1))));
+        assert_eq!(r.position(), 0);
+        let mut r = Replayer::at(6);
+        assert_eq!(r.step_backwards(&h, 1), StopReason::SignalWithThread { tid: tid(1), signal: GdbSignal::SIGTRAP });
+        assert_eq!(r.position(), 5);
+        assert_eq!(r.run_forwards(&h, &bp, None), Forward::Stopped(StopReason::SwBreak(tid(1))));
+        assert_eq!(r.position(), 5);
     }
 
     #[test]

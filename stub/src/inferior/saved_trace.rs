@@ -741,7 +741,7 @@ impl MultiThreadBase for SavedTrace {
         *regs = match self.timeline.next_pc_of_thread(self.position(), index) {
             Some(pc) => Regs::only_pc(pc),
             // It runs no more in the history: where it stands is not known.
-            None => Regs { unavailable: u64::MAX, ..Regs::default() },
+            None => Regs { unavailable: u128::MAX, ..Regs::default() },
         };
         Ok(())
     }

@@ -384,7 +384,7 @@ impl History for Timeline {
         Some(match self.next_pc_of_thread(position, thread) {
             Some(pc) => Regs::only_pc(pc),
             // It runs no more in the history: where it stands is not known.
-            None => Regs { unavailable: u64::MAX, ..Regs::default() },
+            None => Regs { unavailable: u128::MAX, ..Regs::default() },
         })
     }
 }

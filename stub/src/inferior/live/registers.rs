@@ -1,11 +1,12 @@
 //! A live thread's whole register set through ptrace: general registers
-//! (`PTRACE_GETREGS`), x87/SSE state (`PTRACE_GETFPREGS`) and the segment
-//! bases, as gdbstub's [`Regs`].
+//! (`PTRACE_GETREGS`), x87/SSE state (`PTRACE_GETFPREGS`), AVX's upper
+//! halves of the ymm registers (`PTRACE_GETREGSET` of the XSAVE area) and
+//! the segment bases, as gdbstub's [`Regs`].
 
 use nix::sys::ptrace;
 use nix::unistd::Pid;
 
-use crate::arch::Regs;
+use crate::arch::{Regs, FIRST_YMMH};
 
 fn getfpregs(tid: Pid) -> nix::Result<libc::user_fpregs_struct> {
     let mut fp = std::mem::MaybeUninit::<libc::user_fpregs_struct>::zeroed();
@@ -21,6 +22,64 @@ fn getfpregs(tid: Pid) -> nix::Result<libc::user_fpregs_struct> {
 fn setfpregs(tid: Pid, fp: &libc::user_fpregs_struct) -> nix::Result<()> {
     // SAFETY: PTRACE_SETFPREGS reads the struct.
     let r = unsafe { libc::ptrace(libc::PTRACE_SETFPREGS, tid.as_raw(), 0, fp as *const _) };
+    if r < 0 {
+        return Err(nix::Error::last());
+    }
+    Ok(())
+}
+
+/// `NT_X86_XSTATE`: the thread's XSAVE area (in the standard format).
+const NT_X86_XSTATE: libc::c_int = 0x202;
+/// Where the XSAVE area keeps the header's component bitmap, and the AVX
+/// component (ymm0–15, bytes 16..32 each) in the standard format.
+const XSTATE_BV: usize = 512;
+const AVX_OFFSET: usize = 576;
+/// The AVX component's bit in the bitmap (clear: its registers are 0).
+const AVX_BIT: u64 = 1 << 2;
+/// Room enough for the XSAVE areas of today's processors.
+const XSAVE_ROOM: usize = 16 << 10;
+
+/// The thread's XSAVE area (as long as the kernel gave).
+fn get_xstate(tid: Pid) -> nix::Result<Vec<u8>> {
+    let mut area = vec![0u8; XSAVE_ROOM];
+    let mut iov = libc::iovec { iov_base: area.as_mut_ptr().cast(), iov_len: area.len() };
+    // SAFETY: the kernel writes at most iov_len bytes into `area`.
+    let r = unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid.as_raw(), NT_X86_XSTATE, &mut iov as *mut libc::iovec) };
+    if r < 0 {
+        return Err(nix::Error::last());
+    }
+    area.truncate(iov.iov_len);
+    Ok(area)
+}
+
+/// The ymm registers' upper halves, if the processor has AVX.
+fn ymm_upper(area: &[u8]) -> Option<[u128; 16]> {
+    let bitmap = u64::from_le_bytes(area.get(XSTATE_BV..XSTATE_BV + 8)?.try_into().ok()?);
+    let component = area.get(AVX_OFFSET..AVX_OFFSET + 256)?;
+    let mut upper = [0u128; 16];
+    if bitmap & AVX_BIT != 0 {
+        for (k, chunk) in component.chunks_exact(16).enumerate() {
+            upper[k] = u128::from_le_bytes(chunk.try_into().expect("16 bytes"));
+        }
+    }
+    Some(upper)
+}
+
+/// Sets the ymm registers' upper halves (a processor without AVX has
+/// none to set).
+fn set_ymm_upper(tid: Pid, upper: &[u128; 16]) -> nix::Result<()> {
+    let mut area = get_xstate(tid)?;
+    if area.len() < AVX_OFFSET + 256 {
+        return Ok(());
+    }
+    for (k, value) in upper.iter().enumerate() {
+        area[AVX_OFFSET + 16 * k..AVX_OFFSET + 16 * (k + 1)].copy_from_slice(&value.to_le_bytes());
+    }
+    let bitmap = u64::from_le_bytes(area[XSTATE_BV..XSTATE_BV + 8].try_into().expect("8 bytes")) | AVX_BIT;
+    area[XSTATE_BV..XSTATE_BV + 8].copy_from_slice(&bitmap.to_le_bytes());
+    let mut iov = libc::iovec { iov_base: area.as_mut_ptr().cast(), iov_len: area.len() };
+    // SAFETY: the kernel reads iov_len bytes from `area`.
+    let r = unsafe { libc::ptrace(libc::PTRACE_SETREGSET, tid.as_raw(), NT_X86_XSTATE, &mut iov as *mut libc::iovec) };
     if r < 0 {
         return Err(nix::Error::last());
     }
@@ -67,6 +126,10 @@ pub fn read_all_registers(tid: Pid) -> nix::Result<Regs> {
         }
         regs.xmm[i] = u128::from_le_bytes(bytes);
     }
+    match get_xstate(tid).ok().as_deref().and_then(ymm_upper) {
+        Some(upper) => regs.ymmh = upper,
+        None => regs.unavailable |= ((1u128 << 16) - 1) << FIRST_YMMH,
+    }
     Ok(regs)
 }
 
@@ -101,5 +164,9 @@ pub fn write_all_registers(tid: Pid, regs: &Regs) -> nix::Result<()> {
             fp.xmm_space[i * 4 + j] = u32::from_le_bytes(bytes[j * 4..j * 4 + 4].try_into().unwrap());
         }
     }
-    setfpregs(tid, &fp)
+    setfpregs(tid, &fp)?;
+    if (FIRST_YMMH..FIRST_YMMH + 16).all(|n| regs.is_available(n)) {
+        set_ymm_upper(tid, &regs.ymmh)?;
+    }
+    Ok(())
 }

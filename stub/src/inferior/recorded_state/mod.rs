@@ -88,7 +88,7 @@ fn extended(value: f64) -> [u8; 10] {
 /// never given makes its register unavailable.
 pub fn registers_of(pieces: &[Option<u64>; piece::COUNT], rip: u64) -> Regs {
     let mut regs = Regs { rip, ..Regs::default() };
-    let mut unavailable = 0u64;
+    let mut unavailable = 0u128;
     let mut get = |p: u8, n: usize| match pieces[p as usize] {
         Some(value) => value,
         None => {
@@ -107,6 +107,9 @@ pub fn registers_of(pieces: &[Option<u64>; piece::COUNT], rip: u64) -> Regs {
         let low = get(piece::xmm(n), number::FIRST_XMM + n as usize);
         let high = get(piece::xmm(n) + 1, number::FIRST_XMM + n as usize);
         regs.xmm[n as usize] = u128::from(low) | u128::from(high) << 64;
+        let low = get(piece::ymm_upper(n), crate::arch::FIRST_YMMH + n as usize);
+        let high = get(piece::ymm_upper(n) + 1, crate::arch::FIRST_YMMH + n as usize);
+        regs.ymmh[n as usize] = u128::from(low) | u128::from(high) << 64;
     }
     regs.mxcsr = 0x1f80 | ((get(piece::SSE_ROUNDING, number::MXCSR) as u32 & 3) << 13);
     // x87: st(i) is physical register (top + i) % 8.
@@ -437,13 +440,15 @@ impl RecordedState {
         // its last writes are what those bytes were; then the next.
         while let Some(c) = cap {
             let mut latest = None;
-            let mut word = address / 8;
-            while word * 8 < end {
-                let range = (word * 8).max(address)..(word * 8 + 8).min(end);
+            // (Word by word; the last word of the address space ends the
+            // walk rather than overflow.)
+            let mut word = Some(address & !7);
+            while let Some(at) = word.filter(|&at| at < end) {
+                let range = at.max(address)..at.saturating_add(8).min(end);
                 if bytes[(range.start - address) as usize..(range.end - address) as usize].iter().any(Option::is_none) {
                     latest = latest.max(self.writes.latest(&range, c));
                 }
-                word += 1;
+                word = at.checked_add(8);
             }
             let Some(k) = latest else { break };
             let until = if k == top { position } else { (k as u64 + 1) * self.interval };

@@ -286,13 +286,15 @@ impl StateLog {
             before.st != after.st || before.fpu != after.fpu,
             before.xmm != after.xmm || before.mxcsr != after.mxcsr,
             before.orig_rax != after.orig_rax || before.fs_base != after.fs_base || before.gs_base != after.gs_base,
+            before.ymmh != after.ymmh,
         ];
         for n in (0..REGISTER_COUNT).filter(|&n| n != 16) {
             let group = match n {
                 0..=23 => 0,
                 24..=39 => 1,
                 40..=56 => 2,
-                _ => 3,
+                57..=59 => 3,
+                _ => 4,
             };
             if !groups_differ[group] {
                 continue;
