@@ -420,3 +420,16 @@ fn avx2_vectors_replay_as_valgrind_ran_them() {
     let program = build("avx2_vectors", &dir, &["-O2", "-mavx2", "-mfma"]);
     differential("avx2_vectors", &program, &[]);
 }
+
+#[test]
+fn python3_running_a_script_replays_as_valgrind_ran_it() {
+    // Debian's python3 itself (a python3 earlier on PATH may be a shell
+    // script choosing one).
+    let debian_python = Path::new("/usr/bin/python3");
+    if !tools_present() || !require("python3 (Debian package python3)", debian_python.exists()) {
+        return;
+    }
+    let python = std::fs::canonicalize(debian_python).unwrap();
+    let script = "import json, re\nwords = re.findall(r'[a-z]+', 'the quick brown fox jumps over the lazy dog ' * 40)\ncounts = {}\nfor w in words:\n    counts[w] = counts.get(w, 0) + 1\nprint(json.dumps(sorted(counts.items())))\n";
+    differential("python3", &python, &["-S", "-c", script]);
+}
