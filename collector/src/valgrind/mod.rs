@@ -41,7 +41,11 @@
 //! What Valgrind runs that the program does not (its `freeres` at exit,
 //! its replacement of the vsyscall page) is either switched off or logged as
 //! a gap; a REP string instruction, which Valgrind runs as one superblock
-//! per iteration, counts once, as Intel PT counts it.
+//! per iteration (or up to eight in one, unrolled), counts once, as Intel
+//! PT counts it, and not where a signal interrupts it part-way (it runs on
+//! after the handler). The tool answers Valgrind's gdbserver's `monitor
+//! retrace last-write` (the program's last write: address and size), which
+//! the tests use to compare a replay with Valgrind's own view of a run.
 
 
 use std::ffi::{OsStr, OsString};
