@@ -190,8 +190,11 @@ fn watchpoints_on_the_replay_stop_at_the_writes_reads_and_the_kernels_write() {
             "watch buffer[3]",
             "reverse-continue",
             "bt 2",
+            "monitor record status",
         ],
     );
+    // A full recording is not said to be control flow only.
+    assert!(out.contains("(full state: every register and byte") && !out.contains("control flow only"), "{out}");
     common::end_stub(stub);
     let printed = printed(&out);
     assert_eq!(printed.len(), 3, "{out}");

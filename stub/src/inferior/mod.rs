@@ -233,12 +233,15 @@ pub struct HistoryStatus {
 /// What a history was recorded from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HistorySource {
-    /// A saved trace, replayed: control flow only.
+    /// A saved trace, replayed: control flow only, or with the full state.
     SavedTrace {
         /// The bundle's `trace.json`.
         bundle: std::path::PathBuf,
         /// Bytes of Intel PT in it.
         trace_bytes: usize,
+        /// It holds a full-state recording: registers and memory are
+        /// served.
+        full_state: bool,
     },
     /// The live process, recorded as it runs.
     Recording {

@@ -549,7 +549,7 @@ impl HistoryOps for SavedTrace {
     fn history_status(&self) -> HistoryStatus {
         let here = self.timeline.at(self.position()).expect("the position is in the timeline");
         HistoryStatus {
-            source: HistorySource::SavedTrace { bundle: self.bundle.clone(), trace_bytes: self.traces.iter().map(|(_, trace)| trace.len()).sum() },
+            source: HistorySource::SavedTrace { bundle: self.bundle.clone(), trace_bytes: self.traces.iter().map(|(_, trace)| trace.len()).sum(), full_state: self.state.is_some() },
             instructions: self.timeline.instructions(),
             threads: self.timeline.threads().iter().map(|t| (t.tid, t.history.instructions())).collect(),
             position: HistoryPosition { tid: here.tid, id: self.timeline.item_id(self.position()).unwrap_or(0), index: self.position(), pc: Some(here.ip), present: false },

@@ -240,8 +240,9 @@ fn status_json(status: &HistoryStatus) -> String {
     let threads: Vec<serde_json::Value> = status.threads.iter().map(|(tid, n)| serde_json::json!({"tid": tid, "instructions": n})).collect();
     let here = &status.position;
     let value = match &status.source {
-        HistorySource::SavedTrace { bundle, trace_bytes } => serde_json::json!({
+        HistorySource::SavedTrace { bundle, trace_bytes, full_state } => serde_json::json!({
             "mode": "replay",
+            "fullState": full_state,
             "trace": bundle.display().to_string(),
             "instructions": status.instructions,
             "traceBytes": trace_bytes,
@@ -268,8 +269,12 @@ fn history_status_text(status: &HistoryStatus) -> String {
     let mut text = String::new();
     let (len, threads) = (status.instructions, status.threads.len());
     match &status.source {
-        HistorySource::SavedTrace { bundle, trace_bytes } => {
+        HistorySource::SavedTrace { bundle, trace_bytes, full_state: false } => {
             let _ = writeln!(text, "Replaying {} (control flow only: registers other than the PC and writable memory are unavailable).", bundle.display());
+            let _ = writeln!(text, "Recorded: {len} instructions in {threads} thread(s), {trace_bytes} bytes of trace.");
+        }
+        HistorySource::SavedTrace { bundle, trace_bytes, full_state: true } => {
+            let _ = writeln!(text, "Replaying {} (full state: every register and byte the recording holds is served at every position; what it does not hold reads as unavailable).", bundle.display());
             let _ = writeln!(text, "Recorded: {len} instructions in {threads} thread(s), {trace_bytes} bytes of trace.");
         }
         HistorySource::Recording { mode, bytes, watchpoints_refused } => {
@@ -414,7 +419,7 @@ mod tests {
         let mut past = recording(false);
         assert!(history_command(&mut past, "record status").unwrap().ends_with("Position: instruction 3 of thread 7 (pc 0x401000); 6 of 40 in the history.\n"));
         let mut replay = recording(false);
-        replay.status.source = HistorySource::SavedTrace { bundle: "/b/trace.json".into(), trace_bytes: 99 };
+        replay.status.source = HistorySource::SavedTrace { bundle: "/b/trace.json".into(), trace_bytes: 99, full_state: false };
         assert_eq!(
             history_command(&mut replay, "record status").unwrap(),
             "Replaying /b/trace.json (control flow only: registers other than the PC and writable memory are unavailable).\nRecorded: 40 instructions in 2 thread(s), 99 bytes of trace.\nPosition: instruction 3 of thread 7 (pc 0x401000); 6 of 40 in the history.\n"
@@ -426,6 +431,11 @@ mod tests {
         assert_eq!(history_command(&mut replay, "goto end").unwrap(), "The next resume stops at the present (the end of the history).\n");
         assert_eq!(history_command(&mut replay, "history 8 --max 1").unwrap(), "thread 8 instruction 3\n2 0x401002 0\n");
         assert!(history_command(&mut replay, "rewind").unwrap_err().starts_with("unknown monitor command `rewind`"));
+        replay.status.source = HistorySource::SavedTrace { bundle: "/b/trace.json".into(), trace_bytes: 99, full_state: true };
+        let text = history_command(&mut replay, "record status").unwrap();
+        assert!(text.starts_with("Replaying /b/trace.json (full state: every register and byte the recording holds is served"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&history_command(&mut replay, "record status --json").unwrap()).unwrap();
+        assert_eq!(json["fullState"], true);
     }
 
     #[test]
