@@ -41,6 +41,15 @@ fn left_at(exit: u16) -> Vec<u8> {
     out
 }
 
+/// A whole (intact) log converted with its full-state stream.
+fn converted_with_full_state(log: &[u8]) -> crate::software::ImageRecording {
+    let mut converter = LogConverter::new(DEFAULT_PSB_PERIOD, true).with_full_state(true);
+    for record in log_records(log) {
+        converter.feed(record.unwrap()).unwrap();
+    }
+    converter.finish().0
+}
+
 fn thread(number: u32, tid: u32) -> Vec<u8> {
     let mut out = vec![b'T'];
     out.extend(number.to_le_bytes());
@@ -444,11 +453,7 @@ fn a_signal_delivered_is_marked_in_the_full_state_between_the_interrupted_state_
     log.extend([1, 2, 3, 4]);
     log.extend(registers(1, &[(5, 10), (7, 0x7000)]));
     log.extend(entered(1));
-    let mut converter = LogConverter::new(DEFAULT_PSB_PERIOD, true).with_full_state(true);
-    for record in log_records(&log) {
-        converter.feed(record.unwrap()).unwrap();
-    }
-    let (image, _) = converter.finish();
+    let image = converted_with_full_state(&log);
     assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1001, 0x2000][..]));
     let stream = image.full_state.unwrap().bytes;
     let mut records: Vec<_> = state_records(&stream).map(|r| r.unwrap()).filter(|(_, r)| !matches!(r, StateRecord::Thread(_) | StateRecord::Scheduled { .. })).collect();
@@ -501,11 +506,7 @@ fn every_iteration_of_a_rep_unrolled_by_vex_is_the_one_step_of_the_rep() {
     log.extend(wrote(0, 0x6000));
     log.extend([b'Q', 1, 0, 0, 0]);
     log.extend(0x1006u64.to_le_bytes());
-    let mut converter = LogConverter::new(DEFAULT_PSB_PERIOD, true).with_full_state(true);
-    for record in log_records(&log) {
-        converter.feed(record.unwrap()).unwrap();
-    }
-    let (image, _) = converter.finish();
+    let image = converted_with_full_state(&log);
     // Intel PT counts the REP once: nop, rep, nop, syscall.
     assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1001, 0x1003, 0x1004][..]));
     let stream = image.full_state.unwrap().bytes;
@@ -563,11 +564,7 @@ fn a_rep_interrupted_between_iterations_is_not_counted_and_its_iterations_are_wh
     log.extend(entered(3));
     log.extend([b'Q', 1, 0, 0, 0]);
     log.extend(0x1006u64.to_le_bytes());
-    let mut converter = LogConverter::new(DEFAULT_PSB_PERIOD, true).with_full_state(true);
-    for record in log_records(&log) {
-        converter.feed(record.unwrap()).unwrap();
-    }
-    let (image, _) = converter.finish();
+    let image = converted_with_full_state(&log);
     // nop, (the REP, interrupted: not counted), the handler's nop, the REP
     // run to its end, nop, syscall.
     assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x2000, 0x1001, 0x1003, 0x1004][..]));
