@@ -524,16 +524,17 @@ impl LogConverter {
         // A thread's registers or memory changed while its REP runs (a
         // signal about to be delivered between iterations): held with the
         // REP's records, placed as they are.
-        if let Some((held, records)) = self.rep_records.as_mut().filter(|(held, _)| *held == tid) {
-            let _ = held;
-            if let StateRecord::Registers { .. } | StateRecord::Wrote { .. } = state {
-                let owned = match state {
-                    StateRecord::Wrote { at, by_instruction, address, bytes } => StateRecord::Wrote { at, by_instruction, address, bytes: bytes.into_owned().into() },
-                    StateRecord::Registers { at, by_instruction, changes } => StateRecord::Registers { at, by_instruction, changes },
-                    _ => unreachable!("matched above"),
-                };
-                records.push(owned);
-                return;
+        if let Some((_, records)) = self.rep_records.as_mut().filter(|(held, _)| *held == tid) {
+            match state {
+                StateRecord::Wrote { at, by_instruction, address, bytes } => {
+                    records.push(StateRecord::Wrote { at, by_instruction, address, bytes: bytes.into_owned().into() });
+                    return;
+                }
+                StateRecord::Registers { at, by_instruction, changes } => {
+                    records.push(StateRecord::Registers { at, by_instruction, changes });
+                    return;
+                }
+                _ => {}
             }
         }
         self.flush_rep(false);
