@@ -300,6 +300,17 @@ enum Leaving {
     After(usize),
 }
 
+/// A register, write or read record as a REP's held records keep it (its
+/// bytes copied out of the log); `None` for any other.
+fn held(record: StateRecord<'_>) -> Option<StateRecord<'static>> {
+    Some(match record {
+        StateRecord::Registers { at, by_instruction, changes } => StateRecord::Registers { at, by_instruction, changes },
+        StateRecord::Wrote { at, by_instruction, address, bytes } => StateRecord::Wrote { at, by_instruction, address, bytes: bytes.into_owned().into() },
+        StateRecord::Read { at, address, size } => StateRecord::Read { at, address, size },
+        _ => return None,
+    })
+}
+
 /// Turns one log (one program image of one process) into per-thread Intel
 /// PT streams and the modules the program mapped.
 pub struct LogConverter {
@@ -461,7 +472,7 @@ impl LogConverter {
         let Some((tid, at)) = self.at_instruction(index) else { return };
         let state = match *record {
             LogRecord::Registers { changes, .. } => StateRecord::Registers { at, by_instruction: true, changes: changes.iter().collect() },
-            LogRecord::Wrote { address, bytes, .. } => StateRecord::Wrote { at, by_instruction: true, address, bytes: bytes.to_vec().into() },
+            LogRecord::Wrote { address, bytes, .. } => StateRecord::Wrote { at, by_instruction: true, address, bytes: bytes.into() },
             LogRecord::Read { address, size, .. } => StateRecord::Read { at, address, size: u64::from(size) },
             _ => return,
         };
@@ -472,7 +483,7 @@ impl LogConverter {
             self.flush_rep(false);
         }
         if of_rep {
-            self.rep_records.get_or_insert_with(|| (tid, Vec::new())).1.push(state);
+            self.rep_records.get_or_insert_with(|| (tid, Vec::new())).1.extend(held(state));
         } else {
             self.state_record(tid, state);
         }
@@ -525,16 +536,9 @@ impl LogConverter {
         // signal about to be delivered between iterations): held with the
         // REP's records, placed as they are.
         if let Some((_, records)) = self.rep_records.as_mut().filter(|(held, _)| *held == tid) {
-            match state {
-                StateRecord::Wrote { at, by_instruction, address, bytes } => {
-                    records.push(StateRecord::Wrote { at, by_instruction, address, bytes: bytes.into_owned().into() });
-                    return;
-                }
-                StateRecord::Registers { at, by_instruction, changes } => {
-                    records.push(StateRecord::Registers { at, by_instruction, changes });
-                    return;
-                }
-                _ => {}
+            if matches!(state, StateRecord::Registers { .. } | StateRecord::Wrote { .. }) {
+                records.extend(held(state));
+                return;
             }
         }
         self.flush_rep(false);
