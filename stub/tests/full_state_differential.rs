@@ -367,14 +367,20 @@ fn differential(name: &str, program: &Path, args: &[&str]) {
     let dir = work_dir(name);
     let script = dir.join("stops.py");
     std::fs::write(&script, GDB_SCRIPT).unwrap();
+    let started = std::time::Instant::now();
     let selection = selection_run(&dir, program, args);
     let points = breakpoints(&selection);
+    eprintln!("{name}: selection run and {} breakpoints in {:.1?}", points.len(), started.elapsed());
     // (For a person reproducing a failure by hand.)
     std::fs::write(dir.join("breakpoints.gdb"), commands(&script, &points).join("\n") + "\n").unwrap();
+    let started = std::time::Instant::now();
     let (truth, trace_json, truth_out) = recorded_with_truth(&dir, program, args, &points, &script);
+    eprintln!("{name}: recording with Valgrind's gdbserver stopping {} times in {:.1?}", truth.len(), started.elapsed());
     let tail = |text: &str| text.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
     assert!(truth.len() as u64 >= STOPS, "{name}: Valgrind's gdbserver stopped {} times at {} breakpoints (at least {STOPS} wanted):\n{}", truth.len(), points.len(), tail(&truth_out));
+    let started = std::time::Instant::now();
     let (ours, ours_out) = replayed(&dir, program, &trace_json, &points, &script, &truth);
+    eprintln!("{name}: replay stopping {} times in {:.1?}", ours.len(), started.elapsed());
     // (What each GDB printed, for a person comparing by hand.)
     std::fs::write(dir.join("valgrind-gdbserver.txt"), &truth_out).unwrap();
     std::fs::write(dir.join("replay.txt"), &ours_out).unwrap();
