@@ -234,7 +234,7 @@ fn replay(listener: &TcpListener, trace_json: &std::path::Path, from: ReplayFrom
     eprintln!(
         "retrace-stub: replaying {} ({} instructions, at the {at} of history); listening on {bound}",
         trace_json.display(),
-        saved.timeline().len()
+        saved.timeline().instructions()
     );
     match serve(listener, saved) {
         Ok(_) => {

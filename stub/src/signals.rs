@@ -44,6 +44,14 @@ pub fn to_gdb(signal: Signal) -> Gdb {
     }
 }
 
+/// What LLDB shows of a stop by `signal` (`signal SIGSEGV`, as natively).
+pub fn stop_words(signal: Gdb) -> String {
+    match from_gdb(signal) {
+        Some(signal) => format!("signal {}", signal.as_str()),
+        None => format!("signal {}", signal.0),
+    }
+}
+
 /// The Linux signal for GDB's number (`None` for 0 and signals Linux lacks).
 pub fn from_gdb(signal: Gdb) -> Option<Signal> {
     [

@@ -581,3 +581,74 @@ fn shared_libraries_are_the_ones_loaded_at_the_position() {
     assert_eq!(replay[0], native[1], "after the dlopen:\n{out}");
     assert_eq!(replay[1], native[0], "before it:\n{out}");
 }
+
+/// A program killed by SIGSEGV (`tests/programs/crash.c`): the replay
+/// stands where the fault stopped it natively (the faulting instruction,
+/// with the registers and memory of then), reports SIGSEGV there, as rr
+/// does, and a continue ends the program with it; run backwards and
+/// forwards again, the fault is reported again. LLDB sees the same stop
+/// (`signal SIGSEGV`) and runs backwards from it (it refuses to resume
+/// backwards delivering a signal). The recording's output holds the
+/// program's and retrace's words, none of Valgrind's.
+#[test]
+fn a_program_killed_by_sigsegv_replays_to_the_fault_and_reports_it_as_natively() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("sigsegv");
+    let program = build("crash", &dir, &["-O0", "-static", "-no-pie"]);
+    let bundle = dir.join("bundle");
+    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 11), "retrace record ends as the program did: {said}");
+    assert!(!said.lines().any(|l| l.starts_with("==")), "Valgrind's messages in the program's stderr:\n{said}");
+    let values = ["p $pc", "p $rax", "p $rdx", "p work", "p/x (long)target"];
+    let mut native_commands = vec!["run"];
+    native_commands.extend(values);
+    native_commands.push("continue");
+    let native = gdb(&program, &native_commands);
+    assert!(native.contains("Program received signal SIGSEGV") && native.contains("Program terminated with signal SIGSEGV"), "{native}");
+    let native_values = printed(&native);
+    assert_eq!(native_values.len(), values.len(), "{native}");
+    let fault = native_values[0].split_whitespace().find(|w| w.starts_with("0x")).unwrap().to_string();
+    assert!(said.contains(&format!("program killed by SIGSEGV at {fault}")), "retrace record names the faulting instruction {fault}:\n{said}");
+
+    let trace_json = bundle.join("trace.json");
+    let (stub, target) = start_replay(&trace_json);
+    // At the end (where a replay starts), back one instruction, forwards
+    // into the fault, and past it.
+    let mut commands = vec![target.as_str(), "info program"];
+    commands.extend(values);
+    commands.extend(["reverse-stepi", "continue"]);
+    commands.extend(values);
+    commands.push("continue");
+    let out = gdb(&program, &commands);
+    common::end_stub(stub);
+    let replayed = printed(&out);
+    assert_eq!(replayed.len(), 2 * values.len(), "{out}");
+    assert_eq!(&replayed[..values.len()], &native_values[..], "standing at the end of the replay:\n{out}\nnatively:\n{native}");
+    assert_eq!(&replayed[values.len()..], &native_values[..], "continued into the fault:\n{out}\nnatively:\n{native}");
+    assert!(out.contains("It stopped at a breakpoint") || out.contains("It stopped with signal SIGSEGV"), "info program at the end:\n{out}");
+    assert!(out.contains("Program received signal SIGSEGV"), "continued into the fault:\n{out}");
+    assert!(out.contains("Program terminated with signal SIGSEGV"), "continued past it:\n{out}");
+
+    if !common::lldb_python_present() {
+        return;
+    }
+    let (stub, target) = start_replay(&trace_json);
+    let port: u16 = target.rsplit(':').next().unwrap().parse().unwrap();
+    let out = common::lldb_python(
+        r#"
+print("STOP", process.GetSelectedThread().GetStopDescription(100), hex(process.GetSelectedThread().GetFrameAtIndex(0).GetPC()))
+error = process.ContinueInDirection(lldb.eRunReverse)
+print("RESUMED", error.GetCString())
+print("BACK", process.GetSelectedThread().GetStopDescription(100))
+"#,
+        &program,
+        port,
+        &[],
+    );
+    common::end_stub(stub);
+    assert!(out.contains(&format!("STOP signal SIGSEGV {fault}")), "LLDB's stop at the end:\n{out}");
+    assert!(out.contains("BACK history boundary"), "LLDB ran backwards to the start:\n{out}");
+}

@@ -343,6 +343,9 @@ pub struct LogConverter {
     converted: u64,
     /// The limit was reached (here or in the tool).
     limited: bool,
+    /// Where the program ended, with the running thread there (the log's
+    /// last record).
+    ended_at: Option<u64>,
     /// Where threads' streams are stored once they pass `spill_bytes`
     /// (memory stays bounded however long the run).
     spill: Option<(PathBuf, usize)>,
@@ -386,6 +389,7 @@ impl LogConverter {
             limit: None,
             converted: 0,
             limited: false,
+            ended_at: None,
             spill: None,
             spill_error: None,
             fast: true,
@@ -590,9 +594,9 @@ impl LogConverter {
 
     fn into_converted(mut self, mut warnings: Vec<String>) -> ConvertedLog {
         warnings.extend(self.spill_error.take());
-        let limited = self.limited;
+        let (limited, ended_at) = (self.limited, self.ended_at);
         let (image, undecodable) = self.finish();
-        ConvertedLog { image, undecodable, warnings, limited }
+        ConvertedLog { image, undecodable, warnings, limited, ended_at }
     }
 
     /// Instructions converted so far, all threads.
@@ -857,7 +861,15 @@ impl LogConverter {
                     } else {
                         thread.interrupted(Some(ip))
                     };
+                    let (tid, at) = (thread.tid, thread.steps);
                     self.flush_rep(rep_interrupted);
+                    // The running thread ended other than by its exit: a
+                    // fatal signal stopped it at `ip` (a fault there, or a
+                    // kill). A replay stands there, at that signal, last;
+                    // the log does not name it (the program's end does).
+                    if !ends_it && self.current == Some(index) {
+                        self.state_record(tid, StateRecord::SignalDelivered { at, signal: 0, ip });
+                    }
                 }
                 self.flush_rep(false);
             }
@@ -872,6 +884,7 @@ impl LogConverter {
             LogRecord::Limit => self.limited = true,
             LogRecord::Process(_) => {}
             LogRecord::Final(ip) => {
+                self.ended_at = Some(ip);
                 // The running thread stopped before `ip` unless its last
                 // instruction ended it (an exit system call).
                 let mut rep_interrupted = false;
@@ -936,6 +949,9 @@ pub struct ConvertedLog {
     pub warnings: Vec<String>,
     /// The instruction limit was reached.
     pub limited: bool,
+    /// Where the running thread stood when the program ended: after its
+    /// exit system call, or at the instruction a fatal signal stopped.
+    pub ended_at: Option<u64>,
 }
 
 /// Converts a whole log (at most `limit` instructions); a damaged record
@@ -957,9 +973,7 @@ pub fn convert_log(log: &[u8], psb_period: usize, keep_instruction_log: bool, li
             }
         }
     }
-    let limited = converter.limited();
-    let (image, undecodable) = converter.finish();
-    ConvertedLog { image, undecodable, warnings, limited }
+    converter.into_converted(warnings)
 }
 
 /// Converts a log read from `input` as it arrives (a program image's TCP

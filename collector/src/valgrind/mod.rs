@@ -49,7 +49,7 @@
 
 
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -250,12 +250,17 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
             handlers
         })
     };
+    // Valgrind's own messages ("Process terminating with default action
+    // of signal 11", its errors) go to a file, not into the program's
+    // stderr; retrace logs them and says what matters in its own words.
+    let valgrind_log = std::env::temp_dir().join(format!("retrace-valgrind-messages-{}-{}", std::process::id(), address.port()));
     let start = Instant::now();
     let spawned = std::process::Command::new(&valgrind)
         .env_remove(VALGRIND_LIB_VARIABLE)
         .env("VALGRIND_LIB", &folder)
         .args(VALGRIND_OPTIONS)
         .arg("--tool=retrace")
+        .arg(format!("--log-file={}.%p", valgrind_log.display()))
         .arg(format!("--retrace-server={address}"))
         .args(options.max_instructions.map(|n| format!("--retrace-max-insns={n}")))
         .args(options.full_state.then_some("--retrace-full=yes"))
@@ -290,6 +295,7 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
         std::thread::sleep(Duration::from_millis(20));
     };
     let elapsed = start.elapsed();
+    let messages = valgrind_messages(&valgrind_log, pid);
     done.store(true, Ordering::Relaxed);
     let handlers = acceptor.join().expect("the acceptor does not panic");
     // This process's images, in the order they connected (exec order).
@@ -297,8 +303,10 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
     let mut undecodable = 0;
     let mut warnings = Vec::new();
     let mut limited = false;
+    let mut ended_at = None;
     for handler in handlers {
         let (Some(_), mut converted) = handler.join().expect("a conversion does not panic").map_err(io("reading the tool's log"))? else { continue };
+        ended_at = converted.ended_at.or(ended_at);
         undecodable += converted.undecodable;
         warnings.append(&mut converted.warnings);
         limited |= converted.limited;
@@ -315,14 +323,40 @@ pub fn record(program: &OsStr, args: &[OsString], options: &ValgrindOptions) -> 
     } else {
         use std::os::unix::process::ExitStatusExt;
         let signal = status.signal().and_then(|s| nix::sys::signal::Signal::try_from(s).ok()).unwrap_or(nix::sys::signal::Signal::SIGKILL);
-        Outcome::Signaled { signal, at: None }
+        Outcome::Signaled { signal, at: ended_at }
     };
     if images.is_empty() {
-        return Err(ValgrindError::Unavailable(format!("Valgrind ran but sent no log ({})", warnings.join("; "))));
+        let said = if messages.is_empty() { String::new() } else { format!("; Valgrind said: {}", messages.join(" ")) };
+        return Err(ValgrindError::Unavailable(format!("Valgrind ran but sent no log ({}){said}", warnings.join("; "))));
     }
     Ok(Recording { pid, images, outcome, elapsed, undecodable, tsc_conversion: None, warnings })
 }
 
+/// Valgrind's messages for the process `pid` from its `--log-file`s
+/// (`prefix.<pid>`, one per process: all are removed), without the
+/// `==pid==` margin; each is logged.
+fn valgrind_messages(prefix: &Path, pid: u32) -> Vec<String> {
+    let mut messages = Vec::new();
+    let (Some(folder), Some(name)) = (prefix.parent(), prefix.file_name()) else { return messages };
+    let name = format!("{}.", name.to_string_lossy());
+    for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(of) = file.strip_prefix(&name) else { continue };
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let _ = std::fs::remove_file(entry.path());
+        for line in text.lines() {
+            let line = line.split_once("== ").filter(|(margin, _)| margin.starts_with("==")).map_or(line, |(_, rest)| rest).trim();
+            if line.is_empty() {
+                continue;
+            }
+            tracing::info!(process = of, "valgrind: {line}");
+            if of == pid.to_string() {
+                messages.push(line.to_string());
+            }
+        }
+    }
+    messages
+}
 
 #[cfg(test)]
 mod tests;

@@ -349,6 +349,44 @@ fn a_fault_ends_the_superblock_before_the_faulting_instruction() {
 }
 
 #[test]
+fn a_fatal_signal_is_the_full_state_streams_last_delivery_and_an_exit_is_none() {
+    use retrace_decoder::full_state::{state_records, StateRecord};
+    // nop; mov [rax], ecx (faults, fatally); nop.
+    let code: [(u64, &[u8]); 3] = [(0x1000, &[0x90]), (0x1001, &[0x89, 0x08]), (0x1003, &[0x90])];
+    let mut log = LOG_MAGIC.to_vec();
+    log.extend(thread(1, 5));
+    log.extend(superblock(0, &code));
+    log.extend(superblock(1, &[(0x2000, &[0x90])]));
+    log.extend(entered(1));
+    log.extend(entered(0));
+    log.push(b'Q');
+    log.extend(1u32.to_le_bytes());
+    log.extend(0x1001u64.to_le_bytes());
+    log.push(b'F');
+    log.extend(0x1001u64.to_le_bytes());
+    let image = converted_with_full_state(&log);
+    // Two steps ran (0x2000's nop, 0x1000's), and the thread stood at
+    // 0x1001 when the signal ended the program.
+    assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x2000, 0x1000][..]));
+    let stream = image.full_state.unwrap().bytes;
+    let deliveries: Vec<StateRecord> = state_records(&stream).map(|r| r.unwrap().1).filter(|r| matches!(r, StateRecord::SignalDelivered { .. })).collect();
+    assert_eq!(deliveries, [StateRecord::SignalDelivered { at: 2, signal: 0, ip: 0x1001 }]);
+    // An exit system call ends it: no delivery.
+    let mut log = LOG_MAGIC.to_vec();
+    log.extend(thread(1, 5));
+    log.extend(superblock(0, &[(0x1000, &[0x90]), (0x1001, &[0x0f, 0x05])]));
+    log.extend(entered(0));
+    log.push(b'Q');
+    log.extend(1u32.to_le_bytes());
+    log.extend(0x1003u64.to_le_bytes());
+    log.push(b'F');
+    log.extend(0x1003u64.to_le_bytes());
+    let image = converted_with_full_state(&log);
+    assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1001][..]));
+    assert!(!state_records(&image.full_state.unwrap().bytes).any(|r| matches!(r.unwrap().1, StateRecord::SignalDelivered { .. })));
+}
+
+#[test]
 fn a_stream_stored_as_it_grows_is_the_stream_kept_in_memory() {
     // The loop many times over, stored every 16 bytes.
     let mut log = LOG_MAGIC.to_vec();

@@ -31,7 +31,7 @@
 //! | `U` | start, length | memory unmapped |
 //! | `C` | from, to, length | memory moved (`mremap`) |
 //! | `F` | start, length, file offset, path length, path | a file mapped: its bytes (a module copied into the bundle, by its path) |
-//! | `I` | signal, ip | a signal is delivered to the thread, interrupted before `ip`: the thread's records after it with the same `at` (the signal frame, the handler's registers) are the delivery's |
+//! | `I` | signal, ip | a signal is delivered to the thread, interrupted before `ip`: the thread's records after it with the same `at` (the signal frame, the handler's registers) are the delivery's; signal 0: the fatal signal that ended the program stopped the thread at `ip` (the last delivery, after its last step) |
 //!
 //! An instruction's own records also take short forms (the step and the
 //! count or size in the tag, 0x10–0x2f) and, the most frequent, compact

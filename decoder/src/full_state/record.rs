@@ -147,7 +147,9 @@ pub enum StateRecord<'a> {
     SignalDelivered {
         /// The thread's steps completed when it was delivered.
         at: u64,
-        /// The signal's number.
+        /// The signal's number; 0 for the fatal signal that ended the
+        /// program (the stream's last delivery, which no handler follows:
+        /// the recording's end names the signal).
         signal: u32,
         /// Where the thread was interrupted: the instruction it runs when
         /// the handler returns (a faulting one, again).

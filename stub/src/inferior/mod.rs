@@ -138,6 +138,11 @@ pub enum StopNote {
     /// A stop the trace or the history caused, with why (a move refused,
     /// the trace limit reached).
     Trace(String),
+    /// The program stands stopped by a signal the debugger must not
+    /// deliver when it resumes (a replay's recorded fatal signal: LLDB
+    /// refuses to run backwards delivering one), with the words shown for
+    /// it (`signal SIGSEGV`); GDB reads the signal of the stop itself.
+    Undeliverable(String),
     /// The program exec'd, for LLDB.
     ExecForLldb,
     /// The program exec'd this file, for GDB (which offered `exec-events`).
@@ -409,6 +414,14 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = InferiorError> {
     /// `branch`, `step` or `intel-pt`.
     fn trace_recorder(&mut self, _name: &str) -> Result<(), InferiorError> {
         Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
+    }
+
+    /// The signal the program stands stopped by, where it is not the
+    /// debugger's own trap (`?` reports it): a replay standing at the
+    /// instruction a recorded fatal signal interrupted, as rr reports it.
+    /// The thread and the signal; `None` for a trap.
+    fn standing_signal(&self) -> Option<(u64, gdbstub::common::Signal)> {
+        None
     }
 
     /// What the stop about to be reported says beyond its reason.

@@ -178,7 +178,8 @@ pub struct Replayer {
     stopped_at_breakpoint: Option<u64>,
 }
 
-fn tid(tid: u64) -> gdbstub::common::Tid {
+/// gdbstub's id of thread `tid` (1 for a thread id 0, which no thread has).
+pub fn tid(tid: u64) -> gdbstub::common::Tid {
     gdbstub::common::Tid::new(tid as usize).unwrap_or(gdbstub::common::Tid::new(1).expect("1 is not 0"))
 }
 

@@ -144,6 +144,9 @@ pub struct SavedTrace {
     /// its last instruction (as rr reports it): `None` where the recording
     /// ended otherwise (a limit, an interruption) or keeps no state.
     exit: Option<StopReason>,
+    /// The last stop reported was the recorded fatal signal's, at the end
+    /// (a continue from there ends the program; a replay starts so).
+    fatal_signal_reported: bool,
     /// What the debugger wrote (full-state replays: its memory, and the
     /// program's past memory until the next move).
     scratch: Scratch,
@@ -260,6 +263,14 @@ fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> R
 fn push_auxv(auxv: &mut Vec<u8>, key: u64, value: u64) {
     auxv.extend_from_slice(&key.to_le_bytes());
     auxv.extend_from_slice(&value.to_le_bytes());
+}
+
+/// The signal that killed the program, for a recording that ended so.
+fn fatal_signal(exit: Option<StopReason>) -> Option<GdbSignal> {
+    match exit? {
+        StopReason::Terminated(signal) => Some(signal),
+        _ => None,
+    }
 }
 
 /// The stop reporting a recorded end: an exit status, or the signal that
@@ -453,6 +464,7 @@ impl SavedTrace {
             stop_note: None,
             killed: false,
             exit: state.as_ref().and(loaded.description.retrace.as_ref().and_then(|r| r.exit)).and_then(exit_stop),
+            fatal_signal_reported: true,
             state,
             scratch: Scratch::default(),
             diversion: None,
@@ -624,6 +636,12 @@ impl Inferior for SavedTrace {
 
     fn take_stop_note(&mut self) -> Option<StopNote> {
         self.stop_note.take()
+    }
+
+    fn standing_signal(&self) -> Option<(u64, GdbSignal)> {
+        let end = History::end(&self.timeline);
+        let signal = fatal_signal(self.exit).filter(|_| self.fatal_signal_reported && self.position() == end)?;
+        Some((self.tid_at(end).get() as u64, signal))
     }
 
     fn has_thread(&self, tid: u64) -> bool {
@@ -859,16 +877,34 @@ impl MultiThreadResume for SavedTrace {
             Some(stop) => stop,
             None => {
                 let (step, exit) = (self.step, self.exit);
-                self.replay_history(|replayer, history, breakpoints| match replayer.run_forwards(history, breakpoints, step) {
-                    Forward::Stopped(stop) => stop,
-                    // Past the last instruction, a continue ends the program
-                    // as it ended when recorded (a step stops at the end).
-                    Forward::End => match exit.filter(|_| step.is_none()) {
-                        Some(exit) => exit,
-                        None => boundary(history, replayer.position(), ReplayLogPosition::End),
-                    },
+                let mut note = None;
+                let reported = std::mem::take(&mut self.fatal_signal_reported);
+                let stop = self.replay_history(|replayer, history, breakpoints| {
+                    let from = replayer.position();
+                    let Forward::Stopped(stop) = replayer.run_forwards(history, breakpoints, step) else {
+                        // Running into the instruction a fatal signal
+                        // interrupted: that signal's stop, as rr reports it
+                        // (continued, it ends the program).
+                        if let Some(signal) = fatal_signal(exit).filter(|_| !(reported && from == history.end())) {
+                            note = Some(StopNote::Undeliverable(crate::signals::stop_words(signal)));
+                            return StopReason::SignalWithThread { tid: super::replay::tid(history.thread_at(history.end())), signal };
+                        }
+                        // Past the last instruction, a continue ends the
+                        // program as it ended when recorded (a step stops
+                        // at the end).
+                        return match exit.filter(|_| step.is_none()) {
+                            Some(exit) => exit,
+                            None => boundary(history, replayer.position(), ReplayLogPosition::End),
+                        };
+                    };
+                    stop
                 })
-                .expect("a saved trace always has its history")
+                .expect("a saved trace always has its history");
+                if let Some(note) = note {
+                    self.fatal_signal_reported = true;
+                    self.note_stop(note);
+                }
+                stop
             }
         };
         self.stop = Some(stop);

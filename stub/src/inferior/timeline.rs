@@ -98,7 +98,9 @@ impl Timeline {
 
     /// [`Self::interleaved`], with the signals delivered (in the order
     /// they were): each is a step of its own before its instruction. One
-    /// before no instruction of the history is left out.
+    /// before no instruction of the history is left out, but for one after
+    /// the last instruction of the thread that ran last (the fatal signal
+    /// that ended the program).
     pub fn scheduled(threads: Vec<RecordedThread>, slices: Vec<(usize, u64, u64)>, deliveries: Vec<Delivery>) -> Self {
         let mut timeline = Timeline { runs: Vec::new(), runs_of: vec![Vec::new(); threads.len()], threads, len: 0 };
         let mut waiting = vec![std::collections::VecDeque::new(); timeline.threads.len()];
@@ -126,6 +128,14 @@ impl Timeline {
                 waiting[thread].pop_front();
             }
             timeline.push(thread, at, end - at, None);
+        }
+        // The fatal signal that ended the program: a step after the last
+        // instruction of the thread that ran last, where it stopped.
+        if let Some(last) = timeline.runs.last().map(|r| r.thread) {
+            let done = timeline.threads[last].history.instructions();
+            if let Some(&(_, ip)) = waiting[last].iter().find(|(index, _)| *index == done).filter(|_| next_of[last] == done) {
+                timeline.push(last, done, 1, Some(ip));
+            }
         }
         timeline
     }
@@ -174,7 +184,7 @@ impl Timeline {
     }
 
     /// The cursor at `position` of run `run` (a delivery's: at the
-    /// instruction it comes before).
+    /// instruction it comes before, which the fatal signal's has not).
     fn cursor(&self, run: usize, position: u64) -> Cursor<'_> {
         let run = self.runs[run];
         let index = run.first + if run.delivery.is_some() { 0 } else { position - run.start };
@@ -184,9 +194,15 @@ impl Timeline {
     /// The step at `position`.
     pub fn at(&self, position: u64) -> Option<TimelineStep> {
         let run = self.run_at(position)?;
-        let cursor = self.cursor(run, position);
-        let Run { thread, delivery, .. } = self.runs[run];
-        Some(TimelineStep { thread, tid: self.threads[thread].tid, index: cursor.index(), ip: delivery.unwrap_or(cursor.ip()), delivery: delivery.is_some() })
+        let Run { thread, delivery, first, .. } = self.runs[run];
+        let (index, ip) = match delivery {
+            Some(ip) => (first, ip),
+            None => {
+                let cursor = self.cursor(run, position);
+                (cursor.index(), cursor.ip())
+            }
+        };
+        Some(TimelineStep { thread, tid: self.threads[thread].tid, index, ip, delivery: delivery.is_some() })
     }
 
     /// The item id of the instruction at `position` in its thread, as
@@ -194,6 +210,12 @@ impl Timeline {
     /// count); a delivery's is the instruction's it comes before.
     pub fn item_id(&self, position: u64) -> Option<u64> {
         let run = self.run_at(position)?;
+        let Run { thread, first, delivery, .. } = self.runs[run];
+        let history = &self.threads[thread].history;
+        // (The fatal signal's, after the last instruction: past the items.)
+        if delivery.is_some() && history.cursor_at(first).is_none() {
+            return Some(history.items_len());
+        }
         Some(self.cursor(run, position).item_id())
     }
 
@@ -480,15 +502,21 @@ pub(crate) mod tests {
             RecordedThread { tid: 20, history: nops(0x2000, 3) },
         ];
         // 10: 0,1 | 20: 0 | 10: (delivery) 2,3 (delivery, delivery) 4 | 20: 1,2
-        // (thread 20's delivery after its end is left out).
+        // (delivery): thread 10's delivery after its end is left out;
+        // thread 20's, which ran last, is the fatal signal's, the last step.
         let deliveries = vec![
             Delivery { thread: 0, index: 4, ip: 0xa4 },
             Delivery { thread: 0, index: 2, ip: 0xa2 },
             Delivery { thread: 0, index: 4, ip: 0xb4 },
+            Delivery { thread: 0, index: 5, ip: 0xa5 },
             Delivery { thread: 1, index: 3, ip: 0xc3 },
         ];
         let t = Timeline::scheduled(threads, vec![(0, 0, 2), (1, 0, 1), (0, 2, 3), (1, 1, 2)], deliveries);
-        assert_eq!((t.len(), t.instructions()), (11, 8));
+        assert_eq!((t.len(), t.instructions()), (12, 8));
+        let fatal = t.at(11).unwrap();
+        assert_eq!((fatal.tid, fatal.ip, fatal.delivery, fatal.index), (20, 0xc3, true, 3));
+        assert_eq!(t.item_id(11), Some(t.threads()[1].history.items_len()));
+        assert_eq!(t.at(12), None);
         let order: Vec<(u64, u64, bool)> = (0..11).map(|p| t.at(p).map(|i| (i.tid, i.ip, i.delivery)).unwrap()).collect();
         assert_eq!(
             order,

@@ -33,6 +33,7 @@ pub fn stop_note_text(note: &StopNote) -> String {
     match note {
         StopNote::ArrivedWhereArmed => "reason:trace;".to_string(),
         StopNote::Trace(why) => format!("reason:processor trace;description:{};", crate::hex::hex(why)),
+        StopNote::Undeliverable(what) => format!("reason:exception;description:{};", crate::hex::hex(what)),
         StopNote::ExecForLldb => "reason:exec;".to_string(),
         StopNote::ExecForGdb(path) => format!("exec:{};", crate::hex::hex(path)),
     }

@@ -207,6 +207,9 @@ struct Dialect {
     /// there makes it read every register with `g`, whose `xx` it also
     /// takes for 0xcc. That one is answered as GDB would be.
     lldb_probed_p: bool,
+    /// The client and gdbstub speak multiprocess (`qSupported` with
+    /// `multiprocess+`): a thread id in a reply is `p<pid>.<tid>`.
+    multiprocess: bool,
     /// The client asked for extended mode (`!`: GDB's `target
     /// extended-remote`). Such a client stays connected after the program
     /// ends, as with gdbserver, until it kills, detaches or leaves.
@@ -220,6 +223,9 @@ impl Dialect {
         }
         if body == b"!" {
             self.extended = true;
+        }
+        if body.starts_with(b"qSupported") {
+            self.multiprocess = body.split(|&b| b == b';' || b == b':').any(|feature| feature == b"multiprocess+");
         }
     }
 
@@ -270,6 +276,14 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
     }
     if let Some(replies) = super::monitor::trace_packet(body, target) {
         return Screened::Answers(replies);
+    }
+    if body == b"?" {
+        // (gdbstub's `?` always says SIGTRAP.)
+        if let Some((thread, signal)) = target.standing_signal() {
+            let thread = if dialect.multiprocess { format!("p{:x}.{thread:x}", target.pid()) } else { format!("{thread:x}") };
+            let note = stop_note_text(&StopNote::Undeliverable(crate::signals::stop_words(signal)));
+            return Screened::Answer(format!("T{:02x}thread:{thread};{note}", signal.0).into_bytes());
+        }
     }
     if let Some(reply) = intercept(body, target) {
         return Screened::Answer(reply);
