@@ -537,6 +537,52 @@ fn gdb_calls_a_function_in_the_past_and_the_history_stays_as_recorded() {
     assert_eq!(replay[5], native_values[2], "after the next, counter as recorded:\n{out}");
 }
 
+/// The same calls on a PIE program linked dynamically (Debian gcc's
+/// default), which Valgrind loads elsewhere than a native run does: GDB and
+/// LLDB call `mix` in the past and get what they get natively.
+#[test]
+fn gdb_and_lldb_call_a_function_in_the_past_of_a_pie_program() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("call-pie");
+    let program = build("full_state", &dir, &["-O0", "-pie", "-fPIE"]);
+    let bundle = dir.join("bundle");
+    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+    let trace_json = bundle.join("trace.json");
+    let native = gdb(&program, &["break full_state.c:37 if i == 38", "run", "print mix(total, 5)", "print mix(-3, i)"]);
+    let native_values = printed(&native);
+    assert_eq!(native_values.len(), 2, "{native}");
+
+    let (stub, target) = start_replay(&trace_json);
+    let out = gdb(&program, &[&target, "break full_state.c:37", "reverse-continue", "reverse-continue", "print i", "print mix(total, 5)", "print mix(-3, i)"]);
+    common::end_stub(stub);
+    assert_eq!(printed(&out), ["38".to_string(), native_values[0].clone(), native_values[1].clone()], "GDB's calls on the replay, as natively at i = 38:\n{out}");
+
+    if !common::lldb_python_present() {
+        return;
+    }
+    let (stub, target) = start_replay(&trace_json);
+    let port: u16 = target.rsplit(':').next().unwrap().parse().unwrap();
+    let out = common::lldb_python(
+        r#"
+target.BreakpointCreateByLocation("full_state.c", 37)
+process.ContinueInDirection(lldb.eRunReverse)
+process.ContinueInDirection(lldb.eRunReverse)
+frame = process.GetSelectedThread().GetFrameAtIndex(0)
+for expression in ["i", "mix(total, 5)", "mix(-3, i)"]:
+    print("VALUE", frame.EvaluateExpression(expression).GetValue())
+"#,
+        &program,
+        port,
+        &[],
+    );
+    common::end_stub(stub);
+    let values: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("VALUE ")).collect();
+    assert_eq!(values, ["38", native_values[0].as_str(), native_values[1].as_str()], "LLDB's calls on the replay:\n{out}");
+}
+
 /// The libraries GDB's `info sharedlibrary` lists, by file name, without
 /// Valgrind's own preloaded one.
 fn libraries(section: &str) -> Vec<String> {

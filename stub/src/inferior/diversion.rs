@@ -49,7 +49,8 @@ pub struct Diversion {
     /// Pages whose bytes the stand-in holds (from the recording).
     held: BTreeSet<u64>,
     /// Where a `syscall` instruction is written to make system calls in the
-    /// stand-in: the program's entry point, always mapped and executable.
+    /// stand-in: where it stood when started, always mapped and executable
+    /// in it.
     gate: u64,
 }
 
@@ -64,13 +65,17 @@ fn abridged_tags(full: u32) -> u32 {
 }
 
 impl Diversion {
-    /// Starts `program` (its entry point `entry`) as a stand-in holding the
-    /// memory `source` gives in its writable mappings, with `registers`.
-    pub fn start(program: &Path, entry: u64, registers: &Regs, source: Source<'_>) -> Result<Self, String> {
+    /// Starts `program` as a stand-in holding the memory `source` gives in
+    /// its writable mappings, with `registers`.
+    pub fn start(program: &Path, registers: &Regs, source: Source<'_>) -> Result<Self, String> {
         let tracee = launch(&LaunchOptions::new(program.as_os_str(), Vec::<std::ffi::OsString>::new())).map_err(|e| format!("the diversion's stand-in process: {e}"))?;
         let pid = tracee.pid;
         let memory = File::options().read(true).write(true).open(format!("/proc/{pid}/mem")).map_err(|e| format!("the diversion's stand-in process: its memory: {e}"))?;
-        let mut diversion = Diversion { pid, memory, held: BTreeSet::new(), gate: entry };
+        // The gate: where the stand-in stands (its own entry, mapped and
+        // executable there, where the recording's may not be: a PIE
+        // recorded under Valgrind's layout runs natively elsewhere).
+        let gate = ptrace::getregs(pid).map_err(sys("reading its registers"))?.rip;
+        let mut diversion = Diversion { pid, memory, held: BTreeSet::new(), gate };
         // Its writable mappings (the program's data and bss) as recorded.
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("the diversion's stand-in process: its mappings: {e}"))?;
         for line in maps.lines() {

@@ -783,7 +783,7 @@ impl MultiThreadBase for SavedTrace {
                 }
                 let program = modules.first().ok_or(TargetError::NonFatal)?;
                 let mut source = |address: u64, buf: &mut [u8]| past_bytes(state, timeline, scratch, position, address, buf);
-                match Diversion::start(Path::new(&program.path), program.entry, regs, &mut source) {
+                match Diversion::start(Path::new(&program.path), regs, &mut source) {
                     Ok(stand_in) => {
                         tracing::debug!(tid, position, "diversion from the recorded past begins");
                         *diversion = Some((tid, stand_in));
