@@ -583,6 +583,86 @@ for expression in ["i", "mix(total, 5)", "mix(-3, i)"]:
     assert_eq!(values, ["38", native_values[0].as_str(), native_values[1].as_str()], "LLDB's calls on the replay:\n{out}");
 }
 
+/// The frames LLDB's `bt` lists (functions and arguments, without
+/// addresses, which Valgrind's layout moves): at `breakpoint` natively (the
+/// first hit), or on the replay of `trace_json` (its last hit, reached
+/// backwards from the end).
+fn lldb_frames(program: &Path, breakpoint: &str, trace_json: Option<&Path>) -> Vec<String> {
+    let out = match trace_json {
+        None => {
+            let out = std::process::Command::new("lldb-22").args(["-b", "-o", &format!("breakpoint set {breakpoint}"), "-o", "process launch --stop-at-entry", "-o", "process handle -s false -n false -p true SIGUSR1", "-o", "continue", "-o", "bt"]).arg(program).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+        Some(trace_json) => {
+            let (stub, target) = start_replay(trace_json);
+            let port = target.rsplit(':').next().unwrap();
+            let out = std::process::Command::new("lldb-22")
+                .args(["-b", "-o", &format!("gdb-remote {port}"), "-o", &format!("breakpoint set {breakpoint}"), "-o", "process continue -R", "-o", "bt"])
+                .arg(program)
+                .output()
+                .unwrap();
+            common::end_stub(stub);
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let bt = out.split("(lldb) bt").nth(1).unwrap_or_default();
+    // `frame #1: 0x… prog`f(a=1) at f.c:3:5` → `prog`f(…) at f.c:3:5`, with
+    // pointer values left out.
+    let frames: Vec<String> = bt
+        .lines()
+        .filter_map(|l| l.trim_start_matches(['*', ' ']).strip_prefix("frame #"))
+        .map(|l| l.split_once(": 0x").map_or(l, |(_, rest)| rest.split_once(' ').map_or(rest, |(_, f)| f)).to_string())
+        .map(|f| f.split(' ').map(|w| if w.contains("=0x") { w.split("=0x").next().unwrap().to_string() + "=<pointer>" } else { w.to_string() }).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert!(!frames.is_empty(), "no backtrace:\n{out}");
+    // (Valgrind refuses `clone3`: under it glibc starts threads with
+    // `clone`, natively with `clone3`. The run's own difference.)
+    frames.into_iter().map(|f| if f.starts_with("libc.so.6`__clone") { "libc.so.6`<clone>".to_string() } else { f }).collect()
+}
+
+/// LLDB's `bt` on a replay lists the frames native LLDB lists (functions,
+/// arguments, lines), in a program built as Debian's gcc builds by
+/// default (PIE, dynamic) and in the full-state tests' programs: none cut
+/// short by a memory read answered short (a large, barely written stack
+/// frame, a fresh heap block), no argument `<unavailable>` that natively
+/// has a value. LLDB reads such memory in 512-byte lines, whole.
+#[test]
+fn lldb_backtraces_on_the_replay_are_the_native_ones() {
+    if !tools_present() || !common::lldb_python_present() {
+        return;
+    }
+    for (name, breakpoint, flags) in [
+        ("deep_frames", "-n leaf", &["-O0"][..]),
+        ("full_state", "-f full_state.c -l 37", &["-O0", "-static", "-no-pie"][..]),
+        ("full_state_signal", "-n on_usr1", &["-O0"][..]),
+        ("full_state_threads", "-n work", &["-O0", "-pthread"][..]),
+    ] {
+        let dir = work_dir(&format!("bt-{name}"));
+        let program = build(name, &dir, flags);
+        let bundle = dir.join("bundle");
+        let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+        assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+        let native = lldb_frames(&program, breakpoint, None);
+        let replayed = lldb_frames(&program, breakpoint, Some(&bundle.join("trace.json")));
+        assert_eq!(replayed, native, "{name}: LLDB's bt on the replay, and natively");
+    }
+    // The 20 KB frame and the heap block read whole, in LLDB's lines.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-full-state").join("bt-deep_frames");
+    let program = dir.join("deep_frames");
+    let (stub, target) = start_replay(&dir.join("bundle").join("trace.json"));
+    let port = target.rsplit(':').next().unwrap();
+    let out = std::process::Command::new("lldb-22")
+        .args(["-b", "-o", &format!("gdb-remote {port}"), "-o", "breakpoint set -n leaf", "-o", "process continue -R", "-o", "memory read --force -c 20000 &big[0]", "-o", "memory read --force -c 100000 block"])
+        .arg(&program)
+        .output()
+        .unwrap();
+    common::end_stub(stub);
+    let out = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    // (16 bytes a line.)
+    let lines = |after: &str| out.split(after).nth(1).unwrap_or_default().lines().skip(1).take_while(|l| l.starts_with("0x")).count();
+    assert_eq!((lines("-c 20000 &big[0]"), lines("-c 100000 block")), (1250, 6250), "{}", out.lines().filter(|l| !l.starts_with("0x")).collect::<Vec<_>>().join("\n"));
+}
+
 /// The libraries GDB's `info sharedlibrary` lists, by file name, without
 /// Valgrind's own preloaded one.
 fn libraries(section: &str) -> Vec<String> {
