@@ -48,7 +48,10 @@
  *        signal frame; number 0: before the program's first instruction);
  *   'Z' u64 start u64 length    memory mapped zero-filled (anonymous, brk);
  *   'U' u64 start u64 length    memory unmapped;
- *   'C' u64 from u64 to u64 length   memory moved (mremap).
+ *   'C' u64 from u64 to u64 length   memory moved (mremap);
+ *   'A' u64 start u64 length u8 prot   memory mapped or its protection
+ *        changed: readable 1, writable 2, executable 4; and what it is,
+ *        8: the heap (brk), 16: the main stack (none: as it was).
  * The log starts with "RTVGLOG2" and a 'P' u32 pid record. With
  * --retrace-server=127.0.0.1:PORT each program image's log is a TCP
  * connection to retrace (which converts it while the program runs; a
@@ -236,6 +239,20 @@ static void zero_mapped(Addr a, SizeT len, Bool readable_now);
 static void kernel_wrote(ThreadId slot, Addr a, SizeT len);
 static void range_record(UChar tag, Addr a, SizeT len);
 
+/* What the program may do with memory (with `kind`: what it is). */
+static void protected(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, UChar kind)
+{
+   if (!full || len == 0)
+      return;
+   put_u8('A');
+   put_u64(a);
+   put_u64(len);
+   put_u8((rr ? 1 : 0) | (ww ? 2 : 0) | (xx ? 4 : 0) | kind);
+}
+
+#define KIND_HEAP 8
+#define KIND_STACK 16
+
 static Bool is_file_mapping(Addr a)
 {
    NSegment const* seg = VG_(am_find_nsegment)(a);
@@ -258,9 +275,14 @@ static void new_mem_startup(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong 
       tool): zeros, as the kernel's growing stack gives them. */
    if (a > 0) {
       NSegment const* below = VG_(am_find_nsegment)(a - 1);
-      if (below != NULL && below->kind == SkResvn && below->smode == SmUpper && below->end + 1 == a)
+      if (below != NULL && below->kind == SkResvn && below->smode == SmUpper && below->end + 1 == a) {
          range_record('Z', below->start, below->end + 1 - below->start);
+         protected(below->start, below->end + 1 - below->start, True, True, False, KIND_STACK);
+         protected(a, len, rr, ww, xx, KIND_STACK);
+         return;
+      }
    }
+   protected(a, len, rr, ww, xx, 0);
 }
 
 static void new_mem_mmap(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong di_handle)
@@ -268,6 +290,12 @@ static void new_mem_mmap(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong di_
    log_mapping(a, len);
    if (full && !is_file_mapping(a))
       zero_mapped(a, len, False);
+   protected(a, len, rr, ww, xx, 0);
+}
+
+static void change_mem_mprotect(Addr a, SizeT len, Bool rr, Bool ww, Bool xx)
+{
+   protected(a, len, rr, ww, xx, 0);
 }
 
 static UInt thread_number(ThreadId slot)
@@ -668,6 +696,7 @@ static void zero_mapped(Addr a, SizeT len, Bool readable_now)
 static void new_mem_brk(Addr a, SizeT len, ThreadId slot)
 {
    range_record('Z', a, len);
+   protected(a, len, True, True, False, KIND_HEAP);
 }
 
 static void die_mem(Addr a, SizeT len)
@@ -1012,6 +1041,7 @@ static void post_clo_init(void)
       VG_(track_die_mem_brk)(die_mem);
       VG_(track_die_mem_munmap)(die_mem);
       VG_(track_copy_mem_remap)(copy_mem_remap);
+      VG_(track_change_mem_mprotect)(change_mem_mprotect);
    }
 }
 

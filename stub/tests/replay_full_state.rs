@@ -663,6 +663,65 @@ fn lldb_backtraces_on_the_replay_are_the_native_ones() {
     assert_eq!((lines("-c 20000 &big[0]"), lines("-c 100000 block")), (1250, 6250), "{}", out.lines().filter(|l| !l.starts_with("0x")).collect::<Vec<_>>().join("\n"));
 }
 
+/// The memory regions LLDB's `memory region` shows for `expressions`, in
+/// `program` stopped at `stop_here` (natively, or on the replay of
+/// `trace_json`): permissions and names, without the addresses (Valgrind's
+/// layout moves them).
+fn lldb_regions(program: &Path, expressions: &[&str], trace_json: Option<&Path>) -> Vec<String> {
+    let mut args: Vec<String> = vec!["-b".into()];
+    let stub = trace_json.map(|trace_json| {
+        let (stub, target) = start_replay(trace_json);
+        args.extend(["-o".into(), format!("gdb-remote {}", target.rsplit(':').next().unwrap())]);
+        stub
+    });
+    args.extend(["-o".into(), "breakpoint set -n stop_here".into(), "-o".into(), if stub.is_some() { "process continue -R" } else { "run" }.into()]);
+    for expression in expressions {
+        args.extend(["-o".into(), format!("memory region {expression}")]);
+    }
+    let out = std::process::Command::new("lldb-22").args(&args).arg(program).output().unwrap();
+    if let Some(stub) = stub {
+        common::end_stub(stub);
+    }
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let regions: Vec<String> = out.lines().filter(|l| l.starts_with("[0x")).map(|l| l.split_once(") ").map_or(l, |(_, rest)| rest).to_string()).collect();
+    assert_eq!(regions.len(), expressions.len(), "{out}");
+    regions
+}
+
+/// `memory region` on a replay (`tests/programs/regions.c`): .data, the
+/// heap, the stack, an anonymous mapping and its page made inaccessible
+/// have the permissions and names LLDB shows natively; GDB's `info proc
+/// mappings` lists the mappings as they were where the replay stands (no
+/// heap nor the anonymous pages at the start, both at `stop_here`), and
+/// lldb-dap's data breakpoints need it (`dap_client.rs`).
+#[test]
+fn memory_regions_on_the_replay_are_the_native_ones_as_they_were_then() {
+    if !tools_present() || !common::lldb_python_present() {
+        return;
+    }
+    let dir = work_dir("regions");
+    let program = build("regions", &dir, &["-O0"]);
+    let bundle = dir.join("bundle");
+    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+    let trace_json = bundle.join("trace.json");
+    let expressions = ["&counter", "block", "$rsp", "pages", "pages+4096", "pages+8192", "main"];
+    let native = lldb_regions(&program, &expressions, None);
+    assert_eq!(native[1], "rw- [heap]", "natively: {native:?}");
+    assert_eq!(native[4], "---", "natively: {native:?}");
+    let replayed = lldb_regions(&program, &expressions, Some(&trace_json));
+    assert_eq!(replayed, native, "LLDB's memory regions on the replay, and natively");
+
+    let (stub, target) = start_replay(&trace_json);
+    let out = gdb(&program, &[&target, "monitor goto begin", "stepi", "info proc mappings", "break stop_here", "continue", "info proc mappings"]);
+    common::end_stub(stub);
+    let tables: Vec<&str> = out.split("Mapped address spaces:").skip(1).collect();
+    assert_eq!(tables.len(), 2, "{out}");
+    let lists = |table: &str, what: &str| table.lines().any(|l| l.contains(what));
+    assert!(!lists(tables[0], "[heap]") && lists(tables[0], "[stack]") && lists(tables[0], "regions"), "at the start:\n{}", tables[0]);
+    assert!(lists(tables[1], "rw-p   [heap]") && lists(tables[1], "---p") && lists(tables[1], "rw-p   [stack]"), "at stop_here:\n{}", tables[1]);
+}
+
 /// The libraries GDB's `info sharedlibrary` lists, by file name, without
 /// Valgrind's own preloaded one.
 fn libraries(section: &str) -> Vec<String> {

@@ -532,7 +532,11 @@ impl LogConverter {
             }
             LogRecord::Zeroed { start, length } => (current, StateRecord::Zeroed { at: steps, start, length }),
             LogRecord::Unmapped { start, length } => (current, StateRecord::Unmapped { at: steps, start, length }),
+            // (Not Valgrind's own text: the program never sees it.)
+            LogRecord::Protected { start, length, .. } if self.mappings.iter().any(|m| is_valgrinds_own(&m.4) && m.0 <= start && start.saturating_add(length) <= m.0 + m.1) => return,
+            LogRecord::Protected { start, length, prot } => (current, StateRecord::Protected { at: steps, start, length, prot }),
             LogRecord::Moved { from, to, length } => (current, StateRecord::Moved { at: steps, from, to, length }),
+            LogRecord::Mapping { path, .. } if is_valgrinds_own(&String::from_utf8_lossy(path)) => return,
             LogRecord::Mapping { start, length, offset, path, .. } => (current, StateRecord::FileMapped { at: steps, start, length, offset, path }),
             _ => return,
         };
@@ -877,7 +881,7 @@ impl LogConverter {
                 self.mappings.push((start, length, offset, prot, String::from_utf8_lossy(path).into_owned()));
                 self.feed_other_state(&record);
             }
-            LogRecord::ThreadRegisters { .. } | LogRecord::KernelWrote { .. } | LogRecord::Zeroed { .. } | LogRecord::Unmapped { .. } | LogRecord::Moved { .. } => {
+            LogRecord::ThreadRegisters { .. } | LogRecord::KernelWrote { .. } | LogRecord::Zeroed { .. } | LogRecord::Unmapped { .. } | LogRecord::Protected { .. } | LogRecord::Moved { .. } => {
                 self.feed_other_state(&record);
             }
             LogRecord::Registers { .. } | LogRecord::Wrote { .. } | LogRecord::Read { .. } => unreachable!("handled above"),
@@ -916,7 +920,7 @@ impl LogConverter {
         let mut modules: Vec<LoadedModule> = Vec::new();
         for (start, _, offset, prot, path) in &self.mappings {
             // (Valgrind reports its tool's own text too.)
-            if prot & 4 == 0 || path.ends_with("-amd64-linux") || modules.iter().any(|m| &m.path == path) {
+            if prot & 4 == 0 || is_valgrinds_own(path) || modules.iter().any(|m| &m.path == path) {
                 continue;
             }
             let base = self
@@ -932,7 +936,7 @@ impl LogConverter {
             let (stored, bytes) = std::mem::take(&mut self.state_stored).finish(state.finish());
             FullStateStream { bytes, stored }
         });
-        let mut mapped_files: Vec<String> = self.mappings.iter().map(|m| m.4.clone()).filter(|path| !path.ends_with("-amd64-linux") && !modules.iter().any(|m| &m.path == path)).collect();
+        let mut mapped_files: Vec<String> = self.mappings.iter().map(|m| m.4.clone()).filter(|path| !is_valgrinds_own(path) && !modules.iter().any(|m| &m.path == path)).collect();
         mapped_files.sort();
         mapped_files.dedup();
         (ImageRecording { threads, modules, full_state, mapped_files }, self.undecodable)
@@ -952,6 +956,12 @@ pub struct ConvertedLog {
     /// Where the running thread stood when the program ended: after its
     /// exit system call, or at the instruction a fatal signal stopped.
     pub ended_at: Option<u64>,
+}
+
+/// Whether a file Valgrind reports mapped is its tool's own text (which
+/// it reports too), not the program's.
+fn is_valgrinds_own(path: &str) -> bool {
+    path.ends_with("-amd64-linux")
 }
 
 /// Converts a whole log (at most `limit` instructions); a damaged record

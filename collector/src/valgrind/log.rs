@@ -137,6 +137,16 @@ pub enum LogRecord<'a> {
         /// Bytes.
         length: u64,
     },
+    /// Full state: memory mapped, or its protection changed.
+    Protected {
+        /// First address.
+        start: u64,
+        /// Bytes.
+        length: u64,
+        /// Readable 1, writable 2, executable 4; the heap 8, the main
+        /// stack 16 (neither: what it was).
+        prot: u8,
+    },
     /// Full state: memory unmapped.
     Unmapped {
         /// First address.
@@ -178,7 +188,7 @@ pub struct LogError {
     pub what: String,
 }
 
-const KNOWN_TAGS: &[u8] = b"BEXGTSQMLPFRrWDKZUC";
+const KNOWN_TAGS: &[u8] = b"BEXGTSQMLPFRrWDKZUCA";
 
 /// The byte of a [`LogRecord::EnteredNext`]: this bit and the way.
 pub(super) const ENTERED_NEXT: u8 = 0x80;
@@ -337,6 +347,7 @@ impl<'a> LogReader<'a> {
             b'Z' => LogRecord::Zeroed { start: self.u64()?, length: self.u64()? },
             b'U' => LogRecord::Unmapped { start: self.u64()?, length: self.u64()? },
             b'C' => LogRecord::Moved { from: self.u64()?, to: self.u64()?, length: self.u64()? },
+            b'A' => LogRecord::Protected { start: self.u64()?, length: self.u64()?, prot: self.u8()? },
             _ => return None,
         })
     }

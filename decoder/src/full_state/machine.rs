@@ -51,7 +51,7 @@ impl StateMachine {
     /// page end, reads as zeros as the kernel maps them; past it, unknown).
     pub fn apply(&mut self, tid: u32, record: &StateRecord<'_>, file: &mut dyn FnMut(&[u8], u64, &mut [u8]) -> usize) {
         match record {
-            StateRecord::Thread(_) | StateRecord::End | StateRecord::Scheduled { .. } | StateRecord::Read { .. } | StateRecord::SignalDelivered { .. } => {}
+            StateRecord::Thread(_) | StateRecord::End | StateRecord::Scheduled { .. } | StateRecord::Read { .. } | StateRecord::SignalDelivered { .. } | StateRecord::Protected { .. } => {}
             StateRecord::Registers { changes, .. } => set_pieces(self.threads.entry(tid).or_insert_with(|| Box::new([None; piece::COUNT])), changes),
             StateRecord::Wrote { address, bytes, .. } => self.write(*address, bytes),
             StateRecord::Zeroed { start, length, .. } => self.fill(*start, *length, Some(0)),

@@ -188,7 +188,7 @@ impl<'a> StateRecords<'a> {
             SHORT_READ..=0x2f => (b'D', true),
             other => (other, false),
         };
-        if !b"SRrWKDZUCFI".contains(&kind) {
+        if !b"SRrWKDZUPCFI".contains(&kind) {
             return Err("unknown record tag");
         }
         let cut = "cut short";
@@ -222,6 +222,10 @@ impl<'a> StateRecords<'a> {
                 } else {
                     StateRecord::Unmapped { at, start, length }
                 }
+            }
+            b'P' => {
+                let (start, length) = (self.number().ok_or(cut)?, self.number().ok_or(cut)?);
+                StateRecord::Protected { at, start, length, prot: *self.bytes(1).ok_or(cut)?.first().ok_or(cut)? }
             }
             b'C' => StateRecord::Moved { at, from: self.number().ok_or(cut)?, to: self.number().ok_or(cut)?, length: self.number().ok_or(cut)? },
             b'I' => {

@@ -104,6 +104,20 @@ pub enum StateRecord<'a> {
         /// Bytes.
         length: u64,
     },
+    /// Memory mapped, or its protection changed: what the program may do
+    /// with it from then on, and what it is.
+    Protected {
+        /// When.
+        at: u64,
+        /// First address.
+        start: u64,
+        /// Bytes.
+        length: u64,
+        /// Readable [`PROT_READ`], writable [`PROT_WRITE`], executable
+        /// [`PROT_EXEC`]; the heap [`KIND_HEAP`], the main stack
+        /// [`KIND_STACK`] (neither: what the memory was).
+        prot: u8,
+    },
     /// Memory unmapped.
     Unmapped {
         /// When.
@@ -157,6 +171,17 @@ pub enum StateRecord<'a> {
     },
 }
 
+/// [`StateRecord::Protected`]: readable.
+pub const PROT_READ: u8 = 1;
+/// [`StateRecord::Protected`]: writable.
+pub const PROT_WRITE: u8 = 2;
+/// [`StateRecord::Protected`]: executable.
+pub const PROT_EXEC: u8 = 4;
+/// [`StateRecord::Protected`]: the memory is the heap (`brk`).
+pub const KIND_HEAP: u8 = 8;
+/// [`StateRecord::Protected`]: the memory is the main thread's stack.
+pub const KIND_STACK: u8 = 16;
+
 impl StateRecord<'_> {
     /// When it took effect (0 for [`StateRecord::Thread`]).
     pub fn at(&self) -> u64 {
@@ -168,6 +193,7 @@ impl StateRecord<'_> {
             | StateRecord::Read { at, .. }
             | StateRecord::Zeroed { at, .. }
             | StateRecord::Unmapped { at, .. }
+            | StateRecord::Protected { at, .. }
             | StateRecord::Moved { at, .. }
             | StateRecord::FileMapped { at, .. }
             | StateRecord::SignalDelivered { at, .. } => *at,

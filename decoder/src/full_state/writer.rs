@@ -79,6 +79,7 @@ impl StateWriter {
             StateRecord::Read { .. } => b'D',
             StateRecord::Zeroed { .. } => b'Z',
             StateRecord::Unmapped { .. } => b'U',
+            StateRecord::Protected { .. } => b'P',
             StateRecord::Moved { .. } => b'C',
             StateRecord::FileMapped { .. } => b'F',
             StateRecord::SignalDelivered { .. } => b'I',
@@ -156,6 +157,11 @@ impl StateWriter {
             StateRecord::Zeroed { start, length, .. } | StateRecord::Unmapped { start, length, .. } => {
                 leb128::put(out, *start);
                 leb128::put(out, *length);
+            }
+            StateRecord::Protected { start, length, prot, .. } => {
+                leb128::put(out, *start);
+                leb128::put(out, *length);
+                out.push(*prot);
             }
             StateRecord::Moved { from, to, length, .. } => {
                 leb128::put(out, *from);

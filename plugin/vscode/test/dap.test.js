@@ -285,6 +285,29 @@ test("launch recorded under Valgrind: breakpoints with locals, reverseContinue, 
     let stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
     assert.equal(stop.reason, "breakpoint");
     assertSamePlace(await place(dc, thread), truth.hits[1], true, "record valgrind continue: hit for i = 1");
+    // On to the hit for i = 2, then a data breakpoint on `total` (lldb-dap
+    // asks the stub which memory region holds it and refuses one without
+    // write permission), reverse: the stop is where i = 1 added to it, the
+    // last change (i = 0 added 0).
+    stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    const frame = (await dc.stackTraceRequest({ threadId: thread, levels: 1 })).body.stackFrames[0];
+    const locals = (await dc.scopesRequest({ frameId: frame.id })).body.scopes.find((scope) => scope.presentationHint === "locals" || scope.name === "Locals");
+    const info = await dc.customRequest("dataBreakpointInfo", { variablesReference: locals.variablesReference, name: "total" });
+    assert.ok(info.body.dataId, `a data breakpoint on total: ${JSON.stringify(info.body)}`);
+    const set = await dc.customRequest("setDataBreakpoints", { breakpoints: [{ dataId: info.body.dataId, accessType: "write" }] });
+    assert.ok(set.body.breakpoints[0].verified, `the data breakpoint set: ${JSON.stringify(set.body)}`);
+    await dc.setBreakpointsRequest({ source: { path: SOURCE }, breakpoints: [] });
+    stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "data breakpoint", `stopped by the data breakpoint: ${JSON.stringify(stop)}`);
+    const write = await place(dc, thread);
+    assert.equal(write.line, ADD, "the write to total: the line adding to it");
+    assert.ok(write.variables.includes("i=1"), `the write for i = 1: ${write.variables}`);
+    await dc.customRequest("setDataBreakpoints", { breakpoints: [] });
+    await dc.setBreakpointsRequest({ source: { path: SOURCE }, breakpoints: [{ line: CALL }] });
+    stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
+    assert.equal(stop.reason, "breakpoint");
+    assertSamePlace(await place(dc, thread), truth.hits[1], true, "record valgrind reverseContinue: hit for i = 1");
     stop = await stopAfter(dc, () => dc.reverseContinueRequest({ threadId: thread }));
     assert.equal(stop.reason, "breakpoint");
     assertSamePlace(await place(dc, thread), truth.hits[0], true, "record valgrind reverseContinue: hit for i = 0");

@@ -17,8 +17,50 @@ use gdbstub::target::ext::host_io::{HostIoErrno, HostIoError, HostIoOpenFlags, H
 /// The most files a client may hold open at once.
 const MAX_OPEN: usize = 64;
 
+/// A file open for the client: one of the machine's, or text the target
+/// gives for a path of its own (a replay's `/proc/PID/maps`).
+#[derive(Debug)]
+enum Open {
+    Disk(File),
+    Text(Vec<u8>),
+}
+
 /// Open files by the descriptor the client was given.
-static OPEN: Mutex<Option<(u32, HashMap<u32, File>)>> = Mutex::new(None);
+static OPEN: Mutex<Option<(u32, HashMap<u32, Open>)>> = Mutex::new(None);
+
+/// What a target makes of a path the client opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetFile {
+    /// The machine's own file.
+    Host,
+    /// The target's text for it.
+    Text(Vec<u8>),
+    /// No such file for the target (a replay's process has no `/proc`
+    /// entry on this machine: another process's would be wrong).
+    Missing,
+}
+
+/// `vFile:open` of a path a target answers: its text, or the machine's
+/// file, or `ENOENT`.
+pub fn open_for<E>(filename: &[u8], flags: HostIoOpenFlags, target: TargetFile) -> Result<u32, HostIoError<E>> {
+    match target {
+        TargetFile::Host => open(filename, flags),
+        TargetFile::Text(text) => keep(Open::Text(text)),
+        TargetFile::Missing => Err(errno(HostIoErrno::ENOENT)),
+    }
+}
+
+fn keep<E>(file: Open) -> Result<u32, HostIoError<E>> {
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let (next, files) = open.get_or_insert_with(|| (0, HashMap::new()));
+    if files.len() >= MAX_OPEN {
+        return Err(errno(HostIoErrno::EMFILE));
+    }
+    let fd = *next;
+    *next = next.wrapping_add(1);
+    files.insert(fd, file);
+    Ok(fd)
+}
 
 fn errno<E>(errno: HostIoErrno) -> HostIoError<E> {
     HostIoError::Errno(errno)
@@ -31,16 +73,7 @@ pub fn open<E>(filename: &[u8], flags: HostIoOpenFlags) -> Result<u32, HostIoErr
         return Err(errno(HostIoErrno::EACCES));
     }
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(filename));
-    let file = File::open(path)?;
-    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    let (next, files) = open.get_or_insert_with(|| (0, HashMap::new()));
-    if files.len() >= MAX_OPEN {
-        return Err(errno(HostIoErrno::EMFILE));
-    }
-    let fd = *next;
-    *next = next.wrapping_add(1);
-    files.insert(fd, file);
-    Ok(fd)
+    keep(Open::Disk(File::open(path)?))
 }
 
 /// `vFile:close`.
@@ -57,13 +90,42 @@ pub fn pread<E>(fd: u32, count: usize, offset: u64, buf: &mut [u8]) -> Result<us
     let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     let file = open.as_ref().and_then(|(_, files)| files.get(&fd)).ok_or(errno(HostIoErrno::EBADF))?;
     let count = count.min(buf.len());
-    Ok(file.read_at(&mut buf[..count], offset)?)
+    match file {
+        Open::Disk(file) => Ok(file.read_at(&mut buf[..count], offset)?),
+        Open::Text(text) => {
+            let from = usize::try_from(offset).unwrap_or(usize::MAX).min(text.len());
+            let n = count.min(text.len() - from);
+            buf[..n].copy_from_slice(&text[from..from + n]);
+            Ok(n)
+        }
+    }
 }
 
 /// `vFile:fstat`.
 pub fn fstat<E>(fd: u32) -> Result<HostIoStat, HostIoError<E>> {
     let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     let file = open.as_ref().and_then(|(_, files)| files.get(&fd)).ok_or(errno(HostIoErrno::EBADF))?;
+    let file = match file {
+        Open::Disk(file) => file,
+        // (As the kernel's /proc files: a regular file, read-only.)
+        Open::Text(text) => {
+            return Ok(HostIoStat {
+                st_dev: 0,
+                st_ino: 0,
+                st_mode: HostIoOpenMode::S_IFREG | HostIoOpenMode::S_IRUSR | HostIoOpenMode::S_IRGRP | HostIoOpenMode::S_IROTH,
+                st_nlink: 1,
+                st_uid: 0,
+                st_gid: 0,
+                st_rdev: 0,
+                st_size: text.len() as u64,
+                st_blksize: 4096,
+                st_blocks: 0,
+                st_atime: 0,
+                st_mtime: 0,
+                st_ctime: 0,
+            })
+        }
+    };
     let m = file.metadata()?;
     // (GDB's struct stat has 32-bit fields: larger values are cut.)
     Ok(HostIoStat {

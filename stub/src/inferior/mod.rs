@@ -416,6 +416,12 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = InferiorError> {
         Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
     }
 
+    /// What a client opening `path` (GDB's Host I/O) reads: by default
+    /// the machine's file (the program runs here).
+    fn target_file(&self, _path: &[u8]) -> host_files::TargetFile {
+        host_files::TargetFile::Host
+    }
+
     /// The signal the program stands stopped by, where it is not the
     /// debugger's own trap (`?` reports it): a replay standing at the
     /// instruction a recorded fatal signal interrupted, as rr reports it.

@@ -243,8 +243,11 @@ impl Replayer {
     }
 
     /// A watchpoint step `position` triggers: a write watchpoint whose
-    /// bytes it changed, a read one whose bytes its instruction read, an
-    /// access one whose bytes it read or wrote.
+    /// bytes it wrote (the same value again too, as the processor's debug
+    /// registers trigger: GDB's `watch` and LLDB's `-w modify` ask for a
+    /// changed value themselves, LLDB's `-w write` stops at any write), a
+    /// read one whose bytes its instruction read, an access one whose
+    /// bytes it read or wrote.
     fn watch_triggered_by(&self, history: &dyn History, breakpoints: &Breakpoints, position: u64) -> Option<StopReason> {
         let step = history.step(position)?;
         for (watched, kind) in &breakpoints.watches {
@@ -252,14 +255,7 @@ impl Replayer {
             if *kind != WatchKind::Write && history.last_read_before(watched.clone(), position + 1) == Some(position) {
                 return Some(stop());
             }
-            if *kind == WatchKind::Read || !history.wrote(position, watched) {
-                continue;
-            }
-            let len = (watched.end - watched.start) as usize;
-            let (mut before, mut after) = (vec![0u8; len], vec![0u8; len]);
-            let known_before = history.memory_at(position, watched.start, &mut before);
-            let known_after = history.memory_at(position + 1, watched.start, &mut after);
-            if known_before != known_after || before != after || *kind == WatchKind::ReadWrite {
+            if *kind != WatchKind::Read && history.wrote(position, watched) {
                 return Some(stop());
             }
         }

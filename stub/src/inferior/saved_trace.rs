@@ -265,6 +265,18 @@ fn push_auxv(auxv: &mut Vec<u8>, key: u64, value: u64) {
     auxv.extend_from_slice(&value.to_le_bytes());
 }
 
+/// `mappings` as `/proc/PID/maps` lists them.
+fn proc_maps(mappings: &[Mapping]) -> String {
+    let flag = |set: bool, letter: char| if set { letter } else { '-' };
+    mappings
+        .iter()
+        .map(|m| {
+            let line = format!("{:08x}-{:08x} {}{}{}p {:08x} 00:00 0", m.start, m.end, flag(m.readable, 'r'), flag(m.writable, 'w'), flag(m.executable, 'x'), m.offset);
+            if m.path.is_empty() { format!("{line}\n") } else { format!("{line:<72} {}\n", m.path) }
+        })
+        .collect()
+}
+
 /// The signal that killed the program, for a recording that ended so.
 fn fatal_signal(exit: Option<StopReason>) -> Option<GdbSignal> {
     match exit? {
@@ -483,6 +495,16 @@ impl SavedTrace {
         self.replayer.move_to(0);
     }
 
+    /// The program's mappings where the replay stands: a full-state
+    /// recording says what was mapped at each position; otherwise the
+    /// modules' read-only segments are known.
+    fn mappings_here(&self) -> Vec<Mapping> {
+        match &self.state {
+            Some(state) => state.mappings_at(self.position()),
+            None => self.unchanging.iter().map(|pages| pages.mapping.clone()).collect(),
+        }
+    }
+
     /// The current position in the timeline.
     pub fn position(&self) -> u64 {
         self.replayer.position()
@@ -638,6 +660,23 @@ impl Inferior for SavedTrace {
         self.stop_note.take()
     }
 
+    /// The recorded process's `/proc` files: its mappings at the position
+    /// (a full-state recording says them; GDB's `info proc mappings`), and
+    /// no other: the recorded pid is another process's here, or none's.
+    fn target_file(&self, path: &[u8]) -> crate::inferior::host_files::TargetFile {
+        use crate::inferior::host_files::TargetFile;
+        let path = String::from_utf8_lossy(path);
+        let Some(rest) = path.strip_prefix("/proc/") else { return TargetFile::Host };
+        let (process, file) = rest.split_once('/').unwrap_or((rest, ""));
+        if process != self.pid.to_string() && process != "self" {
+            return TargetFile::Host;
+        }
+        match file {
+            "maps" => TargetFile::Text(proc_maps(&self.mappings_here()).into_bytes()),
+            _ => TargetFile::Missing,
+        }
+    }
+
     fn standing_signal(&self) -> Option<(u64, GdbSignal)> {
         let end = History::end(&self.timeline);
         let signal = fatal_signal(self.exit).filter(|_| self.fatal_signal_reported && self.position() == end)?;
@@ -670,8 +709,7 @@ impl Inferior for SavedTrace {
         if let Some(range) = self.scratch.allocation(address) {
             return MemoryRegion::Mapped { start: range.start, end: range.end, readable: true, writable: true, executable: false, name: String::new() };
         }
-        let mappings: Vec<Mapping> = self.unchanging.iter().map(|pages| pages.mapping.clone()).collect();
-        MemoryRegion::of(&mappings, address)
+        MemoryRegion::of(&self.mappings_here(), address)
     }
 
     fn kill(&mut self) {

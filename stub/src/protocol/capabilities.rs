@@ -117,7 +117,8 @@ macro_rules! offer_capabilities {
                 flags: gdbstub::target::ext::host_io::HostIoOpenFlags,
                 _mode: gdbstub::target::ext::host_io::HostIoOpenMode,
             ) -> gdbstub::target::ext::host_io::HostIoResult<u32, Self> {
-                crate::inferior::host_files::open(filename, flags)
+                let target = crate::inferior::Inferior::target_file(self, filename);
+                crate::inferior::host_files::open_for(filename, flags, target)
             }
         }
 

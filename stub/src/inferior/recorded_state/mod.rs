@@ -31,8 +31,10 @@ use crate::inferior::replay::{History, Step};
 use crate::inferior::timeline::Timeline;
 
 pub use stream::{Clock, Releasing, StreamBytes};
+use regions::RecordedRegions;
 use touches::Touches;
 
+mod regions;
 mod stream;
 mod touches;
 
@@ -177,6 +179,7 @@ fn with_slice<'b>(record: &StateRecord<'_>, slice: &'b [u8]) -> StateRecord<'b> 
         StateRecord::Read { at, address, size } => StateRecord::Read { at, address, size },
         StateRecord::Zeroed { at, start, length } => StateRecord::Zeroed { at, start, length },
         StateRecord::Unmapped { at, start, length } => StateRecord::Unmapped { at, start, length },
+        StateRecord::Protected { at, start, length, prot } => StateRecord::Protected { at, start, length, prot },
         StateRecord::Moved { at, from, to, length } => StateRecord::Moved { at, from, to, length },
         StateRecord::FileMapped { at, start, length, offset, .. } => StateRecord::FileMapped { at, start, length, offset, path: slice },
         StateRecord::SignalDelivered { at, signal, ip } => StateRecord::SignalDelivered { at, signal, ip },
@@ -258,6 +261,8 @@ pub struct RecordedState {
     writes: Touches,
     /// What the instructions of each interval read.
     reads: Touches,
+    /// What was mapped where, when.
+    regions: RecordedRegions,
     /// Positions before this one have all their records (the stream was
     /// cut or damaged after; past it nothing is known).
     complete_before: u64,
@@ -288,6 +293,7 @@ impl RecordedState {
         let mut registers = ThreadPieces::new();
         let mut checkpoints = vec![Checkpoint { first: None, rest: reading.records.position(), registers: ThreadPieces::new() }];
         let (mut writes, mut reads) = (Touches::default(), Touches::default());
+        let mut regions = RecordedRegions::default();
         let mut complete_before = u64::MAX;
         while let Some(item) = reading.next() {
             let (tid, record) = match item {
@@ -314,6 +320,7 @@ impl RecordedState {
                     for range in memory_effects(&record) {
                         writes.touch(at, range);
                     }
+                    regions.note(effect, &record);
                 }
             }
         }
@@ -321,7 +328,7 @@ impl RecordedState {
             checkpoints.push(Checkpoint { first: None, rest: reading.records.position(), registers: registers.clone() });
         }
         drop(reading);
-        Ok(RecordedState { stream, files, interval, threads, checkpoints, writes, reads, complete_before, recent_registers: Default::default() })
+        Ok(RecordedState { stream, files, interval, threads, checkpoints, writes, reads, regions, complete_before, recent_registers: Default::default() })
     }
 
     /// Replays the records from checkpoint `k` on, each with the position
@@ -342,6 +349,12 @@ impl RecordedState {
         }
         // Read through: the memory goes back until the next query.
         self.stream.release(checkpoint.rest.offset()..reading.offset());
+    }
+
+    /// The program's mappings at `position`, as `/proc/PID/maps` would
+    /// have listed them then.
+    pub fn mappings_at(&self, position: u64) -> Vec<retrace_collector::process::Mapping> {
+        self.regions.at(position)
     }
 
     /// Whether any record wrote, mapped or unmapped a byte of `range`.
