@@ -496,3 +496,46 @@ print("survived")
     assert_eq!(answered, expected, "(line, row start) per address of main, as GDB's info line:\n{gdb}");
     assert!(text.contains("survived"), "{text}");
 }
+
+/// The shim's reverse-next back over a call holding a breakpoint
+/// (`tests/programs/callee_breakpoint.c`: after `f(2)`, a breakpoint in
+/// `f`) stops at that breakpoint in the call, `x` = 2, as GDB's own
+/// `record full` of a native run does; on `retrace-stub --record=full` (the
+/// stub recording as the program runs) and on the replay of a full-state
+/// recording, in LLDB's batch mode and within the time a stop takes (it
+/// once stayed "resuming").
+#[test]
+fn reverse_next_over_a_call_holding_a_breakpoint_stops_there_as_gdbs() {
+    if !lldb_python_present() || !retrace_tests::tools::require("gdb", retrace_tests::tools::which("gdb").is_some()) {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shim-callee-breakpoint");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let program = build("callee_breakpoint", &dir, &["-O0"]);
+    let truth = common::gdb(&program, &["break main", "run", "record full", "break callee_breakpoint.c:11", "continue", "break f", "reverse-next", "print x", "print $pc"]);
+    assert!(truth.contains("Breakpoint 3, f (x=2)"), "GDB's record full:\n{truth}");
+    let lldb = |port: u16| {
+        let out = Command::new("timeout")
+            .args(["60", "lldb-22", "-b", "-o", &format!("gdb-remote {port}"), "-o", &format!("command script import {}", shim()), "-o", "breakpoint set -f callee_breakpoint.c -l 11"])
+            .args(["-o", "process continue", "-o", "breakpoint set -n f", "-o", "retrace reverse-next", "-o", "frame variable x", "-o", "process status"])
+            .arg(&program)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (stub, port) = start_recording(&program, "full");
+    let (code, live) = lldb(port);
+    end_stub(stub);
+    assert_eq!(code, Some(0), "LLDB on retrace-stub --record ended (a timeout: 124):\n{live}");
+    assert!(live.contains("stop reason = breakpoint 2.1") && live.contains("(int) x = 2"), "on retrace-stub --record:\n{live}");
+
+    let bundle = dir.join("bundle");
+    let recorded = common::retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let (stub, line) = common::start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), bundle.join("trace.json").as_os_str(), "--replay-from".as_ref(), "start".as_ref()]);
+    let (code, replayed) = lldb(common::port_of(&line));
+    end_stub(stub);
+    assert_eq!(code, Some(0), "LLDB on the replay ended (a timeout: 124):\n{replayed}");
+    assert!(replayed.contains("stop reason = breakpoint 2.1") && replayed.contains("(int) x = 2"), "on the replay:\n{replayed}");
+}
