@@ -583,6 +583,55 @@ for expression in ["i", "mix(total, 5)", "mix(-3, i)"]:
     assert_eq!(values, ["38", native_values[0].as_str(), native_values[1].as_str()], "LLDB's calls on the replay:\n{out}");
 }
 
+/// glibc's string functions where they use REP string instructions
+/// (`tests/programs/rep_strings.c`: memset of 12,304 bytes, calloc of as
+/// many, a 60 KB memcpy): on the replay, GDB shows at the print what the
+/// program printed (calloc's pointer, the bytes memset and memcpy wrote,
+/// as the native run prints them but for the pointer, which Valgrind's
+/// heap moves), and a reverse watchpoint on a byte memcpy wrote, then on
+/// one memset wrote, stops in memcpy called from `copy_it`, in memset
+/// called from `clear_it`, where natively a watchpoint stops in them.
+#[test]
+fn after_rep_string_instructions_the_replay_shows_their_results_and_watchpoints_stop_in_them() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("rep-strings");
+    let program = build("rep_strings", &dir, &["-O0"]);
+    let bundle = dir.join("bundle");
+    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+    let printed_when_recorded: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
+    let native_run = std::process::Command::new(&program).output().unwrap();
+    let printed_natively: Vec<String> = String::from_utf8_lossy(&native_run.stdout).split_whitespace().map(str::to_string).collect();
+    assert_eq!((printed_when_recorded.len(), printed_natively.len()), (4, 4), "{printed_when_recorded:?} {printed_natively:?}");
+    assert_eq!(printed_when_recorded[1..], printed_natively[1..], "the bytes, under Valgrind and natively");
+    let source = std::fs::read_to_string(retrace_tests::recordings::programs_dir().join("rep_strings.c")).unwrap();
+    let print_line = source.lines().position(|l| l.contains("line:print")).unwrap() + 1;
+    let breakpoint = format!("break rep_strings.c:{print_line}");
+    // Natively: where a watchpoint on each byte stops (the function and its caller).
+    let native = gdb(&program, &["break main", "run", "watch -l big[5000]", "continue", "bt 2", "delete", "watch -l dst[40000]", "continue", "bt 2"]);
+    let frames = |out: &str| -> Vec<String> { out.lines().filter(|l| l.starts_with('#')).map(|l| l.split(" in ").nth(1).or_else(|| l.split_whitespace().nth(1)).unwrap_or("").split(' ').next().unwrap_or("").to_string()).collect() };
+    let native_frames = frames(&native);
+    assert_eq!(native_frames.len(), 4, "{native}");
+    assert!(native_frames[0].starts_with("__mem") && native_frames[1] == "clear_it" && native_frames[2].starts_with("__mem") && native_frames[3] == "copy_it", "natively: {native_frames:?}\n{native}");
+
+    let (stub, target) = start_replay(&bundle.join("trace.json"));
+    let out = gdb(&program, &[&target, &breakpoint, "reverse-continue", "print/x (long)p", "print big[100]", "print dst[40000]", "print p[5000]", "delete", "watch -l dst[40000]", "reverse-continue", "bt 2", "x/i $pc", "delete", "watch -l big[5000]", "reverse-continue", "bt 2", "x/i $pc"]);
+    common::end_stub(stub);
+    let values = printed(&out);
+    assert_eq!(values.len(), 4, "{out}");
+    assert_eq!(values[0], printed_when_recorded[0], "calloc's pointer, as printed:\n{out}");
+    assert_eq!(values[1..4].iter().map(|v| v.split_whitespace().next().unwrap().to_string()).collect::<Vec<_>>(), printed_when_recorded[1..], "the bytes, as printed:\n{out}");
+    let replayed_frames = frames(&out);
+    assert_eq!(replayed_frames.len(), 4, "{out}");
+    assert!(replayed_frames[0].starts_with("__mem") && replayed_frames[1] == "copy_it" && replayed_frames[2].starts_with("__mem") && replayed_frames[3] == "clear_it", "on the replay: {replayed_frames:?}\n{out}");
+    // (The stop is on the REP instruction that wrote the byte.)
+    let instructions: Vec<&str> = out.lines().filter(|l| l.starts_with("=> ")).collect();
+    assert_eq!(instructions.len(), 2, "{out}");
+    assert!(instructions[0].contains("rep movsb") && instructions[1].contains("rep stos"), "the REP instructions:\n{out}");
+}
+
 /// The frames LLDB's `bt` lists (functions and arguments, without
 /// addresses, which Valgrind's layout moves): at `breakpoint` natively (the
 /// first hit), or on the replay of `trace_json` (its last hit, reached
