@@ -33,15 +33,27 @@ fi
 export RETRACE_WASMTIME_PYTHON="$PWD/$venv/bin/python"
 
 # brotli 1.2.1's sources (PyPI's sdist): a real program the shim's reverse
-# stepping is judged on against GDB.
+# stepping is judged on against GDB. (The venv's pip: Debian's python3 has
+# none without python3-pip.)
 brotli=target/brotli-1.2.1.tar.gz
 if [ ! -s "$brotli" ]; then
     echo "downloading brotli 1.2.1's sources (PyPI) into target/"
     mkdir -p target/brotli-download
-    python3 -m pip download -q --no-binary :all: --no-deps -d target/brotli-download "Brotli==1.2.1"
+    "$venv/bin/pip" download -q --no-binary :all: --no-deps -d target/brotli-download "Brotli==1.2.1"
     mv target/brotli-download/[Bb]rotli-1.2.1.tar.gz "$brotli"
 fi
 export RETRACE_BROTLI_SDIST="$PWD/$brotli"
+
+# lz4 4.4.5's sources (PyPI's sdist): its C library compressing a buffer is
+# one of the programs the full-state differential test replays.
+lz4=target/lz4-4.4.5.tar.gz
+if [ ! -s "$lz4" ]; then
+    echo "downloading lz4 4.4.5's sources (PyPI) into target/"
+    mkdir -p target/lz4-download
+    "$venv/bin/pip" download -q --no-binary :all: --no-deps -d target/lz4-download "lz4==4.4.5"
+    mv target/lz4-download/lz4-4.4.5.tar.gz "$lz4"
+fi
+export RETRACE_LZ4_SDIST="$PWD/$lz4"
 
 # Under CI=true a test whose tool is missing fails instead of skipping.
 export CI="${CI:-false}"

@@ -51,7 +51,8 @@
  *   'C' u64 from u64 to u64 length   memory moved (mremap);
  *   'A' u64 start u64 length u8 prot   memory mapped or its protection
  *        changed: readable 1, writable 2, executable 4; and what it is,
- *        8: the heap (brk), 16: the main stack (none: as it was).
+ *        8: the heap (brk), 16: the main stack (none: as it was); 32:
+ *        mapped only as touched, down from its top (the stack's reserve).
  * The log starts with "RTVGLOG2" and a 'P' u32 pid record. With
  * --retrace-server=127.0.0.1:PORT each program image's log is a TCP
  * connection to retrace (which converts it while the program runs; a
@@ -252,6 +253,10 @@ static void protected(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, UChar kind)
 
 #define KIND_HEAP 8
 #define KIND_STACK 16
+/* Mapped only as the program touches it, down from its top (the main
+   stack's reservation: Valgrind maps its pages on a fault, as the kernel
+   grows a stack, and tells no tool). */
+#define KIND_GROWS 32
 
 static Bool is_file_mapping(Addr a)
 {
@@ -277,7 +282,7 @@ static void new_mem_startup(Addr a, SizeT len, Bool rr, Bool ww, Bool xx, ULong 
       NSegment const* below = VG_(am_find_nsegment)(a - 1);
       if (below != NULL && below->kind == SkResvn && below->smode == SmUpper && below->end + 1 == a) {
          range_record('Z', below->start, below->end + 1 - below->start);
-         protected(below->start, below->end + 1 - below->start, True, True, False, KIND_STACK);
+         protected(below->start, below->end + 1 - below->start, True, True, False, KIND_STACK | KIND_GROWS);
          protected(a, len, rr, ww, xx, KIND_STACK);
          return;
       }

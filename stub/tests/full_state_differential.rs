@@ -1,5 +1,6 @@
 //! The guard of full-state replays: on real code (glibc's string functions
-//! at every size, every string instruction, AVX2 vectors, python3), the
+//! at every size, every string instruction, AVX2 vectors, lz4 from its
+//! PyPI sources compressing a buffer, python3), the
 //! state `retrace-stub --replay` serves must be what Valgrind's own
 //! gdbserver reads on the same run at the same instruction.
 //!
@@ -425,6 +426,21 @@ fn avx2_vectors_replay_as_valgrind_ran_them() {
     let dir = work_dir("avx2_vectors-build");
     let program = build("avx2_vectors", &dir, &["-O2", "-mavx2", "-mfma"]);
     differential("avx2_vectors", &program, &[]);
+}
+
+#[test]
+fn lz4_from_its_pypi_sources_compressing_a_buffer_replays_as_valgrind_ran_it() {
+    // lz4 4.4.5's sdist, as tests/run.sh downloads it.
+    let sdist = std::env::var_os("RETRACE_LZ4_SDIST").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/lz4-4.4.5.tar.gz"));
+    if !tools_present() || !require("lz4 4.4.5's sources (RETRACE_LZ4_SDIST; tests/run.sh downloads them)", sdist.exists()) {
+        return;
+    }
+    let dir = work_dir("lz4-build");
+    assert!(Command::new("tar").arg("xzf").arg(&sdist).arg("-C").arg(&dir).status().unwrap().success());
+    let library = dir.join("lz4-4.4.5").join("lz4libs");
+    let (include, fast, high) = (format!("-I{}", library.display()), library.join("lz4.c"), library.join("lz4hc.c"));
+    let program = build("lz4_compress", &dir, &["-O2", &include, fast.to_str().unwrap(), high.to_str().unwrap()]);
+    differential("lz4", &program, &[]);
 }
 
 #[test]

@@ -36,7 +36,7 @@
 //! | `K` | u32 number, u64 address, u64 size, bytes | memory written other than by an instruction (thread 0: at the start) |
 //! | `Z` | u64 start, u64 length | memory mapped zero-filled |
 //! | `U` | u64 start, u64 length | memory unmapped |
-//! | `A` | u64 start, u64 length, u8 prot | memory mapped or its protection changed: readable 1, writable 2, executable 4; the heap 8, the main stack 16 (neither: what it was) |
+//! | `A` | u64 start, u64 length, u8 prot | memory mapped or its protection changed: readable 1, writable 2, executable 4; the heap 8, the main stack 16 (neither: what it was); 32: mapped only as touched, down from its top (the main stack's reserve, which Valgrind maps on a fault) |
 //! | `C` | u64 from, u64 to, u64 length | memory moved |
 //!
 //! What Valgrind runs that the program does not (its `freeres` at exit,

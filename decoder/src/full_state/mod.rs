@@ -29,7 +29,7 @@
 //! | `D` | signed address difference, size | an instruction read memory |
 //! | `Z` | start, length | memory mapped zero-filled |
 //! | `U` | start, length | memory unmapped |
-//! | `P` | start, length, prot (u8) | memory mapped or its protection changed: readable 1, writable 2, executable 4; the heap 8, the main stack 16 (neither: what it was) |
+//! | `P` | start, length, prot (u8) | memory mapped or its protection changed: readable 1, writable 2, executable 4; the heap 8, the main stack 16 (neither: what it was); 32: mapped only as touched, down from its top (the main stack's reserve) |
 //! | `C` | from, to, length | memory moved (`mremap`) |
 //! | `F` | start, length, file offset, path length, path | a file mapped: its bytes (a module copied into the bundle, by its path) |
 //! | `I` | signal, ip | a signal is delivered to the thread, interrupted before `ip`: the thread's records after it with the same `at` (the signal frame, the handler's registers) are the delivery's; signal 0: the fatal signal that ended the program stopped the thread at `ip` (the last delivery, after its last step) |
@@ -55,7 +55,7 @@ mod writer;
 
 pub use machine::{set_pieces, StateMachine};
 pub use reader::{state_records, StateError, StateRecords, StreamPosition};
-pub use record::{piece, StateRecord, KIND_HEAP, KIND_STACK, PROT_EXEC, PROT_READ, PROT_WRITE, STATE_MAGIC, STATE_MAGIC_UNMARKED};
+pub use record::{piece, StateRecord, KIND_GROWS, KIND_HEAP, KIND_STACK, PROT_EXEC, PROT_READ, PROT_WRITE, STATE_MAGIC, STATE_MAGIC_UNMARKED};
 pub use schedule::{schedule, schedule_of, Delivery, Schedule};
 pub use writer::StateWriter;
 

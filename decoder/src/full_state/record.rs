@@ -115,7 +115,8 @@ pub enum StateRecord<'a> {
         length: u64,
         /// Readable [`PROT_READ`], writable [`PROT_WRITE`], executable
         /// [`PROT_EXEC`]; the heap [`KIND_HEAP`], the main stack
-        /// [`KIND_STACK`] (neither: what the memory was).
+        /// [`KIND_STACK`] (neither: what the memory was); mapped as touched
+        /// [`KIND_GROWS`].
         prot: u8,
     },
     /// Memory unmapped.
@@ -181,6 +182,11 @@ pub const PROT_EXEC: u8 = 4;
 pub const KIND_HEAP: u8 = 8;
 /// [`StateRecord::Protected`]: the memory is the main thread's stack.
 pub const KIND_STACK: u8 = 16;
+/// [`StateRecord::Protected`]: the memory is mapped only as the program
+/// touches it, down from its top (the main stack's reserve, which grows on
+/// a fault as the kernel grows a stack): below the lowest byte touched so
+/// far, nothing is mapped.
+pub const KIND_GROWS: u8 = 32;
 
 impl StateRecord<'_> {
     /// When it took effect (0 for [`StateRecord::Thread`]).

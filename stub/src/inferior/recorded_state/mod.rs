@@ -31,7 +31,7 @@ use crate::inferior::replay::{History, Step};
 use crate::inferior::timeline::Timeline;
 
 pub use stream::{Clock, Releasing, StreamBytes};
-use regions::RecordedRegions;
+use regions::{RecordedRegions, Reserves};
 use touches::Touches;
 
 mod regions;
@@ -263,6 +263,8 @@ pub struct RecordedState {
     reads: Touches,
     /// What was mapped where, when.
     regions: RecordedRegions,
+    /// How far down the main stack was mapped, when.
+    reserves: Reserves,
     /// Positions before this one have all their records (the stream was
     /// cut or damaged after; past it nothing is known).
     complete_before: u64,
@@ -294,6 +296,7 @@ impl RecordedState {
         let mut checkpoints = vec![Checkpoint { first: None, rest: reading.records.position(), registers: ThreadPieces::new() }];
         let (mut writes, mut reads) = (Touches::default(), Touches::default());
         let mut regions = RecordedRegions::default();
+        let mut reserves = Reserves::default();
         let mut complete_before = u64::MAX;
         while let Some(item) = reading.next() {
             let (tid, record) = match item {
@@ -312,8 +315,14 @@ impl RecordedState {
             let at = interval_of(effect, interval);
             match &record {
                 StateRecord::Registers { changes, .. } => set_pieces(pieces_of(&mut registers, tid), changes),
-                StateRecord::Read { address, size, .. } => reads.touch(at, *address..address.saturating_add(*size)),
+                StateRecord::Read { address, size, .. } => {
+                    reads.touch(at, *address..address.saturating_add(*size));
+                    reserves.touch(effect, *address..address.saturating_add(*size));
+                }
                 _ => {
+                    if let StateRecord::Wrote { address, bytes, .. } = &record {
+                        reserves.touch(effect, *address..address.saturating_add(bytes.len() as u64));
+                    }
                     if let StateRecord::FileMapped { path, .. } = &record {
                         files.entry(path.to_vec()).or_insert_with(|| file(path));
                     }
@@ -321,6 +330,7 @@ impl RecordedState {
                         writes.touch(at, range);
                     }
                     regions.note(effect, &record);
+                    reserves.note(effect, &record);
                 }
             }
         }
@@ -328,7 +338,7 @@ impl RecordedState {
             checkpoints.push(Checkpoint { first: None, rest: reading.records.position(), registers: registers.clone() });
         }
         drop(reading);
-        Ok(RecordedState { stream, files, interval, threads, checkpoints, writes, reads, regions, complete_before, recent_registers: Default::default() })
+        Ok(RecordedState { stream, files, interval, threads, checkpoints, writes, reads, regions, reserves, complete_before, recent_registers: Default::default() })
     }
 
     /// Replays the records from checkpoint `k` on, each with the position
@@ -354,7 +364,7 @@ impl RecordedState {
     /// The program's mappings at `position`, as `/proc/PID/maps` would
     /// have listed them then.
     pub fn mappings_at(&self, position: u64) -> Vec<retrace_collector::process::Mapping> {
-        self.regions.at(position)
+        regions::without(self.regions.at(position), &self.reserves.unmapped_at(position))
     }
 
     /// Whether any record wrote, mapped or unmapped a byte of `range`.
@@ -443,6 +453,16 @@ impl RecordedState {
     pub fn memory_at(&self, timeline: &Timeline, position: u64, address: u64, buf: &mut [u8]) -> usize {
         if position >= self.complete_before || buf.is_empty() {
             return 0;
+        }
+        // (Not mapped yet: the stack's reserve below what was touched.)
+        let mut buf = buf;
+        for hole in self.reserves.unmapped_at(position) {
+            if hole.contains(&address) {
+                return 0;
+            }
+            if address < hole.start && hole.start - address < buf.len() as u64 {
+                buf = &mut buf[..(hole.start - address) as usize];
+            }
         }
         let end = address.saturating_add(buf.len() as u64);
         let n = (end - address) as usize;

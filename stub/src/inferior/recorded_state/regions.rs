@@ -6,9 +6,10 @@
 //! with the position it takes effect at.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use retrace_collector::process::Mapping;
-use retrace_decoder::full_state::{StateRecord, KIND_HEAP, KIND_STACK, PROT_EXEC, PROT_READ, PROT_WRITE};
+use retrace_decoder::full_state::{StateRecord, KIND_GROWS, KIND_HEAP, KIND_STACK, PROT_EXEC, PROT_READ, PROT_WRITE};
 
 /// What a piece of mapped memory is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +101,72 @@ impl RecordedRegions {
         }
         mappings
     }
+}
+
+/// Memory mapped only as the program touches it, down from its top
+/// ([`KIND_GROWS`]: the main stack's reserve, which Valgrind maps on a
+/// fault as the kernel grows a stack): below the lowest byte touched so
+/// far nothing is mapped, whatever its records say it would hold.
+#[derive(Debug, Clone, Default)]
+pub struct Reserves {
+    /// Each reserve, and from which position on it was mapped down to
+    /// where (a page boundary; positions rising, addresses falling).
+    reserves: Vec<(Range<u64>, Vec<(u64, u64)>)>,
+}
+
+const PAGE: u64 = 4096;
+
+impl Reserves {
+    /// Keeps a reserve `record` (taking effect at `effect`) declares.
+    pub fn note(&mut self, effect: u64, record: &StateRecord<'_>) {
+        if let StateRecord::Protected { start, length, prot, .. } = *record {
+            if prot & KIND_GROWS != 0 && length > 0 {
+                let end = start.saturating_add(length);
+                self.reserves.push((start..end, vec![(effect, end)]));
+            }
+        }
+    }
+
+    /// An access to `range` taking effect at `effect` maps the reserve
+    /// down to its page.
+    pub fn touch(&mut self, effect: u64, range: Range<u64>) {
+        for (reserve, lows) in &mut self.reserves {
+            if range.start < reserve.end && reserve.start < range.end {
+                let page = range.start.max(reserve.start) / PAGE * PAGE;
+                if lows.last().is_some_and(|&(_, low)| page < low) {
+                    lows.push((effect, page));
+                }
+            }
+        }
+    }
+
+    /// What of the reserves is not mapped yet at `position`.
+    pub fn unmapped_at(&self, position: u64) -> Vec<Range<u64>> {
+        self.reserves
+            .iter()
+            .filter_map(|(reserve, lows)| {
+                let index = lows.partition_point(|&(effect, _)| effect <= position);
+                let low = if index == 0 { reserve.end } else { lows[index - 1].1 };
+                (reserve.start < low).then(|| reserve.start..low)
+            })
+            .collect()
+    }
+}
+
+/// `mappings` without what `holes` cover.
+pub fn without(mappings: Vec<Mapping>, holes: &[Range<u64>]) -> Vec<Mapping> {
+    let mut kept = mappings;
+    for hole in holes {
+        kept = kept
+            .into_iter()
+            .flat_map(|m| {
+                let below = (m.start < hole.start).then(|| Mapping { end: m.end.min(hole.start), ..m.clone() });
+                let above = (m.end > hole.end).then(|| Mapping { start: m.start.max(hole.end), offset: m.offset + m.start.max(hole.end) - m.start, ..m.clone() });
+                below.into_iter().chain(above)
+            })
+            .collect();
+    }
+    kept
 }
 
 /// The pieces of `space` overlapping `start..end`, split at both ends
@@ -217,6 +284,25 @@ mod tests {
         assert_eq!(listed(&r, 12)[4..], ["10000-11000 --- 0 ".to_string(), "11000-14000 rw- 0 ".to_string()]);
         assert_eq!(listed(&r, 20)[4..], ["20000-21000 --- 0 ".to_string(), "21000-24000 rw- 0 ".to_string()]);
         assert_eq!(listed(&r, 30)[4..], ["23000-24000 rw- 0 ".to_string()]);
+    }
+
+    #[test]
+    fn a_reserve_is_mapped_down_to_the_lowest_page_touched_so_far() {
+        let mut reserves = Reserves::default();
+        reserves.note(0, &StateRecord::Protected { at: 0, start: 0x10000, length: 0x8000, prot: PROT_READ | PROT_WRITE | KIND_STACK | KIND_GROWS });
+        reserves.touch(3, 0x17ff8..0x18000);
+        reserves.touch(5, 0x15010..0x15018);
+        // (Higher again: no change.)
+        reserves.touch(7, 0x16000..0x16008);
+        reserves.touch(9, 0xfff8..0x10008);
+        assert_eq!(reserves.unmapped_at(0), [0x10000..0x18000]);
+        assert_eq!(reserves.unmapped_at(2), [0x10000..0x18000]);
+        assert_eq!(reserves.unmapped_at(3), [0x10000..0x17000]);
+        assert_eq!(reserves.unmapped_at(8), [0x10000..0x15000]);
+        assert_eq!(reserves.unmapped_at(9), Vec::<Range<u64>>::new());
+        let stack = Mapping { start: 0x10000, end: 0x20000, readable: true, writable: true, executable: false, offset: 0, path: "[stack]".into() };
+        let cut = without(vec![stack], &reserves.unmapped_at(5));
+        assert_eq!(cut.iter().map(|m| (m.start, m.end)).collect::<Vec<_>>(), [(0x15000, 0x20000)]);
     }
 
     #[test]
