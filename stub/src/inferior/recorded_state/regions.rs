@@ -92,7 +92,7 @@ impl RecordedRegions {
                 Some(last)
                     if last.end == mapping.start
                         && (last.readable, last.writable, last.executable, &last.path) == (mapping.readable, mapping.writable, mapping.executable, &mapping.path)
-                        && (mapping.path.is_empty() || mapping.path.starts_with('[') || last.offset + (last.end - last.start) == mapping.offset) =>
+                        && (mapping.path.is_empty() || mapping.path.starts_with('[') || last.offset.wrapping_add(last.end - last.start) == mapping.offset) =>
                 {
                     last.end = mapping.end
                 }
@@ -161,7 +161,7 @@ pub fn without(mappings: Vec<Mapping>, holes: &[Range<u64>]) -> Vec<Mapping> {
             .into_iter()
             .flat_map(|m| {
                 let below = (m.start < hole.start).then(|| Mapping { end: m.end.min(hole.start), ..m.clone() });
-                let above = (m.end > hole.end).then(|| Mapping { start: m.start.max(hole.end), offset: m.offset + m.start.max(hole.end) - m.start, ..m.clone() });
+                let above = (m.end > hole.end).then(|| Mapping { start: m.start.max(hole.end), offset: m.offset.wrapping_add(m.start.max(hole.end) - m.start), ..m.clone() });
                 below.into_iter().chain(above)
             })
             .collect();
@@ -232,6 +232,13 @@ fn apply(space: &mut BTreeMap<u64, Piece>, change: &Change) {
             take(space, *start, *end);
         }
         Change::Moved { from, to, length } => {
+            // (A move past the end of the address space, which no kernel
+            // makes, unmaps what it names: a damaged stream never wraps.)
+            if from.checked_add(*length).is_none() || to.checked_add(*length).is_none() {
+                take(space, *from, from.saturating_add(*length));
+                take(space, *to, to.saturating_add(*length));
+                return;
+            }
             let moved = take(space, *from, from.saturating_add(*length));
             take(space, *to, to.saturating_add(*length));
             for (s, mut piece) in moved {
@@ -303,6 +310,21 @@ mod tests {
         let stack = Mapping { start: 0x10000, end: 0x20000, readable: true, writable: true, executable: false, offset: 0, path: "[stack]".into() };
         let cut = without(vec![stack], &reserves.unmapped_at(5));
         assert_eq!(cut.iter().map(|m| (m.start, m.end)).collect::<Vec<_>>(), [(0x15000, 0x20000)]);
+    }
+
+    #[test]
+    fn records_at_the_end_of_the_address_space_never_wrap() {
+        let mut r = RecordedRegions::default();
+        r.note(0, &StateRecord::FileMapped { at: 0, start: u64::MAX - 0x1000, length: 0x5000, offset: u64::MAX, path: b"/x" });
+        r.note(0, &StateRecord::Protected { at: 0, start: u64::MAX - 0x800, length: u64::MAX, prot: 7 | KIND_GROWS });
+        r.note(1, &StateRecord::Moved { at: 1, from: u64::MAX - 0x1000, to: u64::MAX - 0x10, length: 0x2000 });
+        r.note(1, &StateRecord::Moved { at: 1, from: 0x1000, to: u64::MAX - 0x10, length: 0x20 });
+        r.note(2, &StateRecord::Unmapped { at: 2, start: u64::MAX, length: u64::MAX });
+        for position in 0..3 {
+            for m in r.at(position) {
+                assert!(m.start < m.end, "{m:?}");
+            }
+        }
     }
 
     #[test]
