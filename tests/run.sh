@@ -57,4 +57,5 @@ export RETRACE_LZ4_SDIST="$PWD/$lz4"
 
 # Under CI=true a test whose tool is missing fails instead of skipping.
 export CI="${CI:-false}"
-cargo test --workspace --locked
+# (--no-fail-fast: every failing test binary is reported, not the first.)
+cargo test --workspace --locked --no-fail-fast

@@ -1,4 +1,4 @@
-//! Real programs from the distribution (dynamic, millions of instructions),
+//! Real programs from the distribution (dynamic, over a million instructions each),
 //! recorded as a user records them: each single-step recording's bundle must
 //! decode, in retrace and in LLDB 22, to exactly the instructions single
 //! stepping saw in that run, with no error item; a branch-mode recording of
@@ -15,7 +15,7 @@ use retrace_tests::recordings::{read_insn_log, record_summary};
 use retrace_tests::tools::{require, which};
 
 /// Fewest instructions a program here must run.
-const AT_LEAST: usize = 2_000_000;
+const AT_LEAST: usize = 1_000_000;
 
 fn record(mode: &str, bundle: &Path, program: &[&str]) -> Output {
     let out = common::retrace()
@@ -96,10 +96,10 @@ fn ls_of_a_large_directory() {
 
 #[test]
 fn sha1sum_of_a_binary() {
-    check("sha1sum", &["/usr/bin/sha1sum", "/usr/bin/ls"]);
+    check("sha1sum", &["/usr/bin/sha1sum", "/usr/bin/env"]);
 }
 
 #[test]
 fn file_reading_its_magic_database() {
-    check("file", &["/usr/bin/file", "/usr/bin/ls", "/usr/bin/cat", "/usr/bin/env"]);
+    check("file", &["/usr/bin/file", "/usr/bin/ls"]);
 }
