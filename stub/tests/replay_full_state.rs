@@ -65,11 +65,31 @@ fn work_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// `retrace-stub --replay trace_json`, and the port it listens on.
+fn replay_port(trace_json: &Path) -> (std::process::Child, u16) {
+    let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
+    (stub, common::port_of(&line))
+}
+
 /// `retrace-stub --replay trace_json`, and GDB's command to reach it.
 fn start_replay(trace_json: &Path) -> (std::process::Child, String) {
-    let (stub, line) = start_stub_command(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--replay".as_ref(), trace_json.as_os_str()]);
-    let port: u16 = common::port_of(&line);
+    let (stub, port) = replay_port(trace_json);
     (stub, format!("target remote 127.0.0.1:{port}"))
+}
+
+/// `retrace record --backend valgrind --mode full -o DIR/bundle -- program
+/// args`: what it said, and the bundle's trace.json.
+fn record_full(dir: &Path, program: &Path, args: &[&std::ffi::OsStr]) -> (std::process::Output, PathBuf) {
+    let bundle = dir.join("bundle");
+    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(program).args(args).output().unwrap();
+    (out, bundle.join("trace.json"))
+}
+
+/// [`record_full`] of a program that exits with status 0: the trace.json.
+fn recorded_fully(dir: &Path, program: &Path) -> PathBuf {
+    let (out, trace_json) = record_full(dir, program, &[]);
+    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+    trace_json
 }
 
 /// GDB's `$N = value` values, in order.
@@ -83,10 +103,8 @@ fn recorded_program(dir: &Path, name: &str, flags: &[&str]) -> (PathBuf, PathBuf
     let mut all = vec!["-O0", "-static", "-no-pie"];
     all.extend_from_slice(flags);
     let program = build(name, dir, &all);
-    let bundle = dir.join("bundle");
-    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
-    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
-    (program, bundle.join("trace.json"))
+    let trace_json = recorded_fully(dir, &program);
+    (program, trace_json)
 }
 
 fn recorded(dir: &Path) -> (PathBuf, PathBuf) {
@@ -547,10 +565,7 @@ fn gdb_and_lldb_call_a_function_in_the_past_of_a_pie_program() {
     }
     let dir = work_dir("call-pie");
     let program = build("full_state", &dir, &["-O0", "-pie", "-fPIE"]);
-    let bundle = dir.join("bundle");
-    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
-    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
-    let trace_json = bundle.join("trace.json");
+    let trace_json = recorded_fully(&dir, &program);
     let native = gdb(&program, &["break full_state.c:37 if i == 38", "run", "print mix(total, 5)", "print mix(-3, i)"]);
     let native_values = printed(&native);
     assert_eq!(native_values.len(), 2, "{native}");
@@ -563,8 +578,7 @@ fn gdb_and_lldb_call_a_function_in_the_past_of_a_pie_program() {
     if !common::lldb_python_present() {
         return;
     }
-    let (stub, target) = start_replay(&trace_json);
-    let port: u16 = target.rsplit(':').next().unwrap().parse().unwrap();
+    let (stub, port) = replay_port(&trace_json);
     let out = common::lldb_python(
         r#"
 target.BreakpointCreateByLocation("full_state.c", 37)
@@ -598,8 +612,7 @@ fn after_rep_string_instructions_the_replay_shows_their_results_and_watchpoints_
     }
     let dir = work_dir("rep-strings");
     let program = build("rep_strings", &dir, &["-O0"]);
-    let bundle = dir.join("bundle");
-    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    let (out, trace_json) = record_full(&dir, &program, &[]);
     assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
     let printed_when_recorded: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
     let native_run = std::process::Command::new(&program).output().unwrap();
@@ -616,7 +629,7 @@ fn after_rep_string_instructions_the_replay_shows_their_results_and_watchpoints_
     assert_eq!(native_frames.len(), 4, "{native}");
     assert!(native_frames[0].starts_with("__mem") && native_frames[1] == "clear_it" && native_frames[2].starts_with("__mem") && native_frames[3] == "copy_it", "natively: {native_frames:?}\n{native}");
 
-    let (stub, target) = start_replay(&bundle.join("trace.json"));
+    let (stub, target) = start_replay(&trace_json);
     let out = gdb(&program, &[&target, &breakpoint, "reverse-continue", "print/x (long)p", "print big[100]", "print dst[40000]", "print p[5000]", "delete", "watch -l dst[40000]", "reverse-continue", "bt 2", "x/i $pc", "delete", "watch -l big[5000]", "reverse-continue", "bt 2", "x/i $pc"]);
     common::end_stub(stub);
     let values = printed(&out);
@@ -643,8 +656,7 @@ fn lldb_frames(program: &Path, breakpoint: &str, trace_json: Option<&Path>) -> V
             String::from_utf8_lossy(&out.stdout).into_owned()
         }
         Some(trace_json) => {
-            let (stub, target) = start_replay(trace_json);
-            let port = target.rsplit(':').next().unwrap();
+            let (stub, port) = replay_port(trace_json);
             let out = std::process::Command::new("lldb-22")
                 .args(["-b", "-o", &format!("gdb-remote {port}"), "-o", &format!("breakpoint set {breakpoint}"), "-o", "process continue -R", "-o", "bt"])
                 .arg(program)
@@ -688,11 +700,9 @@ fn lldb_backtraces_on_the_replay_are_the_native_ones() {
     ] {
         let dir = work_dir(&format!("bt-{name}"));
         let program = build(name, &dir, flags);
-        let bundle = dir.join("bundle");
-        let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
-        assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
+        let trace_json = recorded_fully(&dir, &program);
         let native = lldb_frames(&program, breakpoint, None);
-        let replayed = lldb_frames(&program, breakpoint, Some(&bundle.join("trace.json")));
+        let replayed = lldb_frames(&program, breakpoint, Some(&trace_json));
         assert_eq!(replayed, native, "{name}: LLDB's bt on the replay, and natively");
     }
     // The 20 KB frame (once its lowest byte is written: Valgrind maps the
@@ -700,8 +710,7 @@ fn lldb_backtraces_on_the_replay_are_the_native_ones() {
     // the heap block read whole, in LLDB's lines.
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay-full-state").join("bt-deep_frames");
     let program = dir.join("deep_frames");
-    let (stub, target) = start_replay(&dir.join("bundle").join("trace.json"));
-    let port = target.rsplit(':').next().unwrap();
+    let (stub, port) = replay_port(&dir.join("bundle").join("trace.json"));
     let out = std::process::Command::new("lldb-22")
         .args(["-b", "-o", &format!("gdb-remote {port}"), "-o", "breakpoint set -f deep_frames.c -l 11", "-o", "process continue -R", "-o", "memory read --force -c 20000 &big[0]", "-o", "memory read --force -c 100000 block"])
         .arg(&program)
@@ -721,8 +730,8 @@ fn lldb_backtraces_on_the_replay_are_the_native_ones() {
 fn lldb_regions(program: &Path, expressions: &[&str], trace_json: Option<&Path>) -> Vec<String> {
     let mut args: Vec<String> = vec!["-b".into()];
     let stub = trace_json.map(|trace_json| {
-        let (stub, target) = start_replay(trace_json);
-        args.extend(["-o".into(), format!("gdb-remote {}", target.rsplit(':').next().unwrap())]);
+        let (stub, port) = replay_port(trace_json);
+        args.extend(["-o".into(), format!("gdb-remote {port}")]);
         stub
     });
     args.extend(["-o".into(), "breakpoint set -n stop_here".into(), "-o".into(), if stub.is_some() { "process continue -R" } else { "run" }.into()]);
@@ -752,10 +761,7 @@ fn memory_regions_on_the_replay_are_the_native_ones_as_they_were_then() {
     }
     let dir = work_dir("regions");
     let program = build("regions", &dir, &["-O0"]);
-    let bundle = dir.join("bundle");
-    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
-    assert!(out.status.success(), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
-    let trace_json = bundle.join("trace.json");
+    let trace_json = recorded_fully(&dir, &program);
     let expressions = ["&counter", "block", "$rsp", "pages", "pages+4096", "pages+8192", "main"];
     let native = lldb_regions(&program, &expressions, None);
     assert_eq!(native[1], "rw- [heap]", "natively: {native:?}");
@@ -799,8 +805,7 @@ fn shared_libraries_are_the_ones_loaded_at_the_position() {
     let dir = work_dir("libraries");
     let library = build("shlib_lib", &dir, &["-O0", "-shared", "-fPIC"]);
     let program = build("dlopen_main", &dir, &["-O0", "-no-pie", "-rdynamic", "-ldl"]);
-    let bundle = dir.join("bundle");
-    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).arg(&library).output().unwrap();
+    let (out, trace_json) = record_full(&dir, &program, &[library.as_os_str()]);
     // retrace record exits as the program did (with its mix of the calls).
     assert_eq!(out.status.code(), Some(49), "retrace record: {}", String::from_utf8_lossy(&out.stderr));
     let arg = library.display().to_string();
@@ -809,7 +814,7 @@ fn shared_libraries_are_the_ones_loaded_at_the_position() {
     assert_eq!(native.len(), 2, "{native:?}");
     assert!(native[1].contains(&"shlib_lib".to_string()) && !native[0].contains(&"shlib_lib".to_string()), "{native:?}");
 
-    let (stub, target) = start_replay(&bundle.join("trace.json"));
+    let (stub, target) = start_replay(&trace_json);
     let out = gdb(&program, &[&target, "break dlopen_main.c:16", "reverse-continue", "echo LIBRARIES\\n", "info sharedlibrary", "break dlopen_main.c:11", "reverse-continue", "echo LIBRARIES\\n", "info sharedlibrary"]);
     common::end_stub(stub);
     let replay: Vec<Vec<String>> = out.split("LIBRARIES").skip(1).map(libraries).collect();
@@ -833,8 +838,7 @@ fn a_program_killed_by_sigsegv_replays_to_the_fault_and_reports_it_as_natively()
     }
     let dir = work_dir("sigsegv");
     let program = build("crash", &dir, &["-O0", "-static", "-no-pie"]);
-    let bundle = dir.join("bundle");
-    let out = retrace().args(["record", "--backend", "valgrind", "--mode", "full", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    let (out, trace_json) = record_full(&dir, &program, &[]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + 11), "retrace record ends as the program did: {said}");
     assert!(!said.lines().any(|l| l.starts_with("==")), "Valgrind's messages in the program's stderr:\n{said}");
@@ -849,7 +853,6 @@ fn a_program_killed_by_sigsegv_replays_to_the_fault_and_reports_it_as_natively()
     let fault = native_values[0].split_whitespace().find(|w| w.starts_with("0x")).unwrap().to_string();
     assert!(said.contains(&format!("program killed by SIGSEGV at {fault}")), "retrace record names the faulting instruction {fault}:\n{said}");
 
-    let trace_json = bundle.join("trace.json");
     let (stub, target) = start_replay(&trace_json);
     // At the end (where a replay starts), back one instruction, forwards
     // into the fault, and past it.
@@ -871,8 +874,7 @@ fn a_program_killed_by_sigsegv_replays_to_the_fault_and_reports_it_as_natively()
     if !common::lldb_python_present() {
         return;
     }
-    let (stub, target) = start_replay(&trace_json);
-    let port: u16 = target.rsplit(':').next().unwrap().parse().unwrap();
+    let (stub, port) = replay_port(&trace_json);
     let out = common::lldb_python(
         r#"
 print("STOP", process.GetSelectedThread().GetStopDescription(100), hex(process.GetSelectedThread().GetFrameAtIndex(0).GetPC()))

@@ -41,6 +41,17 @@ fn left_at(exit: u16) -> Vec<u8> {
     out
 }
 
+/// The program's end at `ip`: thread `number` ended there (`Q`), and the
+/// log's last record (`F`).
+fn ended_at(number: u32, ip: u64) -> Vec<u8> {
+    let mut out = vec![b'Q'];
+    out.extend(number.to_le_bytes());
+    out.extend(ip.to_le_bytes());
+    out.push(b'F');
+    out.extend(ip.to_le_bytes());
+    out
+}
+
 /// A whole (intact) log converted with its full-state stream.
 fn converted_with_full_state(log: &[u8]) -> crate::software::ImageRecording {
     let mut converter = LogConverter::new(DEFAULT_PSB_PERIOD, true).with_full_state(true);
@@ -359,11 +370,7 @@ fn a_fatal_signal_is_the_full_state_streams_last_delivery_and_an_exit_is_none() 
     log.extend(superblock(1, &[(0x2000, &[0x90])]));
     log.extend(entered(1));
     log.extend(entered(0));
-    log.push(b'Q');
-    log.extend(1u32.to_le_bytes());
-    log.extend(0x1001u64.to_le_bytes());
-    log.push(b'F');
-    log.extend(0x1001u64.to_le_bytes());
+    log.extend(ended_at(1, 0x1001));
     let image = converted_with_full_state(&log);
     // Two steps ran (0x2000's nop, 0x1000's), and the thread stood at
     // 0x1001 when the signal ended the program.
@@ -376,11 +383,7 @@ fn a_fatal_signal_is_the_full_state_streams_last_delivery_and_an_exit_is_none() 
     log.extend(thread(1, 5));
     log.extend(superblock(0, &[(0x1000, &[0x90]), (0x1001, &[0x0f, 0x05])]));
     log.extend(entered(0));
-    log.push(b'Q');
-    log.extend(1u32.to_le_bytes());
-    log.extend(0x1003u64.to_le_bytes());
-    log.push(b'F');
-    log.extend(0x1003u64.to_le_bytes());
+    log.extend(ended_at(1, 0x1003));
     let image = converted_with_full_state(&log);
     assert_eq!(image.threads[0].instruction_log.as_deref(), Some(&[0x1000, 0x1001][..]));
     assert!(!state_records(&image.full_state.unwrap().bytes).any(|r| matches!(r.unwrap().1, StateRecord::SignalDelivered { .. })));

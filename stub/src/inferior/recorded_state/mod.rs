@@ -364,7 +364,7 @@ impl RecordedState {
     /// The program's mappings at `position`, as `/proc/PID/maps` would
     /// have listed them then.
     pub fn mappings_at(&self, position: u64) -> Vec<retrace_collector::process::Mapping> {
-        regions::without(self.regions.at(position), &self.reserves.unmapped_at(position))
+        regions::without(self.regions.at(position), self.reserves.unmapped_at(position))
     }
 
     /// Whether any record wrote, mapped or unmapped a byte of `range`.

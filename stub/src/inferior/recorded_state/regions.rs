@@ -141,20 +141,17 @@ impl Reserves {
     }
 
     /// What of the reserves is not mapped yet at `position`.
-    pub fn unmapped_at(&self, position: u64) -> Vec<Range<u64>> {
-        self.reserves
-            .iter()
-            .filter_map(|(reserve, lows)| {
-                let index = lows.partition_point(|&(effect, _)| effect <= position);
-                let low = if index == 0 { reserve.end } else { lows[index - 1].1 };
-                (reserve.start < low).then(|| reserve.start..low)
-            })
-            .collect()
+    pub fn unmapped_at(&self, position: u64) -> impl Iterator<Item = Range<u64>> + '_ {
+        self.reserves.iter().filter_map(move |(reserve, lows)| {
+            let index = lows.partition_point(|&(effect, _)| effect <= position);
+            let low = if index == 0 { reserve.end } else { lows[index - 1].1 };
+            (reserve.start < low).then(|| reserve.start..low)
+        })
     }
 }
 
 /// `mappings` without what `holes` cover.
-pub fn without(mappings: Vec<Mapping>, holes: &[Range<u64>]) -> Vec<Mapping> {
+pub fn without(mappings: Vec<Mapping>, holes: impl IntoIterator<Item = Range<u64>>) -> Vec<Mapping> {
     let mut kept = mappings;
     for hole in holes {
         kept = kept
@@ -302,13 +299,14 @@ mod tests {
         // (Higher again: no change.)
         reserves.touch(7, 0x16000..0x16008);
         reserves.touch(9, 0xfff8..0x10008);
-        assert_eq!(reserves.unmapped_at(0), [0x10000..0x18000]);
-        assert_eq!(reserves.unmapped_at(2), [0x10000..0x18000]);
-        assert_eq!(reserves.unmapped_at(3), [0x10000..0x17000]);
-        assert_eq!(reserves.unmapped_at(8), [0x10000..0x15000]);
-        assert_eq!(reserves.unmapped_at(9), Vec::<Range<u64>>::new());
+        let unmapped = |position| reserves.unmapped_at(position).collect::<Vec<_>>();
+        assert_eq!(unmapped(0), [0x10000..0x18000]);
+        assert_eq!(unmapped(2), [0x10000..0x18000]);
+        assert_eq!(unmapped(3), [0x10000..0x17000]);
+        assert_eq!(unmapped(8), [0x10000..0x15000]);
+        assert_eq!(unmapped(9), Vec::<Range<u64>>::new());
         let stack = Mapping { start: 0x10000, end: 0x20000, readable: true, writable: true, executable: false, offset: 0, path: "[stack]".into() };
-        let cut = without(vec![stack], &reserves.unmapped_at(5));
+        let cut = without(vec![stack], reserves.unmapped_at(5));
         assert_eq!(cut.iter().map(|m| (m.start, m.end)).collect::<Vec<_>>(), [(0x15000, 0x20000)]);
     }
 
