@@ -51,9 +51,7 @@ fn record_takes_the_program_after_its_options_and_never_replaces_a_bundle_silent
 /// joined them into one paragraph).
 #[test]
 fn help_examples_stand_one_per_line() {
-    let stub = std::path::Path::new(env!("CARGO_BIN_EXE_retrace")).with_file_name("retrace-stub");
-    let built = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args(["build", "-p", "retrace-stub", "--bin", "retrace-stub"]).status().unwrap();
-    assert!(built.success());
+    let stub = common::build_stub();
     let help = text(&Command::new(&stub).arg("--help").output().unwrap());
     for line in ["  lldb ./prog -o \"gdb-remote 1234\"", "  gdb ./prog -ex \"target remote :1234\"", "  (lldb) process continue -R"] {
         assert!(help.lines().any(|l| l == line), "no line {line:?} in:\n{help}");

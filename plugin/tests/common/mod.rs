@@ -44,11 +44,18 @@ pub fn retrace() -> Command {
 }
 
 /// retrace-stub, built (debug) into the target directory; its path.
+///
+/// Under tests/run.sh (`RETRACE_WORKSPACE_BUILT=1`) `cargo test
+/// --workspace` has built it with every other binary before any test ran;
+/// `cargo build -p retrace-stub` would build it again, with the features
+/// the stub alone asks of its dependencies (80 s of the suite).
 #[allow(dead_code)] // not every test file runs the stub
 pub fn build_stub() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo).args(["build", "-p", "retrace-stub", "--bin", "retrace-stub"]).output().expect("run cargo");
-    assert!(out.status.success(), "cargo build -p retrace-stub: {}", String::from_utf8_lossy(&out.stderr));
+    if std::env::var_os("RETRACE_WORKSPACE_BUILT").is_none_or(|built| built != "1") {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo).args(["build", "-p", "retrace-stub", "--bin", "retrace-stub"]).output().expect("run cargo");
+        assert!(out.status.success(), "cargo build -p retrace-stub: {}", String::from_utf8_lossy(&out.stderr));
+    }
     // target/<profile>/retrace → target/debug/retrace-stub
     let target = Path::new(env!("CARGO_BIN_EXE_retrace")).parent().and_then(Path::parent).unwrap();
     let stub = target.join("debug").join("retrace-stub");
