@@ -471,6 +471,10 @@ impl Session {
     /// An event of lldb-dap's, unless it is one of the attach's that a
     /// launch does not show (see [`Configuring`]).
     fn launch_event(&self, message: Message) -> Option<Message> {
+        if message.json.as_ref().is_some_and(stop_of_no_thread) {
+            tracing::debug!("a stop of no thread (the attach's, reported late): not shown");
+            return None;
+        }
         let configuring = self.state.lock().unwrap().configuring;
         let hidden = match (configuring, message.event()) {
             (Configuring::Launched | Configuring::Finishing(_), Some("stopped")) => {
@@ -608,4 +612,32 @@ fn bundle_program(trace_json: &Path) -> Result<PathBuf, String> {
         .and_then(Value::as_str)
         .map(PathBuf::from)
         .ok_or_else(|| format!("{}'s first module has no path: give `program`", trace_json.display()))
+}
+
+/// A `stopped` event naming no thread and no reason: lldb-dap 22 reports
+/// the attach's stop so when its event thread gets to it only after
+/// `configurationDone` resumed the program (LLDB then lists no thread:
+/// `threadId` 0). A client would show a pause at nowhere, and take it for
+/// the launch's first stop (the breakpoint's follows).
+fn stop_of_no_thread(json: &Value) -> bool {
+    json.get("event").and_then(Value::as_str) == Some("stopped")
+        && json.pointer("/body/reason").is_none()
+        && json.pointer("/body/threadId").and_then(Value::as_u64).is_none_or(|tid| tid == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_stop_without_thread_or_reason_is_one_of_no_thread() {
+        let stray = json!({"type": "event", "event": "stopped", "body": {"allThreadsStopped": true, "preserveFocusHint": false, "threadCausedFocus": true, "threadId": 0}});
+        assert!(stop_of_no_thread(&stray));
+        let breakpoint = json!({"type": "event", "event": "stopped", "body": {"reason": "breakpoint", "threadId": 0}});
+        assert!(!stop_of_no_thread(&breakpoint));
+        let pause = json!({"type": "event", "event": "stopped", "body": {"threadId": 4242}});
+        assert!(!stop_of_no_thread(&pause));
+        let continued = json!({"type": "event", "event": "continued", "body": {"threadId": 0}});
+        assert!(!stop_of_no_thread(&continued));
+    }
 }
