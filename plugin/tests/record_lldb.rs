@@ -263,8 +263,13 @@ fn check_program_with(name: &str, extra: &[&str], expect_threads: usize, determi
         let n = assert_lldb_matches_ground_truth(&bundle, &recorded);
         // Dynamic programs also run the loader and libc, with the debug info
         // of libc6-dbg: PLT stubs, unnamed functions from .eh_frame and
-        // inlined blocks LLDB builds in its own way.
-        assert_symbolized_output_equals_lldb(&bundle, &recorded);
+        // inlined blocks LLDB builds in its own way. (One build of each
+        // linking: -O0 and -O2 run the same loader and libc, and a static
+        // -O0 and a dynamic -O2 build show each optimisation of the
+        // program's own code.)
+        if (link, opt) == ("static", "-O0") || (link, opt) == ("dynamic", "-O2") {
+            assert_symbolized_output_equals_lldb(&bundle, &recorded);
+        }
 
         // Branch stops must give the same Intel PT as single-stepping: LLDB
         // decodes the same instructions, and every packet but the TSC values
@@ -277,7 +282,9 @@ fn check_program_with(name: &str, extra: &[&str], expect_threads: usize, determi
             eprintln!("{name} {link} {opt}: {n} instructions identical in LLDB (step); branch mode self-consistent");
             continue;
         }
-        assert_lldb_matches(&branch_bundle, &branch, &bundle, &recorded);
+        // The same packets as the step-mode bundle's, which LLDB decodes
+        // as the single-step log ran: LLDB decodes these so too.
+        assert_eq!(branch["instructions"], recorded["instructions"], "{name} {link} {opt}: branch mode's instructions");
         for (step_thread, branch_thread) in recorded["threads"].as_array().unwrap().iter().zip(branch["threads"].as_array().unwrap()) {
             let read = |b: &Path, t: &serde_json::Value| std::fs::read(b.join(format!("threads/{}.intelpt_trace", t["tid"]))).unwrap();
             assert_eq!(

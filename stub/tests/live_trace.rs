@@ -607,8 +607,10 @@ fn tracing_stops_starts_again_and_follows_one_thread_of_several() {
     // path through pthread_create depends on how many workers have already
     // exited (`__nptl_nthreads == 1` takes another branch), which differs
     // between runs: every address must be one the main thread executes in
-    // the single-step run, and the trace decodes with no error.
-    assert!(main.len() > 100, "{out}");
+    // the single-step run, and the trace decodes with no error. (How much
+    // it ran meanwhile is the scheduler's: under load it had created the
+    // second worker before the first stopped, and ran 76 instructions.)
+    assert!(!main.is_empty(), "{out}");
     let known: std::collections::HashSet<u64> = truth[0].iter().copied().collect();
     let stray: Vec<&u64> = main.iter().filter(|a| !known.contains(a)).collect();
     assert!(stray.is_empty(), "addresses the main thread never executes: {stray:x?}");

@@ -149,7 +149,12 @@ struct Module {
     /// Every symbol in a section, as (address, size), sorted: what LLDB's
     /// symbol table finds for an address no section holds.
     placed_symbols: Vec<(u64, u64)>,
-    lines: Option<addr2line::Context<Reader>>,
+    /// The debug info, read at the first question about lines or inlined
+    /// functions (a dump of addresses alone never decompresses libc's
+    /// DWARF: 0.1 s of every `retrace dump --raw`).
+    lines: std::sync::OnceLock<Option<addr2line::Context<Reader>>>,
+    /// The files that hold it: the image, and its separate debug file.
+    dwarf_files: (Arc<[u8]>, Option<Arc<[u8]>>),
     /// LLDB's block trees of the functions looked up so far, by the
     /// subprogram's `.debug_info` offset.
     blocks: std::sync::Mutex<std::collections::HashMap<u64, Arc<FunctionBlocks>>>,
@@ -322,6 +327,19 @@ fn unnamed_unwind_functions(file: &object::File, named: &std::collections::HashS
     unnamed
 }
 
+impl Module {
+    /// The module's debug info: its debug file's, else its image's.
+    fn lines(&self) -> Option<&addr2line::Context<Reader>> {
+        self.lines
+            .get_or_init(|| {
+                let (image, debug) = &self.dwarf_files;
+                let parsed = |bytes: &[u8]| object::File::parse(bytes).ok().as_ref().and_then(load_dwarf);
+                debug.as_deref().and_then(parsed).or_else(|| parsed(image))
+            })
+            .as_ref()
+    }
+}
+
 fn load_dwarf(file: &object::File) -> Option<addr2line::Context<Reader>> {
     let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
     let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
@@ -400,7 +418,7 @@ impl Symbolizer {
             })
             .collect();
         let data = data_ranges(data);
-        let lines = debug_file.as_ref().and_then(load_dwarf).or_else(|| load_dwarf(&file));
+        let dwarf_files = (Arc::<[u8]>::from(image), debug.map(Arc::<[u8]>::from));
         let name = path.rsplit('/').next().unwrap_or(path).into();
         let segments = file.segments().map(|s| (s.address(), s.address() + s.size())).collect();
         let sections = file.sections().filter(|s| s.address() != 0 && s.size() != 0).map(|s| (s.address(), s.address() + s.size())).collect();
@@ -417,7 +435,8 @@ impl Symbolizer {
             segments,
             sections,
             placed_symbols,
-            lines,
+            lines: std::sync::OnceLock::new(),
+            dwarf_files,
             blocks: Default::default(),
         });
     }
@@ -521,7 +540,7 @@ impl Symbolizer {
         let mut debug_function = false;
         let mut function_ranges = None;
         let mut function_entry = None;
-        if let (Some((name, _)), Some(lines)) = (&mut function, &module.lines) {
+        if let (Some((name, _)), Some(lines)) = (&mut function, module.lines()) {
             if let Ok(mut frames) = lines.find_frames(probe).skip_all_loads() {
                 let mut outermost = None;
                 while let Ok(Some(frame)) = frames.next() {
@@ -552,7 +571,7 @@ impl Symbolizer {
                 }
             }
         }
-        let located = module.lines.as_ref().and_then(|lines| {
+        let located = module.lines().and_then(|lines| {
             let location = lines.find_location(probe).ok()??;
             let line = location.line.filter(|&l| l > 0)?;
             let path = normalize_path(location.file?);
@@ -563,7 +582,7 @@ impl Symbolizer {
             Some((line, source)) => (Some(line), Some(source)),
             None => (None, None),
         };
-        let line_range = module.lines.as_ref().and_then(|lines| {
+        let line_range = module.lines().and_then(|lines| {
             let (start, len, _) = lines.find_location_range(probe, probe + 1).ok()?.next()?;
             Some((start.wrapping_add(module.slide), (start + len).wrapping_add(module.slide)))
         });
