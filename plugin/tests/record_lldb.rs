@@ -223,12 +223,15 @@ fn native_exit_code(program: &Path) -> i32 {
 }
 
 /// Symbolized dumps equal LLDB's: instruction context lines, function-call
-/// trees (text and JSON) and instruction JSON.
-fn assert_symbolized_output_equals_lldb(bundle: &Path, summary: &serde_json::Value) {
+/// trees (text and JSON) and, with `json`, instruction JSON (the text's
+/// symbols and lines again, item by item: 6 s of LLDB's a dynamic bundle).
+fn assert_symbolized_output_equals_lldb(bundle: &Path, summary: &serde_json::Value, json: bool) {
     let tids: Vec<u64> = summary["threads"].as_array().unwrap().iter().map(|t| t["tid"].as_u64().unwrap()).collect();
     assert_symbolized_dump_equals_lldb(bundle, tids.len());
     assert_function_calls_equal_lldb(bundle, tids.len());
-    assert_instruction_json_equals_lldb(bundle, &tids);
+    if json {
+        assert_instruction_json_equals_lldb(bundle, &tids);
+    }
 }
 
 /// Records `name` built four ways (static/dynamic × -O0/-O2) and checks each.
@@ -268,7 +271,7 @@ fn check_program_with(name: &str, extra: &[&str], expect_threads: usize, determi
         // -O0 and a dynamic -O2 build show each optimisation of the
         // program's own code.)
         if (link, opt) == ("static", "-O0") || (link, opt) == ("dynamic", "-O2") {
-            assert_symbolized_output_equals_lldb(&bundle, &recorded);
+            assert_symbolized_output_equals_lldb(&bundle, &recorded, link == "static");
         }
 
         // Branch stops must give the same Intel PT as single-stepping: LLDB
@@ -352,7 +355,8 @@ fn call_into_a_shared_library() {
             trace["processes"][0]["modules"].as_array().unwrap().iter().map(|m| m["systemPath"].as_str().unwrap()).collect();
         assert!(paths.iter().any(|p| p.ends_with("/libretracedemo.so")), "{paths:?}");
         assert_lldb_matches_ground_truth(&bundle, &summary);
-        assert_symbolized_output_equals_lldb(&bundle, &summary);
+        // (The instructions' JSON of a dynamic program: once.)
+        assert_symbolized_output_equals_lldb(&bundle, &summary, opt == "-O2");
         // The library's code really was traced: some instruction lies in its mapping.
         let module = trace["processes"][0]["modules"]
             .as_array()
@@ -540,7 +544,8 @@ fn instruction_limit_and_interrupt_end_with_valid_bundles() {
 /// counts offsets from the function's entry (`classify - 345`, `<-345>` in
 /// a branch comment from inside classify), and names a RIP-relative
 /// address no section holds by its segment (`cs.PT_LOAD[3] + 584`). The
-/// dumps (text, function calls, JSON) equal LLDB's, dynamic and static.
+/// dumps (text, function calls) equal LLDB's, dynamic and static, and the
+/// static build's JSON too.
 #[test]
 fn code_split_below_its_function() {
     if !tools_present() {
@@ -563,6 +568,6 @@ fn code_split_below_its_function() {
         if link == "dynamic" {
             assert!(lldb.contains("; cold_split.PT_LOAD[3] + "), "{link}: no address between sections");
         }
-        assert_symbolized_output_equals_lldb(&bundle, &recorded);
+        assert_symbolized_output_equals_lldb(&bundle, &recorded, link == "static");
     }
 }

@@ -22,16 +22,19 @@ fn tools_present() -> bool {
 
 
 /// Builds the native bridge next to the `retrace` binary (cargo does not
-/// build a cdylib for tests) and gives its path.
+/// build a cdylib for tests; tests/run.sh's workspace build did, with
+/// `RETRACE_WORKSPACE_BUILT=1`) and gives its path.
 fn native_bridge() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Command::new(cargo);
-    command.args(["build", "--locked", "-p", "retrace-python"]).current_dir(env!("CARGO_MANIFEST_DIR"));
-    if !cfg!(debug_assertions) {
-        command.arg("--release");
+    if std::env::var_os("RETRACE_WORKSPACE_BUILT").is_none_or(|built| built != "1") {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut command = Command::new(cargo);
+        command.args(["build", "--locked", "-p", "retrace-python"]).current_dir(env!("CARGO_MANIFEST_DIR"));
+        if !cfg!(debug_assertions) {
+            command.arg("--release");
+        }
+        let out = command.output().expect("run cargo");
+        assert!(out.status.success(), "cargo build -p retrace-python: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let out = command.output().expect("run cargo");
-    assert!(out.status.success(), "cargo build -p retrace-python: {}", String::from_utf8_lossy(&out.stderr));
     let bridge = Path::new(env!("CARGO_BIN_EXE_retrace")).with_file_name("libretrace_native.so");
     assert!(bridge.exists(), "{}", bridge.display());
     bridge
