@@ -242,7 +242,7 @@ fn selection_run(dir: &Path, program: &Path, args: &[&str]) -> Selection {
 
 /// The breakpoint addresses: after every REP and system call, each
 /// handler, then others at random (never a REP itself: Valgrind stops at
-/// each of its iterations), until about `STOPS` + 20 % stops are due (a run under
+/// each of its iterations), until about `STOPS` + 10 % stops are due (a run under
 /// Valgrind's gdbserver differs a little).
 ///
 /// Never two a byte apart: Valgrind's gdbserver does not say `swbreak`, so
@@ -284,7 +284,7 @@ fn breakpoints(selection: &Selection) -> Vec<u64> {
     let special = chosen.len();
     let mut rng = Rng::new(0x5eed_0f_d1ff);
     let mut tries = 0;
-    while due < STOPS * 12 / 10 && tries < 1_000_000 {
+    while due < STOPS * 11 / 10 && tries < 1_000_000 {
         tries += 1;
         let ip = addresses[rng.below(addresses.len() as u64) as usize];
         due += take(ip, 40, &mut chosen);
