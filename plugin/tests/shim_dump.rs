@@ -22,10 +22,10 @@ fn tools_present() -> bool {
 
 
 /// Builds the native bridge next to the `retrace` binary (cargo does not
-/// build a cdylib for tests; tests/run.sh's workspace build did, with
-/// `RETRACE_WORKSPACE_BUILT=1`) and gives its path.
+/// build a cdylib for tests; tests/run.sh's workspace build did: see
+/// [`common::workspace_built`]) and gives its path.
 fn native_bridge() -> PathBuf {
-    if std::env::var_os("RETRACE_WORKSPACE_BUILT").is_none_or(|built| built != "1") {
+    if !common::workspace_built() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut command = Command::new(cargo);
         command.args(["build", "--locked", "-p", "retrace-python"]).current_dir(env!("CARGO_MANIFEST_DIR"));

@@ -43,15 +43,20 @@ pub fn retrace() -> Command {
     command
 }
 
+/// Whether tests/run.sh's `cargo build --workspace --lib --bins --tests`
+/// built every artifact before any test ran (`RETRACE_WORKSPACE_BUILT=1`):
+/// then a test takes retrace-stub and the shim's module as built, where
+/// `cargo build -p …` would build them again, with the features that
+/// package alone asks of its dependencies (80 s and 60 s of the suite).
+#[allow(dead_code)] // not every test file builds something
+pub fn workspace_built() -> bool {
+    std::env::var_os("RETRACE_WORKSPACE_BUILT").is_some_and(|built| built == "1")
+}
+
 /// retrace-stub, built (debug) into the target directory; its path.
-///
-/// Under tests/run.sh (`RETRACE_WORKSPACE_BUILT=1`) `cargo test
-/// --workspace` has built it with every other binary before any test ran;
-/// `cargo build -p retrace-stub` would build it again, with the features
-/// the stub alone asks of its dependencies (80 s of the suite).
 #[allow(dead_code)] // not every test file runs the stub
 pub fn build_stub() -> PathBuf {
-    if std::env::var_os("RETRACE_WORKSPACE_BUILT").is_none_or(|built| built != "1") {
+    if !workspace_built() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let out = Command::new(cargo).args(["build", "-p", "retrace-stub", "--bin", "retrace-stub"]).output().expect("run cargo");
         assert!(out.status.success(), "cargo build -p retrace-stub: {}", String::from_utf8_lossy(&out.stderr));
