@@ -84,10 +84,14 @@ class ReverseMove(Command):
     def landing(self, debugger, thread):
         raise NotImplementedError
 
-    def run(self, debugger, args, result):
-        args, tid = take_tid(args, self.usage)
+    def options(self, args):
+        """Takes the command's own options from `args` (none but --tid)."""
         if args:
             raise RetraceError("takes no arguments but --tid; usage: retrace " + self.usage)
+
+    def run(self, debugger, args, result):
+        args, tid = take_tid(args, self.usage)
+        self.options(args)
         thread = selected_thread(debugger, tid)
         landing = self.landing(debugger, thread)
         if landing.id is None:
@@ -129,17 +133,32 @@ class ReverseStepi(ReverseMove):
 
 
 class ReverseNext(ReverseMove):
-    """Goes back to the start of the previous source line of the current
-    function (of the current line, from its middle), stepping back over
-    calls and inlined functions, as GDB's reverse-next: its line table
-    (statements), its inlined frames. Before the function's first line it
-    goes to the start of the caller's line."""
+    """Undoes LLDB's `thread step-over` (`next`): goes back to where the
+    previous source line of the current function started, stepping back
+    over calls and inlined functions, so that `next` from there comes back.
+    It never stays on the line it starts from (from the middle of a line
+    too, it goes to the line before); the rows of one line that follow one
+    another are one line, as LLDB steps them. A breakpoint on the way back
+    stops it. Before the function's first line it goes to the start of the
+    caller's line, as GDB's reverse-next.
 
-    name, usage = "reverse-next", "reverse-next [--tid TID]"
+    --gdb: land where GDB 13's reverse-next lands instead (its line table
+    of statements: from the middle of a line to its start; on a loop line,
+    one iteration back)."""
+
+    name, usage = "reverse-next", "reverse-next [--gdb] [--tid TID]"
     short = "Step back one source line, over calls."
+    gdb_rule = False
+
+    def options(self, args):
+        self.gdb_rule = False
+        for word in args:
+            if word != "--gdb":
+                raise RetraceError("unknown argument %s; usage: retrace %s" % (word, self.usage))
+            self.gdb_rule = True
 
     def landing(self, debugger, thread):
-        return reverse_line(debugger, thread, False)
+        return reverse_line(debugger, thread, False, self.gdb_rule)
 
 
 class ReverseStep(ReverseMove):

@@ -114,12 +114,41 @@ class Lines:
 
 class Landing(Exception):
     """Where a reverse step lands: an instruction id (`None`: the history's
-    beginning), and how many inlined frames GDB shows below the function
-    there (`depth`)."""
+    beginning), how many inlined frames GDB shows below the function there
+    (`depth`), and whether a breakpoint stopped the step there."""
 
-    def __init__(self, id, depth=None):
+    def __init__(self, id, depth=None, breakpoint=False):
         Exception.__init__(self, id)
-        self.id, self.depth = id, depth
+        self.id, self.depth, self.breakpoint = id, depth, breakpoint
+
+
+class LldbLines:
+    """LLDB's own line entries (its rows, not GDB's statements): the line
+    at an address as (file, line) (None: line 0 or no line), the address
+    its row starts at and ends before."""
+
+    def __init__(self, target):
+        self.target = target
+        self.cache = {}
+
+    def row(self, pc):
+        """(line, row start, row end) at `pc`."""
+        if pc not in self.cache:
+            entry = self.target.ResolveLoadAddress(pc).GetLineEntry()
+            line, start, end = None, None, None
+            if entry.IsValid():
+                start = entry.GetStartAddress().GetLoadAddress(self.target)
+                end = entry.GetEndAddress().GetLoadAddress(self.target)
+                if entry.GetLine():
+                    line = (os.path.normpath(entry.GetFileSpec().fullpath or ""), entry.GetLine())
+            self.cache[pc] = (line, start, end)
+        return self.cache[pc]
+
+    def line(self, pc):
+        return self.row(pc)[0]
+
+    def starts_row(self, pc):
+        return self.row(pc)[1] == pc
 
 
 class Frame:
@@ -149,6 +178,7 @@ class ReverseStepper:
         target = thread.GetProcess().GetTarget()
         self.frames = Frames(target)
         self.lines = Lines(target)
+        self.lldb_lines = LldbLines(target)
         self.breakpoints = set()
         for breakpoint in target.breakpoint_iter():
             if breakpoint.IsEnabled():
@@ -221,6 +251,106 @@ class ReverseStepper:
             return landing
         return Landing(None)
 
+    def lldb_next(self):
+        """LLDB's reverse-next: the inverse of its `thread step-over`. Back
+        over the rest of the line the thread stands on (never staying on
+        it), then over the line before, to where that line's run of
+        instructions in this frame started: its contiguous rows count as one
+        line, as do rows of line 0, calls and inlined calls made from it.
+        Where GDB's landing is such a start too (one loop line's last
+        iteration, say), GDB's. Where LLDB's rule has no answer (before the
+        function's first line, in or out of an inlined function, without
+        lines), and where a breakpoint stops the way back, GDB's."""
+        gdb = self.run("next")
+        if gdb.breakpoint:
+            return gdb
+        found = self.previous_line_start(gdb.id)
+        return gdb if found is None else found
+
+    def previous_line_start(self, gdb):
+        """The Landing of LLDB's reverse-next, None where its rule has no
+        answer or GDB's landing `gdb` (an id) keeps it."""
+        shown = [key for key, _, _, _ in self.frames.chain(self.pc)][self.hidden:]
+        here = self.lldb_line(self.pc)[0]
+        if not here or shown:
+            # No line, or a line of an inlined function, where LLDB's
+            # stepping and its frames differ from GDB's more than by lines.
+            return None
+        line, oldest = None, None
+        for id, pc, real, how, stop in self.events():
+            if how == "caller":
+                return None
+            if how == "callee":
+                if stop is not None:
+                    return Landing(stop[0], self.frame_at(real, stop[1]).shown, breakpoint=True)
+                continue
+            if pc in self.breakpoints:
+                return Landing(id, self.frame_at(real, pc).shown, breakpoint=True)
+            if self.frames.trampoline(pc):
+                # A PLT stub on the way to a call: part of the line.
+                continue
+            at, starts = self.lldb_line(pc)
+            if at is False:
+                # Back out of the function the step started in.
+                return None
+            if at is None:
+                # Inside an inlined call, line 0: part of the line.
+                continue
+            if line is None:
+                if at == here:
+                    continue
+                line = at
+            if id == gdb and at == line and starts and self.lldb_range_start(pc) == pc:
+                # GDB's landing starts a range of the line before.
+                return None
+            if at != line:
+                if oldest[2]:
+                    break
+                # The line was entered in the middle of a row: LLDB's step
+                # from the line before goes on through it.
+                line = at
+            oldest = (id, pc, starts)
+        if oldest is None:
+            return None
+        return Landing(oldest[0], self.frame_at(0, oldest[1]).shown)
+
+    def lldb_range_start(self, pc):
+        """Where LLDB's range of the line at `pc` starts, a function's own
+        line: its rows just before in memory, and the functions inlined
+        there from the same line, are one range with it (as LLDB steps
+        over them: `GetSameLineContiguousAddressRange`, inlined functions
+        included)."""
+        line, start, _ = self.lldb_lines.row(pc)
+        for _ in range(10000):
+            if line is None or not start:
+                break
+            chain = self.frames.chain(start - 1)
+            before, before_start, before_end = self.lldb_lines.row(start - 1)
+            if before_end != start or before_start is None:
+                break
+            if (chain[-1][3] if chain else before) != line:
+                break
+            start = before_start
+        return start
+
+    def lldb_line(self, pc):
+        """The line LLDB shows at `pc` in the frame the step started in, and
+        whether `pc` starts it (a row's start, or the entry of a function
+        inlined there, where LLDB shows the call's line): ((file, line),
+        starts); (None, False) inside an inlined call or without a line;
+        (False, False) outside the function."""
+        chain = self.frames.chain(pc)
+        if chain:
+            # The step started outside inlined functions.
+            _, entry, _, call = chain[-1]
+            if entry != pc:
+                return None, False
+            return (call if call[1] else None), True
+        lines = self.lldb_lines
+        if self.frames.function(pc) != self.frames.function(self.pc):
+            return False, False
+        return lines.line(pc), lines.starts_row(pc)
+
     def walk(self, kind):
         lines, frames = self.lines, self.frames
         pc, hidden = self.pc, self.hidden
@@ -266,7 +396,7 @@ class ReverseStepper:
                     # Over it, back to its entry and on to the call; a
                     # breakpoint it ran stops that.
                     if stop is not None:
-                        raise Landing(stop[0], self.frame_at(real, stop[1]).shown)
+                        raise Landing(stop[0], self.frame_at(real, stop[1]).shown, breakpoint=True)
                     continue
                 sal = lines(pc)
                 if sal.pc == pc:
@@ -275,7 +405,7 @@ class ReverseStepper:
                 send = True
                 continue
             if pc in self.breakpoints:
-                raise Landing(id, self.frame_at(real, pc).shown)
+                raise Landing(id, self.frame_at(real, pc).shown, breakpoint=True)
             if frames.trampoline(pc):
                 continue
             here = self.frame_at(real, pc)
@@ -358,9 +488,13 @@ class ReverseStepper:
                     raise Landing(id, len(self.frames.chain(pc)))
 
 
-def reverse_line(debugger, thread, enter_callees):
-    """reverse-next (`enter_callees` False) or reverse-step: the Landing."""
-    return ReverseStepper(debugger, thread).run("step" if enter_callees else "next")
+def reverse_line(debugger, thread, enter_callees, gdb_rule=False):
+    """reverse-next (`enter_callees` False) or reverse-step: the Landing.
+    reverse-next by LLDB's line rule unless `gdb_rule`."""
+    stepper = ReverseStepper(debugger, thread)
+    if enter_callees or gdb_rule:
+        return stepper.run("step" if enter_callees else "next")
+    return stepper.lldb_next()
 
 
 def reverse_finish(debugger, thread):

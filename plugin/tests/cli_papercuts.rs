@@ -77,6 +77,6 @@ fn retrace_help_in_lldb() {
         .unwrap();
     let out = text(&out);
     assert!(out.contains("reverse-next      -- Step back one source line, over calls."), "{out}");
-    assert!(out.contains("Syntax: retrace reverse-next [--tid TID]"), "{out}");
+    assert!(out.contains("Syntax: retrace reverse-next [--gdb] [--tid TID]"), "{out}");
     assert!(!out.contains("error:"), "{out}");
 }

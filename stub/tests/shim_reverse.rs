@@ -210,19 +210,46 @@ Walk()
 /// `retrace CMD` (reverse-next, reverse-step, reverse-finish,
 /// reverse-continue). Where the thread stands is the selected frame's
 /// (the shim selects the frame GDB shows).
+///
+/// reverse-next walks by GDB's rule (`--gdb`), the landings GDB's walk is
+/// compared with; at each, the landing by LLDB's rule (the command's
+/// default) is computed from the same place too. After the walk, each
+/// landing where the two rules differ is judged by LLDB itself: a `NEXT`
+/// line with LLDB's `thread step-over` from both landings (breakpoints and
+/// watchpoints off), the lines there, and the line of the instruction
+/// before GDB's landing.
 const LLDB_WALK: &str = r#"
 event = lldb.SBEvent()
 while process.GetState() != lldb.eStateStopped and listener.WaitForEvent(10, event):
     pass
 command("command script import " + sys.argv[3])
 command("process handle SIGUSR1 -s false -n false -p true")
+from retrace_shim.reverse import ReverseStepper
+def position():
+    return json.loads(command("retrace where --json").strip().splitlines()[-1])["id"]
+def line_at(frame):
+    entry = frame.GetLineEntry()
+    return [entry.GetFileSpec().fullpath, entry.GetLine()] if entry.IsValid() and entry.GetLine() else None
 def here(cmd):
     thread = process.GetSelectedThread()
     frame = thread.GetSelectedFrame()
-    where = json.loads(command("retrace where --json").strip().splitlines()[-1])
-    entry = frame.GetLineEntry()
-    print("LANDING " + json.dumps(dict(cmd=cmd, id=where["id"], pc=frame.GetPC(), cfa=frame.GetCFA(), function=frame.GetFunctionName(),
-                                       line=entry.GetLine() if entry.IsValid() else 0)))
+    landing = dict(cmd=cmd, id=position(), pc=frame.GetPC(), cfa=frame.GetCFA(), function=frame.GetFunctionName(),
+                   line=(line_at(frame) or [None, 0])[1])
+    print("LANDING " + json.dumps(landing))
+    return landing
+def go(id):
+    if "error:" in command("retrace goto %d" % id):
+        command("retrace goto end")
+    return line_at(process.GetSelectedThread().GetFrameAtIndex(0))
+def step_over(id):
+    go(id)
+    target.DisableAllBreakpoints()
+    target.DisableAllWatchpoints()
+    command("thread step-over")
+    target.EnableAllBreakpoints()
+    target.EnableAllWatchpoints()
+    return [position(), line_at(process.GetSelectedThread().GetFrameAtIndex(0))]
+nexts = []
 for line in sys.argv[4:]:
     words = line.split()
     if words[0] == "break" and ":" in words[1]:
@@ -237,19 +264,45 @@ for line in sys.argv[4:]:
     elif words[0] == "walk":
         cmd = " ".join(words[1:-1])
         for _ in range(int(words[-1])):
-            out = command("retrace " + cmd)
+            rule = None
+            if cmd == "reverse-next":
+                thread = process.GetSelectedThread()
+                rule = dict(start=position(), lldb=ReverseStepper(debugger, thread).lldb_next().id, gdb=ReverseStepper(debugger, thread).run("next").id)
+                out = command("retrace reverse-next --gdb")
+            else:
+                out = command("retrace " + cmd)
             if "error:" in out:
                 print("LANDING " + json.dumps(dict(cmd=cmd, error=out.strip())))
                 break
-            here(cmd)
+            landing = here(cmd)
+            if rule is not None:
+                rule["moved"] = landing["id"]
+                nexts.append(rule)
+for rule in nexts:
+    if rule["lldb"] != rule["gdb"] and None not in (rule["lldb"], rule["gdb"]):
+        rule["start_line"] = go(rule["start"])
+        rule["lldb_over"] = step_over(rule["lldb"])
+        rule["lldb_line"] = go(rule["lldb"])
+        rule["gdb_over"] = step_over(rule["gdb"])
+        rule["gdb_line"] = go(rule["gdb"])
+        command("retrace reverse-stepi")
+        rule["before_gdb_line"] = line_at(process.GetSelectedThread().GetFrameAtIndex(0))
+    print("NEXT " + json.dumps(rule))
 process.Kill()
 "#;
 
 /// Runs `script` with GDB and with the shim, each on its own recording of
-/// `program args`; returns both lists of landings and both outputs.
+/// `program args`; returns both lists of landings and both outputs, after
+/// judging the shim's reverse-next by LLDB's rule ([`assert_inverts_lldbs_next`]).
 fn both_walk(program: &Path, args: &[&str], script: &[&str]) -> (Vec<serde_json::Value>, Vec<serde_json::Value>, String) {
-    let landings = |text: &str| -> Vec<serde_json::Value> {
-        text.lines().filter_map(|l| l.strip_prefix("LANDING ")).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+    let (gdb, shim, text) = both_walk_with_rules(program, args, script);
+    assert_inverts_lldbs_next(&shim.1, &text);
+    (gdb, shim.0, text)
+}
+
+fn both_walk_with_rules(program: &Path, args: &[&str], script: &[&str]) -> (Vec<serde_json::Value>, (Vec<serde_json::Value>, Vec<serde_json::Value>), String) {
+    let tagged = |text: &str, tag: &str| -> Vec<serde_json::Value> {
+        text.lines().filter_map(|l| l.strip_prefix(tag)).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
     };
     let (stub, port) = common::start_recording_with_args(program, args, "full");
     let walk = program.with_extension("gdb-walk.py");
@@ -267,7 +320,42 @@ fn both_walk(program: &Path, args: &[&str], script: &[&str]) -> (Vec<serde_json:
     let lldb = lldb_python(LLDB_WALK, program, port, &extra);
     end_stub(stub);
     let text = format!("=== GDB\n{gdb}\n=== the shim\n{lldb}");
-    (landings(&gdb), landings(&lldb), text)
+    (tagged(&gdb, "LANDING "), (tagged(&lldb, "LANDING "), tagged(&lldb, "NEXT ")), text)
+}
+
+/// The shim's reverse-next by LLDB's rule (its default) against LLDB's own
+/// `thread step-over`, at each place a walk ran reverse-next: where it
+/// lands elsewhere than GDB's rule does, LLDB's step-over from its landing
+/// comes back to where the reverse-next started (from the middle of a
+/// line: to that line, before it), on another line; and GDB's landing
+/// broke LLDB's rule: it stayed on the line, or LLDB's step-over from it
+/// does not come back, or it is not where its line started (the
+/// instruction before it is on the same line, or the shim's landing is an
+/// earlier instruction of the same line). Returns how many landings
+/// differed.
+fn assert_inverts_lldbs_next(nexts: &[serde_json::Value], text: &str) -> usize {
+    let mut differed = 0;
+    for rule in nexts {
+        let context = format!("reverse-next from {} by LLDB's rule and GDB's: {rule}\n{text}", rule["start"]);
+        if !rule["gdb"].is_null() {
+            assert_eq!(rule["moved"], rule["gdb"], "`retrace reverse-next --gdb` moved to GDB's landing: {context}");
+        }
+        if rule["lldb"] == rule["gdb"] {
+            continue;
+        }
+        differed += 1;
+        assert!(!rule["lldb"].is_null() && !rule["gdb"].is_null(), "{context}");
+        let (over, start) = (rule["lldb_over"][0].as_u64().unwrap(), rule["start"].as_u64().unwrap());
+        assert!(over == start || (over < start && rule["lldb_over"][1] == rule["start_line"]), "LLDB's step-over from the landing comes back: {context}");
+        assert_ne!(rule["lldb_line"], rule["start_line"], "the landing is on another line: {context}");
+        assert!(!rule["lldb_line"].is_null(), "{context}");
+        // (Not where its line started: the instruction before it is on the
+        // line, or the line's run started before, where the shim landed.)
+        let line_started_before = rule["lldb_line"] == rule["gdb_line"] && rule["lldb"].as_u64() < rule["gdb"].as_u64();
+        let gdb_breaks_the_rule = rule["gdb_line"] == rule["start_line"] || rule["gdb_over"][0] != rule["start"] || rule["before_gdb_line"] == rule["gdb_line"] || line_started_before;
+        assert!(gdb_breaks_the_rule, "GDB's landing keeps LLDB's rule, the shim's differs: {context}");
+    }
+    differed
 }
 
 /// Every landing of the shim is GDB's: the instruction (its id counted from
@@ -308,8 +396,80 @@ fn reverse_next_step_and_finish_land_where_gdbs_do_at_o0() {
     let (program, last) = program(&dir);
     let stop = format!("break reverse_steps.c:{last}");
     let script = [stop.as_str(), "continue", "walk reverse-next 12", "walk reverse-step 40", "walk reverse-finish 1", "walk reverse-next 3"];
-    let (gdb, shim, text) = both_walk(&program, &[], &script);
+    let (gdb, (shim, nexts), text) = both_walk_with_rules(&program, &[], &script);
     assert_lands_where_gdb_does(&gdb, &shim, &text, 50);
+    // `counter += sum + deep + doubled;` is three rows of one line: GDB's
+    // reverse-next goes back row by row and stays on the line twice; LLDB's
+    // rule goes to the line before.
+    assert!(assert_inverts_lldbs_next(&nexts, &text) >= 2, "the rules differ on the for line:\n{text}");
+}
+
+/// LLDB's `thread step-over` from `main`'s first line to its last (argv[4],
+/// argv[5]), over calls, a `for` loop whose increment and condition are
+/// two rows of one line, a line of three rows and a signal's handler; then
+/// as many `retrace reverse-next`: the positions, forwards then back.
+const STEP_OVER_AND_BACK: &str = r#"
+event = lldb.SBEvent()
+while process.GetState() != lldb.eStateStopped and listener.WaitForEvent(10, event):
+    pass
+command("command script import " + sys.argv[3])
+command("process handle SIGUSR1 -s false -n false -p true")
+def where():
+    frame = process.GetSelectedThread().GetFrameAtIndex(0)
+    entry = frame.GetLineEntry()
+    return dict(id=json.loads(command("retrace where --json").strip().splitlines()[-1])["id"], pc=frame.GetPC(),
+                line=entry.GetLine(), function=frame.GetFunctionName())
+first = target.BreakpointCreateByLocation("reverse_steps.c", int(sys.argv[4]))
+process.Continue()
+target.BreakpointDelete(first.GetID())
+forward = [where()]
+while forward[-1]["line"] != int(sys.argv[5]) and len(forward) < 60:
+    command("thread step-over")
+    forward.append(where())
+print("FORWARD " + json.dumps(forward))
+back = [forward[-1]]
+for _ in range(len(forward) - 1):
+    command("retrace reverse-next")
+    back.append(where())
+print("BACK " + json.dumps(back))
+process.Kill()
+"#;
+
+/// Step Back in LLDB and VS Code is the inverse of LLDB's own step-over
+/// (`next`): from `main`'s last line, `retrace reverse-next` visits every
+/// place LLDB's forward `next` stood, in reverse order: at the start of
+/// each line as LLDB's line ranges have it, never twice on one line. (GDB
+/// 13's rule, `--gdb`, stays twice on the line of three rows.)
+#[test]
+fn reverse_next_undoes_lldbs_step_over_line_by_line_at_o0() {
+    if !lldb_python_present() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shim-reverse-inverse");
+    let (program, last) = program(&dir);
+    let source = std::fs::read_to_string(retrace_tests::recordings::programs_dir().join("reverse_steps.c")).unwrap();
+    let line_of = |text: &str| source.lines().position(|l| l.contains(text)).unwrap() + 1;
+    let (first, for_line, three_rows) = (line_of("int sum = 0;"), line_of("for (int i = 0;"), line_of("counter += sum + deep + doubled;"));
+    let (stub, port) = common::start_recording_with_args(&program, &[], "full");
+    let shim = shim();
+    let (first_arg, last_arg) = (first.to_string(), last.to_string());
+    let out = lldb_python(STEP_OVER_AND_BACK, &program, port, &[shim.as_str(), &first_arg, &last_arg]);
+    end_stub(stub);
+    let tagged = |tag: &str| -> Vec<serde_json::Value> {
+        let line = out.lines().find_map(|l| l.strip_prefix(tag)).unwrap_or_else(|| panic!("no {tag}line:\n{out}"));
+        serde_json::from_str(line).unwrap()
+    };
+    let (forward, back) = (tagged("FORWARD "), tagged("BACK "));
+    let lines: Vec<u64> = forward.iter().map(|p| p["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines.first().copied(), Some(first as u64), "{out}");
+    assert_eq!(lines.last().copied(), Some(last as u64), "{out}");
+    assert_eq!(lines.iter().filter(|&&l| l == for_line as u64).count(), 4, "the for line: its start, then three increments:\n{out}");
+    assert!(lines.contains(&(three_rows as u64)), "{out}");
+    assert!(forward.iter().all(|p| p["function"] == "main"), "{out}");
+    let place = |p: &serde_json::Value| (p["id"].as_u64(), p["pc"].as_u64(), p["line"].as_u64());
+    let undone: Vec<_> = forward.iter().rev().map(place).collect();
+    let walked: Vec<_> = back.iter().map(place).collect();
+    assert_eq!(walked, undone, "reverse-next retraces LLDB's step-over:\n{out}");
 }
 
 /// `inlined_steps.c` built with `opt`, static (libc without lines).
@@ -356,21 +516,24 @@ fn reverse_next_step_and_finish_land_where_gdbs_do_in_inlined_code_at_o2() {
     inlined("-O2");
 }
 
-/// After a watchpoint stop on a store in the middle of a line, reverse-next
-/// goes to the start of that line (GDB's), not to the line before.
+/// After a watchpoint stop on a store in the middle of a line, GDB's
+/// reverse-next goes to the start of that line (`--gdb`), LLDB's rule to
+/// the start of the line before (it never stays on the line).
 #[test]
-fn reverse_next_from_the_middle_of_a_line_goes_to_its_start() {
+fn reverse_next_from_the_middle_of_a_line_goes_to_its_start_by_gdbs_rule_and_to_the_line_before_by_lldbs() {
     if !lldb_python_present() || retrace_tests::tools::which("gdb").is_none() {
         return;
     }
     let program = inlined_steps("-O0");
     let source = std::fs::read_to_string(retrace_tests::recordings::programs_dir().join("inlined_steps.c")).unwrap();
     let store_line = source.lines().position(|l| l.contains("watched = total + i;")).unwrap() as u64 + 1;
-    let (gdb, shim, text) = both_walk(&program, &[], &["break done", "continue", "watch watched", "walk reverse-continue 1", "walk reverse-next 1"]);
+    let (gdb, (shim, nexts), text) = both_walk_with_rules(&program, &[], &["break done", "continue", "watch watched", "walk reverse-continue 1", "walk reverse-next 1"]);
     assert_lands_where_gdb_does(&gdb, &shim, &text, 2);
     let (stop, next) = (&shim[0], &shim[1]);
     assert_eq!((stop["line"].as_u64(), next["line"].as_u64()), (Some(store_line), Some(store_line)), "the watchpoint stop and the line's start:\n{text}");
     assert!(next["id"].as_u64() < stop["id"].as_u64(), "{text}");
+    assert_eq!(assert_inverts_lldbs_next(&nexts, &text), 1, "{text}");
+    assert_eq!(nexts[0]["lldb_line"][1].as_u64(), Some(store_line - 1), "LLDB's rule: the line before:\n{text}");
 }
 
 /// brotli 1.2.1's command line tool (`c/tools/brotli.c` and the library's
