@@ -380,6 +380,26 @@ fn continuing_past_the_end_reports_the_recorded_exit() {
     assert!(out.contains("[Inferior 1 (process") && out.contains("exited normally]"), "the recorded exit:\n{out}");
 }
 
+/// A breakpoint where the history ends (the instruction after `exit_group`,
+/// which never ran): a continue stops there, and the next continue, which
+/// GDB begins by stepping off the breakpoint, ends the program as it ended
+/// when recorded, as Valgrind's gdbserver does on the same run (not "No
+/// more reverse-execution history": lz4's differential test waited there).
+#[test]
+fn stepping_off_a_breakpoint_at_the_end_reports_the_recorded_exit() {
+    if !tools_present() {
+        return;
+    }
+    let dir = work_dir("exit-breakpoint");
+    let (program, trace_json) = recorded(&dir);
+    let (stub, target) = start_replay(&trace_json);
+    let out = gdb(&program, &[&target, "break *$pc", "reverse-stepi", "continue", "python print('AT %#x' % int(gdb.parse_and_eval('$pc')))", "continue"]);
+    common::end_stub(stub);
+    assert!(out.contains("Breakpoint 1, 0x"), "the breakpoint at the end stops a continue:\n{out}");
+    assert!(!out.contains("No more reverse-execution history"), "{out}");
+    assert!(out.contains("[Inferior 1 (process") && out.contains("exited normally]"), "the recorded exit:\n{out}");
+}
+
 /// GDB's Python: `signal-show` prints one `VALUES` line in the handler:
 /// its locals, the globals, and the frames' names up to main (a signal
 /// frame as `<signal>`).

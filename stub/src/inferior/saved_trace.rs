@@ -929,8 +929,10 @@ impl MultiThreadResume for SavedTrace {
                         }
                         // Past the last instruction, a continue ends the
                         // program as it ended when recorded (a step stops
-                        // at the end).
-                        return match exit.filter(|_| step.is_none()) {
+                        // at the end; from the end, where nothing is left
+                        // to step, a step ends it too: GDB steps off a
+                        // breakpoint there before it continues).
+                        return match exit.filter(|_| step.is_none() || from == history.end()) {
                             Some(exit) => exit,
                             None => boundary(history, replayer.position(), ReplayLogPosition::End),
                         };
