@@ -171,10 +171,24 @@ static void put_bytes(const void* bytes, ULong n)
    }
 }
 
-static inline void put_u8(UChar v) { put(&v, 1); }
-static inline void put_u16(UShort v) { put(&v, 2); }
-static inline void put_u32(UInt v) { put(&v, 4); }
-static inline void put_u64(ULong v) { put(&v, 8); }
+/* Room for `n` more bytes in the buffer (n <= its size): where they go.
+   The caller fills them; the fixed-size fields are stored with
+   __builtin_memcpy of a constant size, which gcc turns into one move. */
+static inline UChar* reserve(UInt n)
+{
+   UChar* at;
+   way_slot = -1;
+   if (used + n > sizeof buffer)
+      flush();
+   at = buffer + used;
+   used += n;
+   return at;
+}
+
+static inline void put_u8(UChar v) { *reserve(1) = v; }
+static inline void put_u16(UShort v) { __builtin_memcpy(reserve(2), &v, 2); }
+static inline void put_u32(UInt v) { __builtin_memcpy(reserve(4), &v, 4); }
+static inline void put_u64(ULong v) { __builtin_memcpy(reserve(8), &v, 8); }
 
 /* Connects to retrace, or opens <out>.<pid>.<n>, the first n not taken
    (an exec keeps the pid). */
@@ -580,9 +594,17 @@ static void log_changed(ThreadId slot, const VexGuestAMD64State* state, Int inde
       VG_(memcpy)(record + 1, &number, 4);
       used_bytes = 6;
    }
-   for (p = 0; p < PIECES; p++) {
+   /* The set bits of lo, then of hi: pieces in increasing order. */
+   while (lo != 0 || hi != 0) {
       ULong value;
-      if (!((p < 64 ? lo >> p : hi >> (p - 64)) & 1) || (piece_offset[p] < 0 && p != PIECE_RFLAGS))
+      if (lo != 0) {
+         p = (UInt)__builtin_ctzll(lo);
+         lo &= lo - 1;
+      } else {
+         p = 64 + (UInt)__builtin_ctzll(hi);
+         hi &= hi - 1;
+      }
+      if (p >= PIECES || (piece_offset[p] < 0 && p != PIECE_RFLAGS))
          continue;
       value = piece_value(state, p);
       if (known && value == last[p])
@@ -626,24 +648,35 @@ static void regs_written(HWord state, HWord index, HWord lo, HWord hi)
 static Addr last_write_address = 0;
 static ULong last_write_size = 0;
 
+/* An access record: tag, u16 index, u64 address, u16 size (13 bytes),
+   then `copied` bytes from the address. */
+static inline void put_access(UChar tag, HWord index, HWord address, HWord size, UInt copied)
+{
+   UChar* at = reserve(13 + copied);
+   UShort i = (UShort)index, n = (UShort)size;
+   ULong a = address;
+   at[0] = tag;
+   __builtin_memcpy(at + 1, &i, 2);
+   __builtin_memcpy(at + 3, &a, 8);
+   __builtin_memcpy(at + 11, &n, 2);
+   if (copied == 8)
+      __builtin_memcpy(at + 13, (const void*)address, 8);
+   else if (copied == 4)
+      __builtin_memcpy(at + 13, (const void*)address, 4);
+   else if (copied > 0)
+      VG_(memcpy)(at + 13, (const void*)address, copied);
+}
+
 static VG_REGPARM(3) void stored(HWord index, HWord address, HWord size)
 {
-   UShort i = (UShort)index, n = (UShort)size;
    last_write_address = address;
    last_write_size = size;
-   put_u8('W');
-   put_u16(i);
-   put_u64(address);
-   put_u16(n);
-   put((const void*)address, n);
+   put_access('W', index, address, size, (UShort)size);
 }
 
 static VG_REGPARM(3) void loaded(HWord index, HWord address, HWord size)
 {
-   put_u8('D');
-   put_u16((UShort)index);
-   put_u64(address);
-   put_u16((UShort)size);
+   put_access('D', index, address, size, 0);
 }
 
 static void kernel_wrote(ThreadId slot, Addr a, SizeT len)
