@@ -140,7 +140,8 @@ class ReverseNext(ReverseMove):
     too, it goes to the line before); the rows of one line that follow one
     another are one line, as LLDB steps them. A breakpoint on the way back
     stops it. Before the function's first line it goes to the start of the
-    caller's line, as GDB's reverse-next.
+    caller's line, and in a function inlined where it stands it lands, as
+    GDB's reverse-next does.
 
     --gdb: land where GDB 13's reverse-next lands instead (its line table
     of statements: from the middle of a line to its start; on a loop line,
