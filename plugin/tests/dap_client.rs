@@ -68,7 +68,7 @@ fn run_dap_client(program: &Path, trace_json: &Path, full_state: bool) {
     assert!(out.status.success(), "the DAP client test failed (report above)");
     // All cases ran: the four, and with a full-state replay the launch
     // recorded under Valgrind (skipped otherwise).
-    let (passing, skipped) = if full_state { ("# pass 5", "# skipped 0") } else { ("# pass 4", "# skipped 1") };
+    let (passing, skipped) = if full_state { ("# pass 6", "# skipped 0") } else { ("# pass 5", "# skipped 1") };
     assert!(report.contains(passing) && report.contains(skipped), "expected {passing}, {skipped}: {report}");
 }
 

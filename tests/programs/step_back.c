@@ -7,6 +7,8 @@
 #define ROUNDS 3
 #endif
 
+volatile int seen;
+
 static int square(int x) {
     int y = x * x; /* line:square */
     return y;
@@ -18,6 +20,7 @@ int main(void) {
         int s = square(i); /* line:call */
         total += s; /* line:add */
     }
+    seen += total + seen * ROUNDS; /* line:rows (three line-table rows) */
     printf("%d\n", total); /* line:print */
     return 0;
 }

@@ -15,6 +15,8 @@ const { PROGRAM, SOURCE, markedLine, client, start, stopAfter, place, stopsToFir
 
 const CALL = markedLine("call");
 const ADD = markedLine("add");
+const ROWS = markedLine("rows");
+const PRINT = markedLine("print");
 const TRACE_JSON = process.env.RETRACE_DAP_TRACE_JSON;
 // A full-state recording (`retrace record --mode full`): the replay shows
 // the locals of every stop too, and ends as the program ended.
@@ -176,6 +178,44 @@ test("launch under recording: breakpoints, next, stepBack, reverseContinue", asy
     assertSamePlace(await place(dc, thread), nexts[0], true, "next after reverse continues");
     // The stub ends the program, then itself.
     await disconnectEndsEverything(dc, { terminateDebuggee: true }, ["lldb-dap", "retrace-stub", "step_back"]);
+    await assertNothingLeft();
+  } finally {
+    dc.stopAdapter();
+  }
+});
+
+// A line of three line-table rows (GDB 13's reverse-next goes back row by
+// row and stays on it twice): Step Back undoes plain lldb-dap's next, to
+// the line's start, then leaves the line.
+test("stepBack over a line of several rows: where plain lldb-dap's next started, then the line before", async () => {
+  const truth = {};
+  {
+    const { dc } = await client("lldb-dap");
+    try {
+      const first = await start(dc, "launch", { program: PROGRAM }, [ROWS]);
+      truth.rows = await place(dc, first.threadId);
+      await stopAfter(dc, () => dc.nextRequest({ threadId: first.threadId }));
+      truth.print = await place(dc, first.threadId);
+      await dc.disconnectRequest({ terminateDebuggee: true });
+    } finally {
+      dc.stopAdapter();
+    }
+  }
+  assert.equal(truth.rows.line, ROWS);
+  assert.equal(truth.print.line, PRINT);
+  const { dc } = await client("retrace");
+  try {
+    const first = await start(dc, "launch", { program: PROGRAM, record: "full" }, [PRINT]);
+    const thread = first.threadId;
+    assertSamePlace(await place(dc, thread), truth.print, true, "the breakpoint on the print line");
+    let stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread }));
+    assert.equal(stop.reason, "step");
+    assertSamePlace(await place(dc, thread), truth.rows, true, "stepBack: where lldb-dap's next from the line of rows started");
+    stop = await stopAfter(dc, () => dc.stepBackRequest({ threadId: thread }));
+    assert.equal(stop.reason, "step");
+    const here = await place(dc, thread);
+    assert.equal(here.line, CALL - 1, `stepBack again: the loop's line, not the line of rows again (${JSON.stringify(here)})`);
+    await dc.disconnectRequest({ terminateDebuggee: true });
     await assertNothingLeft();
   } finally {
     dc.stopAdapter();
