@@ -143,13 +143,23 @@ static void flush(void)
    way_slot = -1;
 }
 
-static inline void put(const void* bytes, UInt n)
+/* Room for `n` more bytes in the buffer (n <= its size): where they go.
+   The caller fills them; the fixed-size fields are stored with
+   __builtin_memcpy of a constant size, which gcc turns into one move. */
+static inline UChar* reserve(UInt n)
 {
+   UChar* at;
    way_slot = -1;
    if (used + n > sizeof buffer)
       flush();
-   VG_(memcpy)(buffer + used, bytes, n);
+   at = buffer + used;
    used += n;
+   return at;
+}
+
+static inline void put(const void* bytes, UInt n)
+{
+   VG_(memcpy)(reserve(n), bytes, n);
 }
 
 /* Any number of bytes (more than the buffer holds go straight out). */
@@ -169,20 +179,6 @@ static void put_bytes(const void* bytes, ULong n)
       bytes = (const UChar*)bytes + done;
       n -= done;
    }
-}
-
-/* Room for `n` more bytes in the buffer (n <= its size): where they go.
-   The caller fills them; the fixed-size fields are stored with
-   __builtin_memcpy of a constant size, which gcc turns into one move. */
-static inline UChar* reserve(UInt n)
-{
-   UChar* at;
-   way_slot = -1;
-   if (used + n > sizeof buffer)
-      flush();
-   at = buffer + used;
-   used += n;
-   return at;
 }
 
 static inline void put_u8(UChar v) { *reserve(1) = v; }
@@ -397,21 +393,19 @@ static VG_REGPARM(1) void entered(UWord id)
    in_foreign_code = False;
    if (frame_above != 0)
       log_frame();
-   if (used + 6 > sizeof buffer)
-      flush();
    if (predicted != 0 && predicted == entries[id]) {
-      buffer[used] = 0x80;
-      way_slot = (Int)used;
+      UChar* at = reserve(1);
+      *at = 0x80;
+      way_slot = (Int)(at - buffer);
       way_slot_max = 0x7f;
-      used += 1;
    } else {
       UInt number = (UInt)id;
-      buffer[used] = 'E';
-      VG_(memcpy)(buffer + used + 1, &number, 4);
-      buffer[used + 5] = 0;
-      way_slot = (Int)used + 5;
+      UChar* at = reserve(6);
+      at[0] = 'E';
+      __builtin_memcpy(at + 1, &number, 4);
+      at[5] = 0;
+      way_slot = (Int)(at - buffer) + 5;
       way_slot_max = 0xff;
-      used += 6;
    }
    predicted = nexts[id];
    if (max_instructions != 0) {
