@@ -300,10 +300,12 @@ fn both_walk(program: &Path, args: &[&str], script: &[&str]) -> (Vec<serde_json:
     (gdb, shim.0, text)
 }
 
+/// The JSON after `tag` on each line of `text` that starts with it.
+fn tagged(text: &str, tag: &str) -> Vec<serde_json::Value> {
+    text.lines().filter_map(|l| l.strip_prefix(tag)).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
 fn both_walk_with_rules(program: &Path, args: &[&str], script: &[&str]) -> (Vec<serde_json::Value>, (Vec<serde_json::Value>, Vec<serde_json::Value>), String) {
-    let tagged = |text: &str, tag: &str| -> Vec<serde_json::Value> {
-        text.lines().filter_map(|l| l.strip_prefix(tag)).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
-    };
     let (stub, port) = common::start_recording_with_args(program, args, "full");
     let walk = program.with_extension("gdb-walk.py");
     std::fs::write(&walk, GDB_WALK).unwrap();
@@ -455,11 +457,11 @@ fn reverse_next_undoes_lldbs_step_over_line_by_line_at_o0() {
     let (first_arg, last_arg) = (first.to_string(), last.to_string());
     let out = lldb_python(STEP_OVER_AND_BACK, &program, port, &[shim.as_str(), &first_arg, &last_arg]);
     end_stub(stub);
-    let tagged = |tag: &str| -> Vec<serde_json::Value> {
-        let line = out.lines().find_map(|l| l.strip_prefix(tag)).unwrap_or_else(|| panic!("no {tag}line:\n{out}"));
-        serde_json::from_str(line).unwrap()
+    let list = |tag: &str| -> Vec<serde_json::Value> {
+        let first = tagged(&out, tag).into_iter().next().unwrap_or_else(|| panic!("no {tag}line:\n{out}"));
+        serde_json::from_value(first).unwrap()
     };
-    let (forward, back) = (tagged("FORWARD "), tagged("BACK "));
+    let (forward, back) = (list("FORWARD "), list("BACK "));
     let lines: Vec<u64> = forward.iter().map(|p| p["line"].as_u64().unwrap()).collect();
     assert_eq!(lines.first().copied(), Some(first as u64), "{out}");
     assert_eq!(lines.last().copied(), Some(last as u64), "{out}");
