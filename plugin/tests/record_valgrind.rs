@@ -58,14 +58,19 @@ fn record(bundle: &Path, program: &Path, args: &[&str]) -> (serde_json::Value, O
     (summary, out)
 }
 
-/// The threads' instructions as LLDB decodes them, in thread-id order,
-/// with no error item.
+/// The threads' instructions as LLDB decodes them, in the bundle's order
+/// (the order the threads first ran, as Valgrind numbers them; not tid
+/// order: tids wrap at `pid_max`), with no error item.
 fn lldb_threads(bundle: &Path, threads: usize) -> Vec<Vec<u64>> {
-    let dumped = dump_raw_instructions(&bundle.join("trace.json"), threads).unwrap_or_else(|e| panic!("{e}"));
+    let trace_json = bundle.join("trace.json");
+    let mut dumped = dump_raw_instructions(&trace_json, threads).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(dumped.len(), threads, "LLDB's threads");
-    dumped
-        .into_values()
-        .map(|thread| {
+    let listed: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace_json).unwrap()).unwrap();
+    let tids: Vec<u64> = listed["processes"][0]["threads"].as_array().unwrap().iter().map(|t| t["tid"].as_u64().unwrap()).collect();
+    assert_eq!(tids.len(), threads, "threads in {}", trace_json.display());
+    tids.iter()
+        .map(|tid| {
+            let thread = dumped.remove(tid).unwrap_or_else(|| panic!("LLDB shows no thread {tid}"));
             assert!(thread.errors.is_empty(), "LLDB's decode has errors: {:?}", &thread.errors[..thread.errors.len().min(5)]);
             thread.addresses
         })

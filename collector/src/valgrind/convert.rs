@@ -904,14 +904,18 @@ impl LogConverter {
         Ok(())
     }
 
-    /// The threads' recordings (in the order they first ran) and the
+    /// The threads' recordings (in the order they were created, as the
+    /// tool numbers them: LLDB and GDB number a live process's threads so,
+    /// while the order they first ran is up to the scheduler) and the
     /// modules: every file mapped executable, at the address where its
     /// offset 0 is (or would be) mapped.
     pub fn finish(mut self) -> (ImageRecording, u64) {
         self.flush_rep(false);
         self.close(Leaving::AsLeft);
         let mut threads = Vec::new();
-        for mut thread in std::mem::take(&mut self.threads) {
+        let mut by_index: Vec<Option<ThreadState>> = std::mem::take(&mut self.threads).into_iter().map(Some).collect();
+        let order: Vec<usize> = self.numbers.values().copied().chain(0..by_index.len()).collect();
+        for mut thread in order.into_iter().filter_map(|index| by_index.get_mut(index).and_then(Option::take)) {
             thread.ended();
             let instructions = thread.writer.instructions();
             let (trace_file, trace) = thread.stored.finish(thread.writer.into_bytes());
