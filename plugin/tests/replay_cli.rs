@@ -66,6 +66,43 @@ fn lldb_and_gdb_on_a_full_state_recording_see_the_native_values_of_the_last_hit(
 }
 
 #[test]
+fn gdb_reads_the_modules_from_the_bundle_quietly() {
+    if !tools_present() {
+        return;
+    }
+    let dir = common::work_dir("replay-cli", "gdb-sysroot");
+    let program = common::build("full_state", &dir, &["-O0"]);
+    let bundle = dir.join("bundle");
+    let recorded = Command::new(env!("CARGO_BIN_EXE_retrace")).args(["record", "--full-state", "-o"]).arg(&bundle).arg("--").arg(&program).output().unwrap();
+    let said = String::from_utf8_lossy(&recorded.stderr);
+    assert!(recorded.status.success(), "{said}");
+    // It says what it recorded, how, and the command to run next.
+    assert!(said.contains("(full state, by Valgrind)"), "{said}");
+    let next: Vec<&str> = said.lines().skip_while(|l| !l.starts_with("next: ")).map(str::trim).collect();
+    assert!(next.len() == 3 && next[1].starts_with(&format!("retrace replay {} ", bundle.display())) && next[2].starts_with(&format!("retrace replay --gdb {} ", bundle.display())), "{said}");
+    let (out, ok) = replay(&["--gdb", bundle.to_str().unwrap(), "--", "-batch", "-ex", "break main", "-ex", "reverse-continue", "-ex", "info sharedlibrary"]);
+    assert!(ok, "{out}");
+    // Without the settings GDB fetches each file over the connection:
+    // "Reading /lib64/ld-linux-x86-64.so.2 from remote target...", and
+    // warns "File transfers from remote targets can be slow. Use "set
+    // sysroot" …" on every run.
+    assert!(!out.contains("from remote target") && !out.contains("set sysroot"), "{out}");
+    assert!(out.contains("Breakpoint 1, main ("), "{out}");
+    // Every library, the interpreter too, from the bundle's copies; the
+    // interpreter's symbols read (without the search path GDB finds no
+    // /lib64/ld-linux-x86-64.so.2 in the copies and says "Unable to find
+    // dynamic linker breakpoint function").
+    assert!(!out.contains("dynamic linker breakpoint"), "{out}");
+    let (modules, canonical) = (bundle.join("modules"), bundle.join("modules").canonicalize().unwrap());
+    let libraries: Vec<&str> = out.lines().filter(|l| l.starts_with("0x") && l.contains(".so")).collect();
+    for name in ["ld-linux-x86-64.so.2", "libc.so.6"] {
+        let line = libraries.iter().find(|l| l.contains(name)).unwrap_or_else(|| panic!("no {name} in GDB's libraries:\n{out}"));
+        assert!(line.contains(&format!("{}/", modules.display())) || line.contains(&format!("{}/", canonical.display())), "{line}\n{out}");
+        assert!(!name.starts_with("ld-") || line.contains(" Yes "), "{line}\n{out}");
+    }
+}
+
+#[test]
 fn a_path_without_a_bundle_is_refused_with_the_reason() {
     let dir = common::work_dir("replay-cli", "no-bundle");
     let (out, ok) = replay(&[dir.to_str().unwrap()]);

@@ -39,6 +39,28 @@ fn program_of(trace_json: &Path) -> Result<PathBuf, CliError> {
     copy.filter(|c| c.is_file()).ok_or_else(|| CliError::Message(format!("{}: neither the program {} nor the bundle's copy of it is there", trace_json.display(), module.system_path)))
 }
 
+/// GDB's settings that make it read the modules from the bundle's copies
+/// (`modules/` mirrors the paths they had) rather than over the
+/// connection, file by file, with a warning each run: the copies as the
+/// sysroot, and their folders to search by name (the program asks for its
+/// interpreter by a path, `/lib64/ld-linux-x86-64.so.2`, that is a link to
+/// the file copied). None when the bundle holds no copies.
+fn gdb_local_files(trace_json: &Path) -> Vec<String> {
+    let bundle_dir = trace_json.parent().unwrap_or(Path::new("."));
+    let Ok(modules) = bundle_dir.join("modules").canonicalize() else { return Vec::new() };
+    let text = std::fs::read_to_string(trace_json).unwrap_or_default();
+    let Ok(bundle) = retrace_decoder::bundle::TraceBundle::from_json(&text) else { return Vec::new() };
+    let mut folders: Vec<PathBuf> = Vec::new();
+    for module in bundle.processes.iter().flat_map(|p| &p.modules) {
+        let Some(folder) = module.file.as_ref().and_then(|f| bundle_dir.join(f).parent()?.canonicalize().ok()) else { continue };
+        if folder.starts_with(&modules) && !folders.contains(&folder) {
+            folders.push(folder);
+        }
+    }
+    let folders: Vec<String> = folders.iter().map(|f| f.display().to_string()).collect();
+    vec![format!("set sysroot {}", modules.display()), format!("set solib-search-path {}", folders.join(":"))]
+}
+
 /// Runs the replay session; the debugger's exit status is the command's.
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
     let trace_json = retrace_decoder::bundle::load::trace_json_of(&args.bundle);
@@ -86,7 +108,11 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     });
     let mut command = std::process::Command::new(&debugger);
     if args.gdb {
-        command.arg(&program).args(["-ex", &format!("target remote {address}")]);
+        command.arg(&program);
+        for setting in gdb_local_files(&trace_json) {
+            command.arg("-ex").arg(setting);
+        }
+        command.args(["-ex", &format!("target remote {address}")]);
     } else {
         command.arg(&program).args(["-o", &format!("gdb-remote {address}")]);
         let shim = companions::shim();
