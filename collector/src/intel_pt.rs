@@ -26,7 +26,7 @@ pub fn sysfs_dir() -> std::path::PathBuf {
 #[derive(Debug, thiserror::Error)]
 pub enum IntelPtError {
     /// The PMU is absent (AMD, most VMs, old CPUs).
-    #[error("no Intel PT on this machine: {path} does not exist; use --backend software")]
+    #[error("no Intel PT on this machine: {path} does not exist; record with --backend valgrind or --backend ptrace (or leave out --backend: auto takes the best one here)")]
     Absent {
         /// The sysfs file that is missing.
         path: PathBuf,
@@ -427,7 +427,7 @@ mod tests {
         let error = IntelPtPmu::detect(Path::new("/nonexistent/intel_pt")).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "no Intel PT on this machine: /nonexistent/intel_pt/type does not exist; use --backend software"
+            "no Intel PT on this machine: /nonexistent/intel_pt/type does not exist; record with --backend valgrind or --backend ptrace (or leave out --backend: auto takes the best one here)"
         );
         let bad = fake_sysfs(&[("type", "eight"), ("format/tsc", "config:10")]);
         assert!(matches!(IntelPtPmu::detect(&bad), Err(IntelPtError::BadSysfs { .. })));

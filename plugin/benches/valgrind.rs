@@ -115,7 +115,7 @@ fn main() {
     let slice_args = gzip(&small);
     let slice_native = (0..3).map(|_| timed(Command::new(&slice_args[0]).args(&slice_args[1..])).0).fold(f64::INFINITY, f64::min);
     let (slice_ours, slice_summary) = record(&dir, "slice-valgrind", &["--backend", "valgrind"], &small);
-    let (slice_branch, branch_summary) = record(&dir, "slice-branch", &["--backend", "software", "--mode", "branch"], &small);
+    let (slice_branch, branch_summary) = record(&dir, "slice-branch", &["--backend", "ptrace", "--ptrace-stops", "branch"], &small);
     let rate = |n: u64, s: f64| n as f64 / s;
     let ours_rate = rate(slice_summary["instructions"].as_u64().unwrap(), slice_ours);
     let branch_rate = rate(branch_summary["instructions"].as_u64().unwrap(), slice_branch);
@@ -131,9 +131,9 @@ fn main() {
         summary["peak_rss_kib"].as_i64().unwrap_or(0) / 1024
     );
     println!("gzip -6 -c of {slice_kb} KiB ({} instructions):", slice_summary["instructions"]);
-    println!("  native                       {slice_native:8.3} s");
-    println!("  retrace --backend valgrind   {slice_ours:8.2} s  {:.2} M instructions/s", ours_rate / 1e6);
-    println!("  retrace --mode branch        {slice_branch:8.2} s  {:.2} M instructions/s", branch_rate / 1e6);
+    println!("  native                       {slice_native:8.3} s   1.0x");
+    println!("  retrace --backend valgrind   {slice_ours:8.2} s  {:5.0}x  {:.2} M instructions/s (a short run: Valgrind's start-up dominates)", slice_ours / slice_native, ours_rate / 1e6);
+    println!("  retrace --ptrace-stops branch {slice_branch:7.2} s  {:5.0}x  {:.2} M instructions/s", slice_branch / slice_native, branch_rate / 1e6);
     println!(
         "  instructions per second, valgrind backend / branch mode: {:.0}x on this slice (start-up dominates it), {:.0}x with the valgrind backend's rate on {mb} MiB",
         ours_rate / branch_rate,

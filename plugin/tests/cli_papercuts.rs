@@ -80,3 +80,40 @@ fn retrace_help_in_lldb() {
     assert!(out.contains("Syntax: retrace reverse-next [--gdb] [--tid TID]"), "{out}");
     assert!(!out.contains("error:"), "{out}");
 }
+
+/// What is recorded (control flow, or `--full-state`) and how
+/// (`--backend intel-pt|valgrind|ptrace`, `--ptrace-stops`) are two
+/// choices, named so in `--help` and in every message; a recording ends by
+/// naming the command to run next, and `retrace record` exits with the
+/// program's status whatever records it, as `rr record` does.
+#[test]
+fn record_names_what_and_how_apart_says_what_to_run_next_and_exits_as_the_program() {
+    let help = text(&common::retrace().args(["record", "--help"]).output().unwrap());
+    for words in ["What is recorded", "--full-state", "How (--backend)", "--ptrace-stops <STOPS>", "exits with its status"] {
+        assert!(help.contains(words), "no {words:?} in:\n{help}");
+    }
+    assert!(!help.contains("--mode") && !help.contains("software"), "the earlier words are gone from the help:\n{help}");
+
+    let dir = common::work_dir("papercuts", "what-and-how");
+    // Full state is Valgrind's: other backends are refused with the way out.
+    let refused = common::retrace().args(["record", "--full-state", "--backend", "ptrace", "-o"]).arg(dir.join("refused")).args(["--", "true"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let said = text(&refused);
+    assert!(said.contains("--backend ptrace records the control flow only; --full-state records under Valgrind: leave out --backend"), "{said}");
+    assert!(!dir.join("refused").exists());
+
+    // The program's exit status, under ptrace: false exits 1, a shell
+    // killing itself with SIGSEGV is 128 + 11, as the shell says natively.
+    for (program, native) in [(vec!["false"], Command::new("false").status().unwrap().code()), (vec!["sh", "-c", "kill -SEGV $$"], Command::new("sh").args(["-c", "kill -SEGV $$"]).status().unwrap().code())] {
+        let bundle = dir.join(format!("status-{}", program.len()));
+        let out = common::retrace().args(["record", "--backend", "ptrace", "--ptrace-stops", "branch", "-o"]).arg(&bundle).arg("--").args(&program).output().unwrap();
+        let expected = native.or_else(|| Some(128 + 11));
+        assert_eq!(out.status.code(), expected, "{program:?}: {}", text(&out));
+        assert!(bundle.join("trace.json").exists(), "{program:?}: {}", text(&out));
+        // A control-flow recording: LLDB's dump, or retrace's, next.
+        let said = text(&out);
+        assert!(said.contains("(control flow, by ptrace, a stop per branch)"), "{said}");
+        let next: Vec<&str> = said.lines().skip_while(|l| !l.starts_with("next: ")).collect();
+        assert!(next.len() >= 3 && next[1].trim().starts_with("lldb-22 -o \"trace load ") && next[2].trim().starts_with("retrace dump instructions "), "{said}");
+    }
+}

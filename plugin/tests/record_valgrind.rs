@@ -345,9 +345,9 @@ fn auto_takes_valgrind_where_intel_pt_is_missing_else_ptrace_branch_mode() {
     let (said, retrace) = auto("with-valgrind", "/usr/bin:/bin");
     assert_eq!(said, "retrace: no Intel PT here; recording under Valgrind (--backend valgrind)");
     assert_eq!(retrace["backend"], "valgrind");
-    // Without valgrind on PATH: ptrace, in branch mode, saying why.
+    // Without valgrind on PATH: ptrace, at every branch, saying why.
     let (said, retrace) = auto("without-valgrind", dir.to_str().unwrap());
-    assert_eq!(said, "retrace: no Intel PT here and valgrind is not installed (apt-get install valgrind); recording with ptrace in branch mode");
+    assert_eq!(said, "retrace: no Intel PT here and valgrind is not installed (apt-get install valgrind); recording with ptrace, stopping at every branch (--backend ptrace --ptrace-stops branch)");
     assert_eq!(retrace["backend"], "software");
     assert_eq!(retrace["mode"], "branch");
 }

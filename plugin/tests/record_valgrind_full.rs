@@ -285,12 +285,12 @@ fn record_mode_full_writes_the_stream_into_the_bundle_and_other_modes_are_refuse
     assert!(per_instruction <= 20.0, "{per_instruction:.2} bytes per instruction");
 
     let refused = Command::new(env!("CARGO_BIN_EXE_retrace"))
-        .args(["record", "--backend", "valgrind", "--mode", "step", "-o"])
+        .args(["record", "--backend", "valgrind", "--ptrace-stops", "step", "-o"])
         .arg(dir.join("refused"))
         .arg("--")
         .arg(&program)
         .output()
         .unwrap();
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("its only --mode is full"), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--ptrace-stops is for --backend ptrace"), "{}", String::from_utf8_lossy(&refused.stderr));
 }

@@ -55,12 +55,32 @@ pub fn record_bundle(program: &Path, args: &[&str], mode: StepMode, bundle: &Pat
 
 /// The summary `retrace record --json` prints as the last line of its
 /// stderr (its own messages go there; stdout is the program's). Panics,
-/// with the stderr, if the command failed or printed none.
+/// with the stderr, if it printed none or its exit status is not the
+/// program's (see [`exit_status_of`]).
 pub fn record_summary(out: &std::process::Output) -> serde_json::Value {
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "retrace record failed: {stderr}");
     let last = stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("JSON summary expected as stderr's last line ({e}): {stderr}"))
+    let summary: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("JSON summary expected as stderr's last line ({e}): {stderr}"));
+    let outcome = summary["outcome"].as_str().unwrap_or_default();
+    assert_eq!(out.status.code(), Some(exit_status_of(outcome)), "retrace record's exit status for {outcome:?}: {stderr}");
+    summary
+}
+
+/// The exit status `retrace record` has for a recording's `outcome`, as
+/// `rr record`'s and a shell's: the program's exit status, 128 + N when
+/// signal N killed it, 130 when the recording stopped it.
+pub fn exit_status_of(outcome: &str) -> i32 {
+    if let Some(status) = outcome.strip_prefix("program exited with status ") {
+        return status.trim().parse().unwrap_or_else(|_| panic!("{outcome:?}"));
+    }
+    if let Some(rest) = outcome.strip_prefix("program killed by ") {
+        let name = rest.split_whitespace().next().unwrap_or_default();
+        let signals = [("SIGINT", 2), ("SIGILL", 4), ("SIGTRAP", 5), ("SIGABRT", 6), ("SIGBUS", 7), ("SIGFPE", 8), ("SIGKILL", 9), ("SIGSEGV", 11), ("SIGPIPE", 13), ("SIGALRM", 14), ("SIGTERM", 15)];
+        let number = signals.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("a signal this list lacks: {outcome:?}")).1;
+        return 128 + number;
+    }
+    assert!(outcome.starts_with("instruction limit reached") || outcome.starts_with("recording interrupted"), "an outcome of no known form: {outcome:?}");
+    130
 }
 
 /// The executed addresses of an `--insn-log` file (`threads/<tid>.insns`:

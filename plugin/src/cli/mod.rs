@@ -7,7 +7,7 @@ mod export;
 mod jitdump;
 mod llvm_mc;
 mod ptdump;
-mod record;
+pub mod record;
 mod replay;
 mod xray;
 
@@ -69,43 +69,62 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Record a program's execution as Intel PT and write an LLDB trace bundle.
+    /// Record a program's execution and write a trace bundle.
     ///
-    /// The program runs until it exits (or Ctrl-C, or --max-insns). The bundle
-    /// (DIR/trace.json, per-thread traces, module copies) loads in stock LLDB:
-    ///   lldb -o "trace load DIR/trace.json" -o "thread trace dump instructions"
+    /// Two choices, made apart:
     ///
-    /// Backends: `intel-pt` needs the CPU's intel_pt PMU; `software` works on any
-    /// x86-64 (AMD, VMs) by single-stepping under ptrace (~20-40 µs per
-    /// instruction), and writes the same packets hardware would; `valgrind`
-    /// runs the program on Valgrind with retrace's tool (a few times native
-    /// speed; Valgrind's layout: a PIE program at 0x108000) and writes the
-    /// same packets too. `auto` picks intel-pt when an event opens, else
-    /// valgrind when installed, else software in branch mode, and says which
-    /// and why in one line. ASLR is disabled, as LLDB and GDB do.
+    /// What is recorded: the control flow (every instruction each thread
+    /// ran, as Intel PT packets: LLDB's `trace load`, `retrace dump`, and a
+    /// replay that serves the program counter), or with --full-state every
+    /// register and memory change too (and what the kernel wrote): a replay
+    /// (`retrace replay DIR`) then shows every value at every point, as rr's
+    /// does, with breakpoints, watchpoints and reverse execution.
     ///
-    /// retrace's own messages (outcome, counts, bundle path; --json's summary
-    /// as the last line) go to stderr, as perf's and rr's do: the program's
-    /// stdout reaches stdout untouched, so `retrace record -- prog | sort` works.
+    /// How (--backend): `intel-pt` needs the CPU's intel_pt PMU (control
+    /// flow only, at near native speed); `valgrind` runs the program on
+    /// Valgrind with retrace's tool on any x86-64, AMD and VMs included
+    /// (~7x native on long runs, 40-90x on short ones where Valgrind's
+    /// start-up dominates; a PIE program loads at 0x108000), control flow
+    /// or full state; `ptrace` stops the program at every instruction
+    /// (--ptrace-stops step, ~20-40 µs each) or every branch (branch),
+    /// control flow only. `auto` (the default) takes the best one here:
+    /// Intel PT when an event opens, else Valgrind when installed, else
+    /// ptrace at every branch, and says which in one line. All write the
+    /// same Intel PT packets. ASLR is disabled, as LLDB and GDB do.
     ///
-    /// Threads are followed; forked children run on untraced. A program that
-    /// execs gives one bundle per program: DIR/trace.json (the program
+    /// The program runs until it exits (or Ctrl-C, or --max-insns), and
+    /// `retrace record` exits with its status, as rr does (128+N when
+    /// signal N killed it, 130 when the recording stopped it). retrace's own
+    /// messages (outcome, counts, bundle path, the command to run next;
+    /// --json's summary as the last line) go to stderr, as perf's and rr's
+    /// do: the program's stdout reaches stdout untouched, so
+    /// `retrace record -- prog | sort` works.
+    ///
+    /// Threads are followed; forked children run on unrecorded. A program
+    /// that execs gives one bundle per program: DIR/trace.json (the program
     /// launched), DIR/exec1/trace.json (the first it exec'd), … — `trace load`
     /// the one you want; `retrace dump DIR/trace.json` shows them all.
     ///
-    /// Example: retrace record -o /tmp/ls-trace -- /bin/true
+    /// Examples: retrace record --full-state -o run -- ./prog && retrace replay run
+    ///           retrace record -o ls-trace -- /bin/ls && retrace dump instructions ls-trace
     Record {
-        /// Where to capture: auto, intel-pt, software or valgrind.
+        /// What to record: with it, every register and memory change beside
+        /// the control flow (`state.rtstate` in the bundle; Valgrind records
+        /// it). Without it, the control flow.
+        #[arg(long)]
+        full_state: bool,
+        /// How to record: auto, intel-pt, valgrind or ptrace.
         #[arg(long, value_enum, default_value_t = record::Backend::Auto)]
         backend: record::Backend,
-        /// The ptrace backend's mode: step (single-step every instruction,
-        /// its default) or branch (a stop per branch). Given with `auto`,
-        /// it asks for the ptrace backend where Intel PT is missing. With
-        /// `--backend valgrind`: full records, beside the control flow,
-        /// every register and memory change and what the kernel wrote
-        /// (`state.rtstate` in the bundle), so that `retrace-stub --replay`
-        /// serves every past value.
-        #[arg(long, value_enum)]
+        /// How the ptrace recorder stops the program: step (at every
+        /// instruction, its default) or branch (at every branch, ~17x
+        /// faster). Given with `--backend auto`, it asks for ptrace where
+        /// Intel PT is missing.
+        #[arg(long, value_enum, value_name = "STOPS")]
+        ptrace_stops: Option<record::PtraceStops>,
+        /// Earlier spelling of the two choices: `--mode full` is
+        /// --full-state, `--mode step|branch` is --ptrace-stops.
+        #[arg(long, value_enum, hide = true, conflicts_with_all = ["full_state", "ptrace_stops"])]
         mode: Option<record::Mode>,
         /// Bundle directory to write.
         #[arg(short, long, default_value = "retrace-trace")]
@@ -137,11 +156,11 @@ enum Command {
     /// (with the shim: `retrace reverse-step`, `reverse-next`, …) or GDB
     /// connected to it, as `rr replay` does. The stub ends with the debugger.
     ///
-    /// A bundle recorded with `--mode full` serves every register and byte
+    /// A bundle recorded with `--full-state` serves every register and byte
     /// at every position (locals, watchpoints, reverse-continue to them);
     /// other bundles serve the program counter.
     ///
-    /// Example: retrace record --mode full -o run -- ./prog && retrace replay run
+    /// Example: retrace record --full-state -o run -- ./prog && retrace replay run
     ///          retrace replay --gdb run -- -batch -ex "reverse-continue"
     Replay {
         /// The bundle directory (or its trace.json).
@@ -653,8 +672,14 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Export { format, input, output, binaries, decode } => export::run(format, &input, &output, &binaries, decode.options()),
         Command::Replay { bundle, gdb, debugger, stub, debugger_args } => replay::run(replay::Args { bundle, gdb, debugger, stub, debugger_args }),
-        Command::Record { backend, mode, output, max_insns, aslr, insn_log, json, force, command } => {
-            record::run(record::Args { backend, mode, output, max_insns, aslr, insn_log, json, force, command })
+        Command::Record { full_state, backend, ptrace_stops, mode, output, max_insns, aslr, insn_log, json, force, command } => {
+            let (full_state, ptrace_stops) = match mode {
+                Some(record::Mode::Full) => (true, None),
+                Some(record::Mode::Step) => (full_state, Some(record::PtraceStops::Step)),
+                Some(record::Mode::Branch) => (full_state, Some(record::PtraceStops::Branch)),
+                None => (full_state, ptrace_stops),
+            };
+            record::run(record::Args { full_state, backend, ptrace_stops, output, max_insns, aslr, insn_log, json, force, command })
         }
     }
 }

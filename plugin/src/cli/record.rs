@@ -16,30 +16,62 @@ use retrace_decoder::bundle::CpuInfo;
 
 use super::CliError;
 
+/// How a program is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
+    /// The best one here: Intel PT, else Valgrind, else ptrace.
     Auto,
+    /// The CPU's intel_pt PMU.
     IntelPt,
-    Software,
+    /// Stops the program under ptrace.
+    // (`software`: its earlier name.)
+    #[value(alias = "software")]
+    Ptrace,
+    /// Valgrind with retrace's tool.
     Valgrind,
 }
 
+/// Where the ptrace recorder stops the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PtraceStops {
+    /// At every instruction.
+    Step,
+    /// At every branch.
+    Branch,
+}
+
+/// `--mode`, the earlier spelling of --full-state and --ptrace-stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
+    /// `--ptrace-stops step`.
     Step,
+    /// `--ptrace-stops branch`.
     Branch,
+    /// `--full-state`.
     Full,
 }
 
+/// What `retrace record` was asked.
 pub struct Args {
+    /// Every register and memory change too (else the control flow).
+    pub full_state: bool,
+    /// How to record.
     pub backend: Backend,
-    pub mode: Option<Mode>,
+    /// Where ptrace stops the program (asks for ptrace with `auto`).
+    pub ptrace_stops: Option<PtraceStops>,
+    /// The bundle directory.
     pub output: PathBuf,
+    /// Stop after about this many instructions.
     pub max_insns: Option<u64>,
+    /// Keep address-space randomisation on.
     pub aslr: bool,
+    /// Write each thread's instruction addresses too.
     pub insn_log: bool,
+    /// The summary as one line of JSON.
     pub json: bool,
+    /// Replace a bundle already there.
     pub force: bool,
+    /// The program and its arguments.
     pub command: Vec<OsString>,
 }
 
@@ -108,53 +140,66 @@ fn with_interrupts_blocked<T>(start: impl FnOnce() -> T) -> T {
     value
 }
 
+/// Intel PT as it records here, when an event of the intel_pt PMU really
+/// opens (else why not: no PMU, `perf_event_paranoid`, a container…).
+pub fn intel_pt_here() -> Result<PerfIntelPt, IntelPtError> {
+    let source = PerfIntelPt::new(&retrace_collector::intel_pt::sysfs_dir(), PtEventConfig::default())?;
+    source.probe()?;
+    Ok(source)
+}
+
 /// The hardware source to record with, or `None` for the software backend.
 /// `auto` takes Intel PT only when an event really opens, and says why not
 /// when the PMU is there but unusable (`perf_event_paranoid`, a container…).
 fn choose_backend(backend: Backend) -> Result<Option<PerfIntelPt>, CliError> {
-    let sysfs = retrace_collector::intel_pt::sysfs_dir();
-    let usable = || -> Result<PerfIntelPt, IntelPtError> {
-        let source = PerfIntelPt::new(&sysfs, PtEventConfig::default())?;
-        source.probe()?;
-        Ok(source)
-    };
+    let usable = intel_pt_here;
     match backend {
-        Backend::Software | Backend::Valgrind => Ok(None),
+        Backend::Ptrace | Backend::Valgrind => Ok(None),
         Backend::IntelPt => usable().map(Some).map_err(|error| CliError::Message(format!("--backend intel-pt: {error}"))),
         Backend::Auto => match usable() {
             Ok(source) => Ok(Some(source)),
             Err(IntelPtError::Absent { .. }) => Ok(None),
             Err(error) => {
-                eprintln!("retrace: Intel PT is present but unusable ({error}); recording with the software backend");
+                eprintln!("retrace: Intel PT is present but unusable ({error}); recording with ptrace");
                 Ok(None)
             }
         },
     }
 }
 
+/// Records the program as `args` asks; the exit status is the program's.
 pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     clear_output(&args.output, args.force)?;
-    if args.backend == Backend::Valgrind || (args.backend == Backend::Auto && args.mode == Some(Mode::Full)) {
+    if args.full_state {
+        return match args.backend {
+            Backend::Auto | Backend::Valgrind if args.ptrace_stops.is_none() => run_valgrind(args),
+            Backend::Auto | Backend::Valgrind => Err(CliError::Message(
+                "--full-state records under Valgrind, which sees every instruction without stops: leave out --ptrace-stops".into(),
+            )),
+            Backend::IntelPt | Backend::Ptrace => Err(CliError::Message(format!(
+                "--backend {} records the control flow only; --full-state records under Valgrind: leave out --backend (or give --backend valgrind)",
+                if args.backend == Backend::IntelPt { "intel-pt" } else { "ptrace" }
+            ))),
+        };
+    }
+    if args.backend == Backend::Valgrind {
         return run_valgrind(args);
     }
-    if args.mode == Some(Mode::Full) {
-        return Err(CliError::Message("--mode full records under Valgrind: give --backend valgrind (or no --backend)".into()));
-    }
     let hardware = choose_backend(args.backend)?;
-    if hardware.is_none() && args.backend == Backend::Auto && args.mode.is_none() {
+    if hardware.is_none() && args.backend == Backend::Auto && args.ptrace_stops.is_none() {
         match retrace_collector::valgrind::availability() {
             Ok(()) => {
                 eprintln!("retrace: no Intel PT here; recording under Valgrind (--backend valgrind)");
                 return run_valgrind(args);
             }
             Err(why) => {
-                eprintln!("retrace: no Intel PT here and {}; recording with ptrace in branch mode", lowercase_first(&why));
-                args.mode = Some(Mode::Branch);
+                eprintln!("retrace: no Intel PT here and {}; recording with ptrace, stopping at every branch (--backend ptrace --ptrace-stops branch)", lowercase_first(&why));
+                args.ptrace_stops = Some(PtraceStops::Branch);
             }
         }
     }
-    let mode = args.mode.unwrap_or(Mode::Step);
-    tracing::info!(backend = if hardware.is_some() { "intel-pt" } else { "software" }, "recording");
+    let stops = args.ptrace_stops.unwrap_or(PtraceStops::Step);
+    tracing::info!(backend = if hardware.is_some() { "intel-pt" } else { "ptrace" }, "recording");
     let stop = install_interrupt_handler();
 
     let mut command = args.command.into_iter();
@@ -166,9 +211,9 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
 
     let progress = progress_spinner();
     let options = RecordOptions {
-        mode: match mode {
-            Mode::Step => StepMode::Step,
-            Mode::Branch | Mode::Full => StepMode::Branch,
+        mode: match stops {
+            PtraceStops::Step => StepMode::Step,
+            PtraceStops::Branch => StepMode::Branch,
         },
         max_instructions: args.max_insns,
         keep_instruction_log: args.insn_log,
@@ -185,9 +230,9 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
         let recording = record(tracee, &options).map_err(|e| CliError::Message(format!("recording failed: {e}")))?;
         let info = BundleInfo {
             backend: "software".into(),
-            mode: Some(match mode {
-                Mode::Step => "step".into(),
-                Mode::Branch | Mode::Full => "branch".into(),
+            mode: Some(match stops {
+                PtraceStops::Step => "step".into(),
+                PtraceStops::Branch => "branch".into(),
             }),
             cpu_info: CpuInfo::software_recording(),
             cpu_info_is_synthetic: true,
@@ -200,11 +245,18 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     let trace_json = write_bundle(&args.output, &recording, &info).map_err(|e| CliError::Message(e.to_string()))?;
 
     report(&recording, &info, &trace_json, args.json);
-    let code = match recording.outcome {
-        Outcome::Exited(_) | Outcome::InstructionLimit => 0,
-        Outcome::Signaled { .. } | Outcome::Interrupted => 0,
-    };
-    Ok(ExitCode::from(code))
+    Ok(exit_status(&recording.outcome))
+}
+
+/// `retrace record`'s exit status: the program's, as rr's (128+N when
+/// signal N ended it, as a shell says; 130 when the recording stopped it:
+/// Ctrl-C or --max-insns).
+fn exit_status(outcome: &Outcome) -> ExitCode {
+    ExitCode::from(match *outcome {
+        Outcome::Exited(code) => code as u8,
+        Outcome::Signaled { signal, .. } => 128u8.wrapping_add(signal as u8),
+        Outcome::InstructionLimit | Outcome::Interrupted => 130,
+    })
 }
 
 /// What `retrace record` says about a recording on stderr: the summary as
@@ -253,9 +305,9 @@ fn report(recording: &retrace_collector::software::Recording, info: &BundleInfo,
                 recording.threads().count()
             );
         } else {
-            let under = if info.backend == "valgrind" { " under Valgrind" } else { "" };
             eprintln!(
-                "recorded {instructions} instructions{under} in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
+                "recorded {instructions} instructions ({}) in {} thread(s), {} bytes of trace, {seconds:.2} s ({rate:.0} instructions/s)",
+                what_and_how(info),
                 recording.threads().count(),
                 recording.trace_bytes()
             );
@@ -264,7 +316,43 @@ fn report(recording: &retrace_collector::software::Recording, info: &BundleInfo,
             eprintln!("{} instruction(s) could not be decoded and appear as tracing gaps", recording.undecodable);
         }
         eprintln!("bundle: {}", trace_json.display());
-        eprintln!("  lldb-22 -o \"trace load {}\" -o \"thread trace dump instructions\"", trace_json.display());
+        for line in next_commands(info, trace_json) {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// What a recording holds and what recorded it, in the words of
+/// `retrace record --help`.
+fn what_and_how(info: &BundleInfo) -> String {
+    let what = if info.mode.as_deref() == Some("full") { "full state" } else { "control flow" };
+    let how = match (info.backend.as_str(), info.mode.as_deref()) {
+        ("valgrind", _) => "Valgrind",
+        ("intel-pt", _) => "Intel PT",
+        (_, Some("step")) => "ptrace, a stop per instruction",
+        _ => "ptrace, a stop per branch",
+    };
+    format!("{what}, by {how}")
+}
+
+/// The commands to run next on the bundle `trace_json`: a replay first
+/// (every value with full state; the program counter otherwise, where
+/// LLDB's own trace commands show more).
+fn next_commands(info: &BundleInfo, trace_json: &std::path::Path) -> Vec<String> {
+    let dir = trace_json.parent().map_or_else(|| trace_json.display().to_string(), |d| d.display().to_string());
+    if info.mode.as_deref() == Some("full") {
+        vec![
+            "next: debug it, every value at every point, backwards too:".into(),
+            format!("  retrace replay {dir}          (LLDB 22 with retrace reverse-step/-next/-finish, process continue -R)"),
+            format!("  retrace replay --gdb {dir}    (GDB: reverse-step, reverse-continue, watch -l)"),
+        ]
+    } else {
+        vec![
+            "next: explore it in LLDB, or list what it ran:".into(),
+            format!("  lldb-22 -o \"trace load {}\" -o \"thread trace dump instructions\"", trace_json.display()),
+            format!("  retrace dump instructions {}", trace_json.display()),
+            "  (retrace record --full-state -o DIR -- PROGRAM, then retrace replay DIR: every value, backwards)".into(),
+        ]
     }
 }
 
@@ -307,11 +395,10 @@ fn show_instructions(bar: indicatif::ProgressBar) -> Arc<dyn Fn(u64) + Send + Sy
 fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
     use retrace_collector::valgrind;
     valgrind::availability().map_err(|why| CliError::Message(format!("--backend valgrind: {why}")))?;
-    let full_state = match args.mode {
-        None => false,
-        Some(Mode::Full) => true,
-        Some(_) => return Err(CliError::Message("--backend valgrind sees every branch: its only --mode is full (every register and memory change too); step and branch are the ptrace backend's".into())),
-    };
+    if args.ptrace_stops.is_some() {
+        return Err(CliError::Message("--backend valgrind sees every instruction without stops: --ptrace-stops is for --backend ptrace; leave it out".into()));
+    }
+    let full_state = args.full_state;
     let stop = install_interrupt_handler();
     let mut command = args.command.into_iter();
     let program = command.next().expect("clap requires a program");
@@ -346,9 +433,5 @@ fn run_valgrind(args: Args) -> Result<ExitCode, CliError> {
     let _ = std::fs::remove_dir_all(&spill);
     let (recording, trace_json) = written?;
     report(&recording, &info, &trace_json, args.json);
-    Ok(ExitCode::from(match recording.outcome {
-        Outcome::Exited(code) => code as u8,
-        Outcome::Signaled { signal, .. } => 128u8.wrapping_add(signal as u8),
-        Outcome::InstructionLimit | Outcome::Interrupted => 130,
-    }))
+    Ok(exit_status(&recording.outcome))
 }
