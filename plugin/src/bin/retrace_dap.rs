@@ -21,10 +21,14 @@ use retrace_plugin::dap::{serve, AdapterConfig};
 /// Launch configurations (request "launch"): lldb-dap's own keys (program,
 /// args, cwd, env, stopOnEntry, initCommands, …) plus
 ///
-///   "record": "full" | "branch"   how retrace-stub records (default full)
+///   "record": "auto"              the default: the best recorder here, named in the
+///                                 Debug Console: Intel PT (the whole run, then its
+///                                 replay: the path taken), else "valgrind", else "full"
 ///   "record": "valgrind"          record the program first under Valgrind with full
-///                                 state (retrace record --mode full), then debug the
+///                                 state (retrace record --full-state), then debug the
 ///                                 recording: every register and byte at every stop
+///   "record": "full" | "branch"   retrace-stub records it live, single-stepping
+///                                 (every value; slow) or at branches (the path only)
 ///   "replay": "path/trace.json"    post-mortem: a saved trace instead of a live program
 ///
 /// The adapter starts retrace-stub for the session and ends it (and the
@@ -43,7 +47,7 @@ struct Args {
     /// The LLDB shim, retrace.py [default: $RETRACE_SHIM, else lldb-scripts/retrace.py of the checkout this program was built in].
     #[arg(long, value_name = "PATH")]
     shim: Option<PathBuf>,
-    /// The `retrace` command, which records under Valgrind for `"record": "valgrind"` [default: $RETRACE_CLI, else the one next to this program].
+    /// The `retrace` command, which records a whole run (Valgrind, Intel PT) [default: $RETRACE_CLI, else the one next to this program].
     #[arg(long, value_name = "PATH")]
     retrace: Option<PathBuf>,
 }

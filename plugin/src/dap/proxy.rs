@@ -122,6 +122,10 @@ struct State {
     /// Where a launch (lldb-dap's attach to the stub started here) stands
     /// in its configuration.
     configuring: Configuring,
+    /// The client's `disconnect` (its `seq`) while a stub started here
+    /// runs, and whether it ends the program (`terminateDebuggee`): its
+    /// answer waits until the stub, and the program then, are gone.
+    disconnecting: Option<(i64, bool)>,
 }
 
 /// A launch's configuration, as lldb-dap's events show it. lldb-dap
@@ -262,12 +266,15 @@ impl Session {
             }
             Some("disconnect") => {
                 let mut arguments = object(arguments);
-                if self.state.lock().unwrap().stub.is_some() && !arguments.contains_key("terminateDebuggee") {
-                    // Started here: ending the session ends the program.
-                    arguments.insert("terminateDebuggee".into(), Value::Bool(true));
-                    return Some(request(seq, "disconnect", Value::Object(arguments)));
+                let mut state = self.state.lock().unwrap();
+                if state.stub.is_none() {
+                    return Some(message);
                 }
-                Some(message)
+                // Started here: ending the session ends the program, unless
+                // the client says otherwise.
+                let terminate = *arguments.entry("terminateDebuggee").or_insert(Value::Bool(true)) != Value::Bool(false);
+                state.disconnecting = Some((seq, terminate));
+                Some(request(seq, "disconnect", Value::Object(arguments)))
             }
             _ => Some(message),
         }
@@ -294,20 +301,29 @@ impl Session {
                 let program = relative_to(cwd.as_deref(), Path::new(&program));
                 // lldb-dap reads it for the symbols: the same file.
                 arguments.insert("program".into(), Value::String(program.to_string_lossy().into_owned()));
-                let mode = text("record").unwrap_or_else(|| "full".to_string());
-                if mode != "full" && mode != "branch" && mode != "valgrind" {
-                    return Err(format!("`record` is \"full\", \"branch\" or \"valgrind\", not {mode:?}"));
-                }
+                let recorder = match text("record").as_deref().unwrap_or("auto") {
+                    "auto" => {
+                        let intel_pt = crate::cli::record::intel_pt_here().map(|_| ()).map_err(|e| e.to_string());
+                        let (recorder, why) = best_recorder(intel_pt, retrace_collector::valgrind::availability());
+                        self.to_client(&output_event("console", &format!("retrace-dap: recording with {} ({why}; \"record\" in the launch configuration picks another)\n", recorder.name())));
+                        recorder
+                    }
+                    "valgrind" => Recorder::Valgrind,
+                    "full" => Recorder::Ptrace("full"),
+                    "branch" => Recorder::Ptrace("branch"),
+                    other => return Err(format!("`record` is \"auto\" (the default), \"valgrind\", \"full\" or \"branch\", not {other:?}")),
+                };
                 let args = match arguments.get("args") {
                     None | Some(Value::Null) => Vec::new(),
                     Some(Value::Array(args)) => args.iter().map(|a| a.as_str().map(OsString::from).ok_or("`args` must be strings")).collect::<Result<_, _>>()?,
                     Some(_) => return Err("`args` must be an array of strings".to_string()),
                 };
-                if mode == "valgrind" {
-                    let env = environment(arguments.get("env"))?;
-                    StubRun::Replay { trace_json: self.record_under_valgrind(&program, &args, cwd.as_deref(), &env)? }
-                } else {
-                    StubRun::Record { mode, program, args }
+                match recorder {
+                    Recorder::Ptrace(mode) => StubRun::Record { mode: mode.to_string(), program, args },
+                    whole_run => {
+                        let env = environment(arguments.get("env"))?;
+                        StubRun::Replay { trace_json: self.record_whole_run(whole_run, &program, &args, cwd.as_deref(), &env)? }
+                    }
                 }
             }
         };
@@ -342,15 +358,19 @@ impl Session {
         Ok(request(seq, "attach", Value::Object(arguments)))
     }
 
-    /// `"record": "valgrind"`: runs the program to its end under Valgrind
-    /// with full state (`retrace record --mode full`) into a bundle of its
-    /// own in the temporary directory, its output shown as the program's;
-    /// returns the bundle's trace.json, which the session then replays.
-    fn record_under_valgrind(&self, program: &Path, args: &[OsString], cwd: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, String> {
+    /// A recorder that runs the program to its end (Valgrind with full
+    /// state: `retrace record --full-state`; Intel PT: `retrace record
+    /// --backend intel-pt`) into a bundle of its own in the temporary
+    /// directory, its output shown as the program's; returns the bundle's
+    /// trace.json, which the session then replays.
+    fn record_whole_run(&self, recorder: Recorder, program: &Path, args: &[OsString], cwd: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, String> {
         static RECORDINGS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let bundle = std::env::temp_dir().join(format!("retrace-dap-{}-{}", std::process::id(), RECORDINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+        // (Not an earlier session's bundle, should a pid come again.)
+        let _ = std::fs::remove_dir_all(&bundle);
+        let how: &[&str] = if recorder == Recorder::IntelPt { &["--backend", "intel-pt"] } else { &["--full-state"] };
         let mut command = std::process::Command::new(&self.config.recorder);
-        command.args(["record", "--mode", "full", "--force", "-o"]).arg(&bundle).arg("--").arg(program).args(args).envs(env.iter().map(|(k, v)| (k, v))).stdin(std::process::Stdio::null());
+        command.arg("record").args(how).args(["--force", "-o"]).arg(&bundle).arg("--").arg(program).args(args).envs(env.iter().map(|(k, v)| (k, v))).stdin(std::process::Stdio::null());
         if let Some(cwd) = cwd {
             command.current_dir(cwd);
         }
@@ -360,10 +380,12 @@ impl Session {
         if let Ok(mut client) = client.lock() {
             let _ = write_message(&mut *client, &output_event("stdout", &String::from_utf8_lossy(&out.stdout)));
             let said = String::from_utf8_lossy(&out.stderr);
-            let _ = write_message(&mut *client, &output_event("console", &format!("{said}retrace-dap: recorded under Valgrind into {} (retrace replay {} debugs it again)\n", bundle.display(), bundle.display())));
+            let _ = write_message(&mut *client, &output_event("console", &format!("{said}retrace-dap: recorded with {} into {} (retrace replay {} debugs it again)\n", recorder.name(), bundle.display(), bundle.display())));
         }
         if !trace_json.is_file() {
-            return Err(format!("recording under Valgrind failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+            let said = String::from_utf8_lossy(&out.stderr);
+            let said = if said.trim().is_empty() { format!("retrace record ended ({}) without a bundle or a word", out.status) } else { said.trim().to_string() };
+            return Err(format!("recording with {} failed: {said}", recorder.name()));
         }
         Ok(trace_json)
     }
@@ -450,6 +472,29 @@ impl Session {
             None => {}
         }
         let renamed = state.renamed.remove(&request_seq);
+        if let Some((_, terminate)) = state.disconnecting.take_if(|(seq, _)| *seq == request_seq) {
+            // Answered once what the session started is gone: the stub
+            // ends by itself after lldb-dap's kill or detach.
+            if let Some(mut stub) = state.stub.take() {
+                drop(state);
+                stub.end(std::time::Duration::from_secs(2), terminate);
+            }
+            return Some(message);
+        }
+        let failed = message.json.as_ref().and_then(|j| j.get("success")).and_then(Value::as_bool) == Some(false);
+        if failed {
+            // lldb-dap says why in `body.error.format` alone (its
+            // `message` is empty): a client showing `message` would show
+            // nothing. A launch's failure also says how the stub is.
+            let command = renamed.clone().or_else(|| message.command().map(str::to_string)).unwrap_or_default();
+            let mut reason = failure(&message);
+            if renamed.is_some() {
+                if let Some(stub) = state.stub.as_mut() {
+                    reason = format!("{reason} ({})", stub.condition());
+                }
+            }
+            return Some(error_response(request_seq, &command, &reason));
+        }
         drop(state);
         let Some(mut json) = message.json.clone() else { return Some(message) };
         if let Some(command) = renamed {
@@ -528,23 +573,61 @@ fn answer(request_seq: i64, command: &str, evaluated: &Message) -> Message {
     error_response(request_seq, command, &failure(evaluated))
 }
 
-/// Why lldb-dap's `evaluate` failed, as it said.
-fn failure(evaluated: &Message) -> String {
-    evaluated
-        .json
-        .as_ref()
-        .and_then(|j| j.pointer("/body/error/format").or_else(|| j.get("message")))
-        .and_then(Value::as_str)
-        .unwrap_or("the shim's command failed")
-        .trim()
-        .to_string()
+/// Why a request of lldb-dap's failed, as it said (`body.error.format`,
+/// else `message`), never empty.
+fn failure(response: &Message) -> String {
+    let said = |pointer: &str| response.json.as_ref().and_then(|j| j.pointer(pointer)).and_then(Value::as_str).map(str::trim).filter(|t| !t.is_empty());
+    match said("/body/error/format").or_else(|| said("/message")) {
+        Some(reason) => reason.to_string(),
+        None => format!("lldb-dap's `{}` failed without saying why", response.command().unwrap_or("request")),
+    }
+}
+
+/// What records a launched program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recorder {
+    /// The whole run with Intel PT (control flow), then its replay.
+    IntelPt,
+    /// The whole run under Valgrind with full state, then its replay.
+    Valgrind,
+    /// retrace-stub records it live under ptrace (`full` or `branch`).
+    Ptrace(&'static str),
+}
+
+impl Recorder {
+    /// As the Debug Console names it.
+    fn name(self) -> &'static str {
+        match self {
+            Recorder::IntelPt => "Intel PT (control flow: the past shows where the program was, not its values)",
+            Recorder::Valgrind => "Valgrind, full state",
+            Recorder::Ptrace("branch") => "ptrace, control flow",
+            Recorder::Ptrace(_) => "ptrace, full state (a stop per instruction: slow)",
+        }
+    }
+}
+
+/// `"record": "auto"`: the best recorder here, and why — Intel PT where
+/// it records (`intel_pt`), else Valgrind with full state where it is
+/// installed (`valgrind`), else the stub's ptrace recording of full state.
+fn best_recorder(intel_pt: Result<(), String>, valgrind: Result<(), String>) -> (Recorder, String) {
+    match (intel_pt, valgrind) {
+        (Ok(()), _) => (Recorder::IntelPt, "the CPU's Intel PT records here".into()),
+        (Err(no_pt), Ok(())) => (Recorder::Valgrind, format!("no Intel PT: {no_pt}")),
+        (Err(no_pt), Err(no_valgrind)) => (Recorder::Ptrace("full"), format!("no Intel PT: {no_pt}; {no_valgrind}")),
+    }
 }
 
 fn request(seq: i64, command: &str, arguments: Value) -> Message {
     Message::new(json!({"seq": seq, "type": "request", "command": command, "arguments": arguments}))
 }
 
+/// A failed response to the client's request: `reason` as its `message`
+/// and its `body.error` (what clients show), never empty.
 fn error_response(request_seq: i64, command: &str, reason: &str) -> Message {
+    let reason = match reason.trim() {
+        "" => format!("`{command}` failed without a reason (retrace-dap; RUST_LOG=debug shows more)"),
+        reason => reason.to_string(),
+    };
     Message::new(json!({
         "seq": 0, "type": "response", "request_seq": request_seq, "command": command, "success": false, "message": reason,
         "body": {"error": {"id": 1, "format": reason, "showUser": true}}
@@ -639,5 +722,27 @@ mod tests {
         assert!(!stop_of_no_thread(&pause));
         let continued = json!({"type": "event", "event": "continued", "body": {"threadId": 0}});
         assert!(!stop_of_no_thread(&continued));
+    }
+
+    #[test]
+    fn the_best_recorder_is_intel_pt_then_valgrind_then_ptrace_and_says_why() {
+        let no = |why: &str| Err(why.to_string());
+        assert_eq!(best_recorder(Ok(()), Ok(())).0, Recorder::IntelPt);
+        assert_eq!(best_recorder(Ok(()), no("valgrind is not installed")).0, Recorder::IntelPt);
+        assert_eq!(best_recorder(no("no PMU"), Ok(())), (Recorder::Valgrind, "no Intel PT: no PMU".to_string()));
+        assert_eq!(best_recorder(no("no PMU"), no("valgrind is not installed")), (Recorder::Ptrace("full"), "no Intel PT: no PMU; valgrind is not installed".to_string()));
+    }
+
+    #[test]
+    fn a_failure_never_reaches_the_client_without_a_reason() {
+        // lldb-dap 22's failed attach: the reason in body.error.format only.
+        let lldb_dap = Message::new(json!({"type": "response", "command": "attach", "request_seq": 3, "success": false, "body": {"error": {"format": "failed to connect"}}}));
+        assert_eq!(failure(&lldb_dap), "failed to connect");
+        let silent = Message::new(json!({"type": "response", "command": "attach", "request_seq": 3, "success": false, "message": " "}));
+        assert_eq!(failure(&silent), "lldb-dap's `attach` failed without saying why");
+        let response = error_response(3, "launch", "");
+        let json = response.json.unwrap();
+        assert!(!json["message"].as_str().unwrap().is_empty());
+        assert_eq!(json["message"], json["body"]["error"]["format"]);
     }
 }

@@ -63,7 +63,12 @@ pub struct StubProcess {
     pub port: u16,
     /// The program it started (none for a replay).
     program: Option<libc::pid_t>,
+    /// The stub's own last lines (`retrace-stub: …`), for a failure's reason.
+    last_said: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// How many of the stub's own lines a failure quotes.
+const LINES_KEPT: usize = 4;
 
 impl StubProcess {
     /// Starts the stub and waits until it listens. What it and its program
@@ -115,14 +120,24 @@ impl StubProcess {
             }
         };
         let program = program_pid(&said);
+        let last_said = std::sync::Arc::new(std::sync::Mutex::new(said.lines().map(str::to_string).collect::<std::collections::VecDeque<_>>()));
         let output = std::sync::Arc::new(output);
         output("console", said);
         let stderr_output = std::sync::Arc::clone(&output);
+        let kept = std::sync::Arc::clone(&last_said);
         std::thread::spawn(move || {
             let mut line = String::new();
             while matches!(stderr.read_line(&mut line), Ok(n) if n > 0) {
-                let category = if line.starts_with("retrace-stub:") { "console" } else { "stderr" };
-                stderr_output(category, std::mem::take(&mut line));
+                let own = line.starts_with("retrace-stub:");
+                if own {
+                    if let Ok(mut kept) = kept.lock() {
+                        kept.push_back(line.trim_end().to_string());
+                        while kept.len() > LINES_KEPT {
+                            kept.pop_front();
+                        }
+                    }
+                }
+                stderr_output(if own { "console" } else { "stderr" }, std::mem::take(&mut line));
             }
         });
         let mut stdout = child.stdout.take().expect("stdout is piped");
@@ -132,7 +147,37 @@ impl StubProcess {
                 output("stdout", String::from_utf8_lossy(&chunk[..n]).into_owned());
             }
         });
-        Ok(StubProcess { child, port, program })
+        Ok(StubProcess { child, port, program, last_said })
+    }
+
+    /// What a failure to debug through it can say of it: whether it still
+    /// runs (else its exit status) and its last lines.
+    pub fn condition(&mut self) -> String {
+        let state = match self.child.try_wait() {
+            Ok(None) => format!("retrace-stub (pid {}, port {}) is still running", self.child.id(), self.port),
+            Ok(Some(status)) => format!("retrace-stub (port {}) ended: {status}", self.port),
+            Err(e) => format!("retrace-stub (port {}): {e}", self.port),
+        };
+        let said: Vec<String> = self.last_said.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default();
+        if said.is_empty() {
+            state
+        } else {
+            format!("{state}; it last said: {}", said.join(" / "))
+        }
+    }
+
+    /// Ends the session's processes and returns once they are gone: the
+    /// stub (waited for `patience` to end by itself, as it does after a
+    /// client's kill or detach, then killed), and its program unless
+    /// `program_too` is false (a detach: it runs on).
+    pub fn end(&mut self, patience: std::time::Duration, program_too: bool) {
+        if !program_too {
+            self.program = None;
+        }
+        if !self.wait_for_end(patience) {
+            tracing::debug!("the stub did not end by itself: killing it");
+        }
+        self.kill();
     }
 
     /// Whether it has ended, waiting at most `patience` for it.
@@ -158,11 +203,16 @@ impl StubProcess {
         let _ = self.child.wait();
         let Some(program) = self.program.take() else { return };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut killed = false;
         while is_running(program) {
-            if std::time::Instant::now() >= deadline {
+            if !killed && std::time::Instant::now() >= deadline {
                 tracing::warn!(pid = program, "the program outlived its stub: killing it");
                 // SAFETY: a signal to a process; nothing else is touched.
                 unsafe { libc::kill(program, libc::SIGKILL) };
+                killed = true;
+            }
+            if killed && std::time::Instant::now() >= deadline + std::time::Duration::from_secs(5) {
+                tracing::warn!(pid = program, "the program is still there 5 s after SIGKILL");
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));

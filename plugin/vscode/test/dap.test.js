@@ -18,9 +18,11 @@ const ADD = markedLine("add");
 const ROWS = markedLine("rows");
 const PRINT = markedLine("print");
 const TRACE_JSON = process.env.RETRACE_DAP_TRACE_JSON;
-// A full-state recording (`retrace record --mode full`): the replay shows
+// A full-state recording (`retrace record --full-state`): the replay shows
 // the locals of every stop too, and ends as the program ended.
 const FULL_STATE = process.env.RETRACE_DAP_FULL_STATE === "1";
+// The CPU's Intel PT PMU is there (a launch's best recorder then).
+const INTEL_PT = require("node:fs").existsSync("/sys/bus/event_source/devices/intel_pt/type");
 
 /** Plain lldb-dap, forwards: entry, the breakpoint's hits for i = 0 and 1, then every instruction up to its hit for i = 2. */
 async function forwardRun() {
@@ -61,15 +63,18 @@ async function plainLaunchStops() {
 }
 
 /**
- * Disconnects (terminateDebuggee as given) and asserts that one second
- * later none of the session's processes runs: lldb-dap, the stub, and the
- * program when there is one (a recording's; a replay has none).
+ * Disconnects (terminateDebuggee as given) and asserts that when the
+ * answer comes the stub and the program (a recording's; a replay has
+ * none) are gone, and one second later lldb-dap too (it ends after it
+ * answers).
  */
 async function disconnectEndsEverything(dc, args, expected) {
   const processes = sessionProcesses(dc);
   const names = processes.map((p) => p.name);
   for (const name of expected) assert.ok(names.some((n) => n.startsWith(name)), `${name} among the session's processes: ${names}`);
   await dc.disconnectRequest(args);
+  const before = processes.filter((p) => !p.name.startsWith("lldb-dap") && running(p.pid));
+  assert.deepEqual(before, [], "disconnect is answered once the stub and the program are gone");
   await new Promise((resolve) => setTimeout(resolve, 1000));
   const left = processes.filter((p) => running(p.pid));
   assert.deepEqual(left, [], "one second after disconnect nothing the session started runs");
@@ -314,12 +319,20 @@ test("replay of a saved trace: breakpoints, reverseContinue, stepBack", { skip: 
   }
 });
 
-test("launch recorded under Valgrind: breakpoints with locals, reverseContinue, stepBack", { skip: !FULL_STATE && "RETRACE_DAP_FULL_STATE not set" }, async () => {
+test("launch with the best recorder, Valgrind here: breakpoints with locals, reverseContinue, stepBack", { skip: !FULL_STATE && "RETRACE_DAP_FULL_STATE not set" }, async () => {
   assert.ok(truth, "the forward truth ran");
   const { dc } = await client("retrace");
+  const console = [];
+  dc.on("output", (event) => event.body.category === "console" && console.push(event.body.output));
   try {
-    // The program runs to its end under Valgrind; the session replays the recording from its start.
-    const first = await start(dc, "launch", { program: PROGRAM, record: "valgrind" }, [CALL]);
+    // No `record`: the best recorder here (without Intel PT, Valgrind:
+    // installed, as RETRACE_DAP_FULL_STATE says), named in the Debug
+    // Console. (Where the CPU has Intel PT, that is the best: Valgrind is
+    // then asked for.) The program runs to its end under Valgrind; the
+    // session replays the recording from its start.
+    const first = await start(dc, "launch", INTEL_PT ? { program: PROGRAM, record: "valgrind" } : { program: PROGRAM }, [CALL]);
+    const chose = console.find((line) => line.startsWith("retrace-dap: recording with "));
+    assert.ok(INTEL_PT || (chose && chose.startsWith("retrace-dap: recording with Valgrind, full state (no Intel PT: ")), `the Debug Console names the recorder: ${console.join("")}`);
     const thread = first.threadId;
     assertSamePlace(await place(dc, thread), truth.hits[0], true, "record valgrind: hit for i = 0");
     let stop = await stopAfter(dc, () => dc.continueRequest({ threadId: thread }));
