@@ -83,7 +83,7 @@ enum Command {
     /// How (--backend): `intel-pt` needs the CPU's intel_pt PMU (control
     /// flow only, at near native speed); `valgrind` runs the program on
     /// Valgrind with retrace's tool on any x86-64, AMD and VMs included
-    /// (~7x native on long runs, 40-90x on short ones where Valgrind's
+    /// (7-10x native on long runs, 20-120x on short ones where Valgrind's
     /// start-up dominates; a PIE program loads at 0x108000), control flow
     /// or full state; `ptrace` stops the program at every instruction
     /// (--ptrace-stops step, ~20-40 µs each) or every branch (branch),
