@@ -10,16 +10,6 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use retrace_tests::tools::{require, which};
-
-fn tools_present() -> bool {
-    require("gcc", which("gcc").is_some())
-        && require("gdb", which("gdb").is_some())
-        && require("lldb-22", which("lldb-22").is_some())
-        && require("valgrind (Debian package valgrind)", which("valgrind").is_some())
-        && require("retrace built with Valgrind's headers", retrace_collector::valgrind::availability().is_ok())
-}
-
 const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/planted_bug.c");
 
 /// The line of the example marked `line:MARKER`.
@@ -30,7 +20,7 @@ fn marked_line(marker: &str) -> usize {
 
 #[test]
 fn the_main_job_runs_back_from_the_wrong_value_to_the_store_that_overran() {
-    if !tools_present() {
+    if !common::debuggers_and_valgrind_present() {
         return;
     }
     // The binaries this test run built (the script builds a release

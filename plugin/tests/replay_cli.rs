@@ -9,16 +9,6 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use retrace_tests::tools::{require, which};
-
-fn tools_present() -> bool {
-    require("gcc", which("gcc").is_some())
-        && require("gdb", which("gdb").is_some())
-        && require("lldb-22", which("lldb-22").is_some())
-        && require("valgrind (Debian package valgrind)", which("valgrind").is_some())
-        && require("retrace built with Valgrind's headers", retrace_collector::valgrind::availability().is_ok())
-}
-
 /// `retrace replay` with `args`: its stdout and stderr, and whether it
 /// succeeded. The stub is the one this test run built.
 fn replay(args: &[&str]) -> (String, bool) {
@@ -29,7 +19,7 @@ fn replay(args: &[&str]) -> (String, bool) {
 
 #[test]
 fn lldb_and_gdb_on_a_full_state_recording_see_the_native_values_of_the_last_hit() {
-    if !tools_present() {
+    if !common::debuggers_and_valgrind_present() {
         return;
     }
     let dir = common::work_dir("replay-cli", "full-state");
@@ -67,7 +57,7 @@ fn lldb_and_gdb_on_a_full_state_recording_see_the_native_values_of_the_last_hit(
 
 #[test]
 fn gdb_reads_the_modules_from_the_bundle_quietly() {
-    if !tools_present() {
+    if !common::debuggers_and_valgrind_present() {
         return;
     }
     let dir = common::work_dir("replay-cli", "gdb-sysroot");

@@ -25,6 +25,19 @@ pub fn build(name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
     exe
 }
 
+/// Whether what replaying a full-state recording in both debuggers needs
+/// is here: gcc, GDB, LLDB 22, Valgrind and retrace built with its headers
+/// (each one missing is reported; under CI=true it fails the test).
+#[allow(dead_code)]
+pub fn debuggers_and_valgrind_present() -> bool {
+    use retrace_tests::tools::{require, which};
+    require("gcc", which("gcc").is_some())
+        && require("gdb", which("gdb").is_some())
+        && require("lldb-22", which("lldb-22").is_some())
+        && require("valgrind (Debian package valgrind)", which("valgrind").is_some())
+        && require("retrace built with Valgrind's headers", retrace_collector::valgrind::availability().is_ok())
+}
+
 /// An empty directory `<target tmp>/<group>/<name>` for one test.
 #[allow(dead_code)] // not every test file needs one
 pub fn work_dir(group: &str, name: &str) -> PathBuf {
