@@ -8,6 +8,8 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 
+use retrace_decoder::bundle::TraceBundle;
+
 use super::CliError;
 use crate::companions::{self, beside_this_program, env_path, on_path};
 
@@ -25,11 +27,15 @@ pub struct Args {
     pub debugger_args: Vec<OsString>,
 }
 
+/// The bundle described by `trace_json`.
+fn read_bundle(trace_json: &Path) -> Result<TraceBundle, CliError> {
+    let text = std::fs::read_to_string(trace_json).map_err(|e| CliError::Message(format!("{}: {e}", trace_json.display())))?;
+    TraceBundle::from_json(&text).map_err(|e| CliError::Message(format!("{}: {e}", trace_json.display())))
+}
+
 /// The program the bundle recorded: its own file if it is still there,
 /// else the bundle's copy.
-fn program_of(trace_json: &Path) -> Result<PathBuf, CliError> {
-    let text = std::fs::read_to_string(trace_json).map_err(|e| CliError::Message(format!("{}: {e}", trace_json.display())))?;
-    let bundle = retrace_decoder::bundle::TraceBundle::from_json(&text).map_err(|e| CliError::Message(format!("{}: {e}", trace_json.display())))?;
+fn program_of(trace_json: &Path, bundle: &TraceBundle) -> Result<PathBuf, CliError> {
     let module = bundle.processes.first().and_then(|p| p.modules.first()).ok_or_else(|| CliError::Message(format!("{}: the bundle names no program", trace_json.display())))?;
     let own = PathBuf::from(&module.system_path);
     if own.is_file() {
@@ -45,11 +51,9 @@ fn program_of(trace_json: &Path) -> Result<PathBuf, CliError> {
 /// sysroot, and their folders to search by name (the program asks for its
 /// interpreter by a path, `/lib64/ld-linux-x86-64.so.2`, that is a link to
 /// the file copied). None when the bundle holds no copies.
-fn gdb_local_files(trace_json: &Path) -> Vec<String> {
+fn gdb_local_files(trace_json: &Path, bundle: &TraceBundle) -> Vec<String> {
     let bundle_dir = trace_json.parent().unwrap_or(Path::new("."));
     let Ok(modules) = bundle_dir.join("modules").canonicalize() else { return Vec::new() };
-    let text = std::fs::read_to_string(trace_json).unwrap_or_default();
-    let Ok(bundle) = retrace_decoder::bundle::TraceBundle::from_json(&text) else { return Vec::new() };
     let mut folders: Vec<PathBuf> = Vec::new();
     for module in bundle.processes.iter().flat_map(|p| &p.modules) {
         let Some(folder) = module.file.as_ref().and_then(|f| bundle_dir.join(f).parent()?.canonicalize().ok()) else { continue };
@@ -67,7 +71,8 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     if !trace_json.is_file() {
         return Err(CliError::Message(format!("{}: no trace.json there (give the directory `retrace record -o` wrote, or its trace.json)", args.bundle.display())));
     }
-    let program = program_of(&trace_json)?;
+    let bundle = read_bundle(&trace_json)?;
+    let program = program_of(&trace_json, &bundle)?;
     let stub = args.stub.clone().or_else(|| env_path("RETRACE_STUB")).unwrap_or_else(|| beside_this_program("retrace-stub"));
     if !stub.is_file() {
         return Err(CliError::Message(format!("{}: no retrace-stub there: build it (cargo build -p retrace-stub) or give --stub PATH", stub.display())));
@@ -109,7 +114,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     let mut command = std::process::Command::new(&debugger);
     if args.gdb {
         command.arg(&program);
-        for setting in gdb_local_files(&trace_json) {
+        for setting in gdb_local_files(&trace_json, &bundle) {
             command.arg("-ex").arg(setting);
         }
         command.args(["-ex", &format!("target remote {address}")]);
