@@ -148,15 +148,14 @@ pub fn intel_pt_here() -> Result<PerfIntelPt, IntelPtError> {
     Ok(source)
 }
 
-/// The hardware source to record with, or `None` for the software backend.
+/// The hardware source to record with, or `None` for Valgrind or ptrace.
 /// `auto` takes Intel PT only when an event really opens, and says why not
 /// when the PMU is there but unusable (`perf_event_paranoid`, a container…).
 fn choose_backend(backend: Backend) -> Result<Option<PerfIntelPt>, CliError> {
-    let usable = intel_pt_here;
     match backend {
         Backend::Ptrace | Backend::Valgrind => Ok(None),
-        Backend::IntelPt => usable().map(Some).map_err(|error| CliError::Message(format!("--backend intel-pt: {error}"))),
-        Backend::Auto => match usable() {
+        Backend::IntelPt => intel_pt_here().map(Some).map_err(|error| CliError::Message(format!("--backend intel-pt: {error}"))),
+        Backend::Auto => match intel_pt_here() {
             Ok(source) => Ok(Some(source)),
             Err(IntelPtError::Absent { .. }) => Ok(None),
             Err(error) => {
