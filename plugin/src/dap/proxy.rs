@@ -178,10 +178,7 @@ pub fn serve(config: AdapterConfig, input: Box<dyn BufRead + Send>, output: Box<
     let stub = session.state.lock().unwrap().stub.take();
     if let Some(mut stub) = stub {
         // After lldb-dap's `k` the stub ends by itself; otherwise end it.
-        if !stub.wait_for_end(std::time::Duration::from_secs(2)) {
-            tracing::debug!("the stub outlived lldb-dap: killing it");
-        }
-        stub.kill();
+        stub.end(std::time::Duration::from_secs(2), true);
     }
     ended
 }
@@ -459,14 +456,14 @@ impl Session {
         match state.pending.remove(&request_seq) {
             Some(Pending::Answer { request_seq, command }) => {
                 let answered = answer(request_seq, &command, &message);
-                if command == "stepBack" && answered.json.as_ref().and_then(|j| j.get("success")) == Some(&Value::Bool(true)) {
+                if command == "stepBack" && success(&answered) == Some(true) {
                     // It lands by a forward resume: the direction is forward after it.
                     state.reversed = false;
                 }
                 return Some(answered);
             }
             Some(Pending::Quiet { what }) => {
-                let succeeded = message.json.as_ref().and_then(|j| j.get("success")).and_then(Value::as_bool) == Some(true);
+                let succeeded = success(&message) == Some(true);
                 return (!succeeded).then(|| output_event("console", &format!("retrace-dap: `{what}` failed: {}\n", failure(&message))));
             }
             None => {}
@@ -481,8 +478,7 @@ impl Session {
             }
             return Some(message);
         }
-        let failed = message.json.as_ref().and_then(|j| j.get("success")).and_then(Value::as_bool) == Some(false);
-        if failed {
+        if success(&message) == Some(false) {
             // lldb-dap says why in `body.error.format` alone (its
             // `message` is empty): a client showing `message` would show
             // nothing. A launch's failure also says how the stub is.
@@ -566,11 +562,15 @@ impl Session {
 /// The client's answer to its request, from lldb-dap's answer to the
 /// `evaluate` standing for it.
 fn answer(request_seq: i64, command: &str, evaluated: &Message) -> Message {
-    let success = evaluated.json.as_ref().and_then(|j| j.get("success")).and_then(Value::as_bool).unwrap_or(false);
-    if success {
+    if success(evaluated) == Some(true) {
         return Message::new(json!({"seq": 0, "type": "response", "request_seq": request_seq, "command": command, "success": true}));
     }
     error_response(request_seq, command, &failure(evaluated))
+}
+
+/// A response's `success` (`None`: not said).
+fn success(response: &Message) -> Option<bool> {
+    response.json.as_ref()?.get("success")?.as_bool()
 }
 
 /// Why a request of lldb-dap's failed, as it said (`body.error.format`,
