@@ -8,7 +8,7 @@ use retrace_decoder::bundle::{
     BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress, RecordedExit, Recorder, TraceBundle, TscConversion,
 };
 
-use crate::software::{ImageRecording, Recording};
+use crate::recording::{ImageRecording, Recording};
 
 /// Why a bundle could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -122,8 +122,8 @@ fn write_description(
             exec_images,
             full_state,
             exit: match recording.outcome {
-                crate::software::Outcome::Exited(code) => Some(RecordedExit::Status(code)),
-                crate::software::Outcome::Signaled { signal, .. } => Some(RecordedExit::Signal(signal as i32)),
+                crate::recording::Outcome::Exited(code) => Some(RecordedExit::Status(code)),
+                crate::recording::Outcome::Signaled { signal, .. } => Some(RecordedExit::Signal(signal as i32)),
                 _ => None,
             },
         }),

@@ -28,7 +28,8 @@ use retrace_decoder::bundle::CpuInfo;
 use crate::control::{ProcessEvent, TracedProcess, Wait};
 use crate::intel_pt::{IntelPtError, IntelPtPmu, MlockBudget, PtEventConfig, ThreadPtEvent};
 use crate::process::{self, LoadedModule, Tracee};
-use crate::software::{ImageRecording, Outcome, RecordOptions, Recording, ThreadRecording};
+use crate::ptrace_recorder::RecordOptions;
+use crate::recording::{ImageRecording, Outcome, Recording, ThreadRecording};
 
 /// Where each thread's trace comes from.
 pub trait ThreadTraceSource {

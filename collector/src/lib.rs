@@ -9,9 +9,12 @@
 //!   owner of `waitpid` (threads, clone/fork/vfork, exec, signals, exit);
 //! * [`blocks`] — branch stops: threads run block by block to an `int3`
 //!   the program never sees, the branch emulated there;
-//! * [`software`] — the software backend: single-steps every thread and
-//!   encodes the flow as genuine Intel PT ([`pt_writer`]), so every consumer
-//!   (retrace, libipt, LLDB's intel-pt plugin) decodes one format;
+//! * [`recording`] — what a recording is, whatever recorded it: program
+//!   images, their threads' Intel PT, modules, full state, how it ended;
+//! * [`ptrace_recorder`] — the ptrace recorder: single-steps (or runs block
+//!   by block) every thread and encodes the flow as genuine Intel PT
+//!   ([`pt_writer`]), so every consumer (retrace, libipt, LLDB's intel-pt
+//!   plugin) decodes one format;
 //! * [`trace_ring`] — one thread's trace as a fixed-size ring of the newest
 //!   data, as a debugger asks for it (`iptTraceSize`);
 //! * [`bundle_writer`] — `trace.json` + per-thread traces + module copies;
@@ -37,6 +40,7 @@ pub mod intel_pt;
 pub mod perf_clock;
 pub mod process;
 pub mod pt_writer;
-pub mod software;
+pub mod ptrace_recorder;
+pub mod recording;
 pub mod trace_ring;
 pub mod valgrind;

@@ -12,7 +12,8 @@ use std::process::Command;
 use nix::unistd::Pid;
 use retrace_collector::hardware::{record_threads, ThreadTraceSource};
 use retrace_collector::process::{launch, LaunchOptions};
-use retrace_collector::software::{record, Outcome, RecordOptions, Recording, StepMode};
+use retrace_collector::ptrace_recorder::{record, RecordOptions, StepMode};
+use retrace_collector::recording::{Outcome, Recording};
 
 const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/programs");
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use retrace_collector::software::StepMode;
+use retrace_collector::ptrace_recorder::StepMode;
 use retrace_tests::recordings::{build, programs_dir, record_bundle};
 use retrace_tests::tools::{require, which};
 

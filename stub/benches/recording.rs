@@ -23,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
-use retrace_collector::software::{record, RecordOptions, StepMode};
+use retrace_collector::ptrace_recorder::{record, RecordOptions, StepMode};
 
 fn build(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();

@@ -31,6 +31,13 @@ use object::{Object, ObjectSymbol};
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+/// The stub measured: this build's, or another build's (`RETRACE_STUB`,
+/// e.g. an earlier commit's release binary, to compare the two runs'
+/// ratios).
+fn stub_binary() -> std::ffi::OsString {
+    std::env::var_os("RETRACE_STUB").unwrap_or_else(|| env!("CARGO_BIN_EXE_retrace-stub").into())
+}
+
 /// Instructions an iteration of the loop runs (measured: the recording's
 /// count over its iterations, ~16).
 const PER_ITERATION: u64 = 16;
@@ -110,7 +117,7 @@ fn bench(program: &Path, dir: &Path, length: u64) {
 
     let (mark_pc, end_pc, sink, marked, environ) =
         (symbol(program, "bench_mark"), symbol(program, "bench_end"), symbol(program, "sink"), symbol(program, "marked"), symbol(program, "__environ"));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    let mut command = Command::new(stub_binary());
     command.arg("--replay").arg(bundle.join("trace.json")).args(["--listen", "127.0.0.1:0"]);
     let start = Instant::now();
     let (stub, line) = common::spawn_stub(command);

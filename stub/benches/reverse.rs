@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
-use retrace_collector::software::{record, RecordOptions, StepMode};
+use retrace_collector::ptrace_recorder::{record, RecordOptions, StepMode};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -160,7 +160,7 @@ fn collector_branch(program: &Path, iterations: &str) -> Measured {
     let mut options = LaunchOptions::new(program.as_os_str(), [iterations]);
     options.pin_cpu = Some(current_cpu());
     let recording = record(launch(&options).unwrap(), &RecordOptions { mode: StepMode::Branch, ..RecordOptions::default() }).unwrap();
-    assert_eq!(recording.outcome, retrace_collector::software::Outcome::Exited(0));
+    assert_eq!(recording.outcome, retrace_collector::recording::Outcome::Exited(0));
     let bytes = recording.trace_bytes() as f64;
     Measured { instructions: recording.instructions(), seconds: recording.elapsed.as_secs_f64(), bytes, resident: bytes }
 }

@@ -28,6 +28,13 @@ use object::{Object, ObjectSymbol};
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+/// The stub measured: this build's, or another build's (`RETRACE_STUB`,
+/// e.g. an earlier commit's release binary, to compare the two runs'
+/// ratios).
+fn stub_binary() -> std::ffi::OsString {
+    std::env::var_os("RETRACE_STUB").unwrap_or_else(|| env!("CARGO_BIN_EXE_retrace-stub").into())
+}
+
 /// The address of symbol `name` in `program`.
 fn symbol(program: &Path, name: &str) -> u64 {
     let data = std::fs::read(program).unwrap();
@@ -73,7 +80,7 @@ type Session = common::RawSession;
 
 /// `retrace-stub --record=full` on `program iterations`, a raw session with it.
 fn start(program: &Path, iterations: u64) -> Session {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_retrace-stub"));
+    let mut command = Command::new(stub_binary());
     command.args(["--record=full", "--listen", "127.0.0.1:0", "--"]).arg(program).arg(iterations.to_string());
     let (stub, line) = common::spawn_stub(command);
     let (_, port) = common::pid_and_port(&line);

@@ -32,3 +32,8 @@ pub mod hex;
 pub mod protocol;
 pub mod signals;
 pub mod inferior;
+
+// Every target offers the same gdbstub capabilities.
+protocol::capabilities::offer_capabilities!(inferior::inert::InertTarget);
+protocol::capabilities::offer_capabilities!(inferior::saved_trace::SavedTrace);
+protocol::capabilities::offer_capabilities!(inferior::live::ProcessTarget);

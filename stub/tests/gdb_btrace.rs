@@ -10,7 +10,7 @@ mod common;
 
 use common::{exchange, gdb, gdb_breakpoint_address as breakpoint_address, printed_values, retrace, start_stub, wait_exit};
 use retrace_collector::process::{launch, LaunchOptions};
-use retrace_collector::software::{record, RecordOptions, StepMode};
+use retrace_collector::ptrace_recorder::{record, RecordOptions, StepMode};
 use retrace_tests::recordings::build;
 use retrace_tests::tools::{require, which};
 

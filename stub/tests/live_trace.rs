@@ -15,7 +15,7 @@ mod common;
 
 use common::{exchange, framed, read_packet, retrace, start_stub, wait_exit};
 use retrace_collector::process::{launch, LaunchOptions};
-use retrace_collector::software::{record, RecordOptions, StepMode};
+use retrace_collector::ptrace_recorder::{record, RecordOptions, StepMode};
 use retrace_tests::recordings::build;
 use retrace_tests::tools::{require, which};
 

@@ -10,7 +10,7 @@ use std::process::{Child, Command};
 mod common;
 
 use common::{gdb, gdb_breakpoint_address, json_lines, lldb_python, printed_values, retrace, start_stub_command, wait_exit};
-use retrace_collector::software::StepMode;
+use retrace_collector::ptrace_recorder::StepMode;
 use retrace_tests::recordings::{build, record_bundle};
 use retrace_tests::tools::{require, which};
 

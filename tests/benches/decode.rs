@@ -10,7 +10,7 @@ fn main() {
     use std::path::Path;
     use std::process::Command;
 
-    use retrace_collector::software::StepMode;
+    use retrace_collector::ptrace_recorder::StepMode;
     use retrace_decoder::flow::{FlowDecoder, Item};
     use retrace_tests::bench::best_of_three as best;
     use retrace_decoder::bundle::load::load;

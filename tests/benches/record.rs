@@ -10,7 +10,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
-use retrace_collector::software::{record, Outcome, RecordOptions, StepMode};
+use retrace_collector::ptrace_recorder::{record, RecordOptions, StepMode};
+use retrace_collector::recording::Outcome;
 
 fn main() {
     let iterations: u64 = std::env::var("RETRACE_BENCH_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use retrace_collector::bundle_writer::{write_bundle, BundleInfo};
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
-use retrace_collector::software::{record, RecordOptions, StepMode};
+use retrace_collector::ptrace_recorder::{record, RecordOptions, StepMode};
 use retrace_decoder::bundle::CpuInfo;
 
 /// `tests/programs`.

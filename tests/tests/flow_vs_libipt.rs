@@ -12,7 +12,7 @@ fn libipt_is_available() {
 mod with_libipt {
     use std::path::Path;
 
-    use retrace_collector::software::StepMode;
+    use retrace_collector::ptrace_recorder::StepMode;
     use retrace_decoder::flow::{FlowDecoder, Item};
     use retrace_decoder::bundle::load::load;
     use retrace_tests::bundles::{cpu, file_sections};

@@ -15,7 +15,7 @@ use retrace_decoder::x86::{classify, ExecMode, FlowKind, InsnInfo};
 use super::log::{log_records, parse_record, LogError, LogRecord, Parsed, ENTERED_NEXT, LOG_MAGIC};
 use crate::process::LoadedModule;
 use crate::pt_writer::{StraightRun, ThreadPtWriter, DEFAULT_PSB_PERIOD};
-use crate::software::{FullStateStream, ImageRecording, ThreadRecording};
+use crate::recording::{FullStateStream, ImageRecording, ThreadRecording};
 
 /// Signals a faulting instruction raises (SIGILL, SIGTRAP, SIGBUS, SIGFPE,
 /// SIGSEGV): delivered at that instruction, which did not complete.

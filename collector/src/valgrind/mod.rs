@@ -56,7 +56,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::pt_writer::DEFAULT_PSB_PERIOD;
-use crate::software::{Outcome, Recording};
+use crate::recording::{Outcome, Recording};
 
 mod convert;
 mod log;
@@ -189,7 +189,7 @@ pub struct ValgrindOptions {
     /// far (all images).
     pub progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
     /// Also record every register and memory change (each image's
-    /// [`crate::software::ImageRecording::full_state`]).
+    /// [`crate::recording::ImageRecording::full_state`]).
     pub full_state: bool,
 }
 

@@ -53,7 +53,7 @@ fn ended_at(number: u32, ip: u64) -> Vec<u8> {
 }
 
 /// A whole (intact) log converted with its full-state stream.
-fn converted_with_full_state(log: &[u8]) -> crate::software::ImageRecording {
+fn converted_with_full_state(log: &[u8]) -> crate::recording::ImageRecording {
     let mut converter = LogConverter::new(DEFAULT_PSB_PERIOD, true).with_full_state(true);
     for record in log_records(log) {
         converter.feed(record.unwrap()).unwrap();

@@ -15,7 +15,9 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use retrace_plugin::bundle::DecodedBundle;
-use retrace_plugin::cli::{calls, dump, BulkOutput, CliError, Sink};
+use retrace_plugin::cli::error::CliError;
+use retrace_plugin::cli::output::{BulkOutput, Sink};
+use retrace_plugin::cli::{calls, dump};
 
 /// An LLDB trace bundle (`trace.json` and what it lists), decoded lazily.
 #[pyclass(frozen)]

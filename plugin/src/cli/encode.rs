@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use retrace_decoder::packet::script;
 
-use super::CliError;
+use crate::cli::error::CliError;
 
 pub fn run(script_path: &Path, output: &Path) -> Result<ExitCode, CliError> {
     let text = std::fs::read_to_string(script_path).map_err(CliError::file(script_path))?;

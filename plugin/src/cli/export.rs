@@ -14,7 +14,8 @@ use retrace_decoder::wallclock::WallClock;
 use serde_json::{json, Value};
 
 use super::calls::{call_name, track_calls, BlockSites, ContextTable};
-use super::{xray, CliError};
+use super::xray;
+use crate::cli::error::CliError;
 use crate::bundle;
 
 /// Output flavour (both are the Chrome trace-event format).

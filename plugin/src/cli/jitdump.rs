@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use retrace_decoder::jitdump::{ByteOrder, CodeRegion, CodeRegions, Header, Jitdump, JitdumpError, Placement};
 use serde_json::json;
 
-use super::CliError;
+use crate::cli::error::CliError;
 
 /// One listed line, in file order.
 enum Line<'r, 'a> {

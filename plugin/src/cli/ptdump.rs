@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use retrace_decoder::packet::listing::{error_line, write_packet_line, ErrorRecord, PacketRecord};
 use retrace_decoder::packet::PacketDecoder;
 
-use super::CliError;
+use crate::cli::error::CliError;
 
 pub fn run(path: &Path, json: bool, no_sync: bool) -> Result<ExitCode, CliError> {
     let data = std::fs::read(path).map_err(CliError::file(path))?;

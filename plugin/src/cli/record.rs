@@ -11,10 +11,11 @@ use retrace_collector::bundle_writer::{write_bundle, BundleInfo};
 use retrace_collector::hardware::{host_cpu_info, record_threads, PerfIntelPt};
 use retrace_collector::intel_pt::{IntelPtError, PtEventConfig};
 use retrace_collector::process::{current_cpu, launch, LaunchOptions};
-use retrace_collector::software::{record, Outcome, RecordOptions, StepMode};
+use retrace_collector::ptrace_recorder::{record, RecordOptions, StepMode};
+use retrace_collector::recording::Outcome;
 use retrace_decoder::bundle::CpuInfo;
 
-use super::CliError;
+use crate::cli::error::CliError;
 
 /// How a program is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -260,7 +261,7 @@ fn exit_status(outcome: &Outcome) -> ExitCode {
 
 /// What `retrace record` says about a recording on stderr: the summary as
 /// one line of JSON, or the outcome, threads, counts and the bundle.
-fn report(recording: &retrace_collector::software::Recording, info: &BundleInfo, trace_json: &std::path::Path, json: bool) {
+fn report(recording: &retrace_collector::recording::Recording, info: &BundleInfo, trace_json: &std::path::Path, json: bool) {
     let seconds = recording.elapsed.as_secs_f64();
     let instructions = recording.instructions();
     let rate = if seconds > 0.0 { instructions as f64 / seconds } else { 0.0 };

@@ -10,7 +10,7 @@ use std::process::{ExitCode, Stdio};
 
 use retrace_decoder::bundle::TraceBundle;
 
-use super::CliError;
+use crate::cli::error::CliError;
 use crate::companions::{self, beside_this_program, env_path, on_path};
 
 /// What `retrace replay` was asked.

@@ -15,7 +15,7 @@ use retrace_decoder::xray::{FunctionId, Log, Mode, RecordKind};
 use serde_json::{json, Value};
 
 use super::calls::Format;
-use super::CliError;
+use crate::cli::error::CliError;
 
 /// True when `bytes` start like an XRay log (not a `trace.json`).
 pub fn looks_like_xray(bytes: &[u8]) -> bool {

@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 use retrace_collector::process::{launch, LaunchOptions};
 
 use crate::arch::Regs;
-use crate::inferior::live::registers::{read_all_registers, write_all_registers};
+use crate::inferior::ptrace_registers::{read_all_registers, write_all_registers};
 
 const PAGE: u64 = 4096;
 

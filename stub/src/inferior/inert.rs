@@ -33,7 +33,8 @@ pub struct InertTarget {
     threads: BTreeSet<u64>,
     registers: HashMap<u64, Regs>,
     memory: Vec<u8>,
-    breakpoints: crate::inferior::replay::Breakpoints,
+    /// Its breakpoint table.
+    session: crate::inferior::replay::ReplaySession,
     /// Threads resumed by the last resume actions.
     actions: BTreeSet<u64>,
     scheduler_locked: bool,
@@ -50,7 +51,7 @@ impl InertTarget {
             threads: threads.iter().copied().collect(),
             registers: threads.iter().map(|&t| (t, Regs::default())).collect(),
             memory,
-            breakpoints: crate::inferior::replay::Breakpoints::default(),
+            session: crate::inferior::replay::ReplaySession::new(),
             actions: BTreeSet::new(),
             scheduler_locked: false,
             stop: None,
@@ -232,12 +233,12 @@ impl SwBreakpoint for InertTarget {
         if self.window(addr, 1).is_none() {
             return Ok(false);
         }
-        self.breakpoints.software.insert(addr);
+        self.session.breakpoints_mut().insert_software(addr);
         Ok(true)
     }
 
     fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        self.breakpoints.software.remove(&addr);
+        self.session.breakpoints_mut().remove_software(addr);
         Ok(true)
     }
 }

@@ -29,9 +29,11 @@ pub mod error;
 pub mod frames;
 pub mod host_files;
 pub mod inert;
+pub mod libraries;
 pub mod live;
 pub mod recorded_state;
 pub mod saved_trace;
+pub mod ptrace_registers;
 pub mod scratch;
 pub mod state_log;
 pub mod replay;
@@ -328,6 +330,42 @@ pub trait HistoryOps {
     fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, InferiorError>;
 }
 
+/// The tracing capability of a target that records traces: typed answers,
+/// which the protocol's trace packets and `monitor trace` put into words.
+pub trait TraceOps {
+    /// Starts recording threads or the process; the error is a sentence
+    /// for the user (LLDB's wording where LLDB has one).
+    fn trace_start(&mut self, request: &TraceStart) -> Result<(), InferiorError>;
+
+    /// Stops recording these threads, or everything (`None`).
+    fn trace_stop(&mut self, threads: Option<&[u64]>) -> Result<(), InferiorError>;
+
+    /// What is recorded now.
+    fn trace_state(&self) -> Result<TraceState, InferiorError>;
+
+    /// A traced thread's trace: Intel PT, oldest byte first, exactly the
+    /// size [`Self::trace_state`] gives; the same bytes until the program
+    /// runs again.
+    fn trace_data(&mut self, tid: u64) -> Result<Vec<u8>, InferiorError>;
+
+    /// How the traces are being made (`monitor trace status`).
+    fn trace_status(&self) -> Result<TraceStatus, InferiorError>;
+
+    /// Chooses the recorder (`monitor trace recorder NAME`): `auto`,
+    /// `branch`, `step` or `intel-pt`.
+    fn trace_recorder(&mut self, name: &str) -> Result<(), InferiorError>;
+
+    /// The CPU a decoder of this target's traces should assume (its errata
+    /// apply).
+    fn trace_cpu(&self) -> CpuInfo;
+}
+
+/// A target's tracing capability, or the error of one that records
+/// nothing.
+pub fn tracing_of<T: Inferior + ?Sized>(target: &mut T) -> Result<&mut dyn TraceOps, InferiorError> {
+    target.support_tracing().ok_or(InferiorError::Unsupported(TRACING_UNSUPPORTED))
+}
+
 /// The error of a target that records nothing.
 pub const TRACING_UNSUPPORTED: &str = "Tracing is not supported by this target.";
 
@@ -382,38 +420,10 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = InferiorError> {
     /// one (`exec:<path in hex>;` in the stop reply).
     fn client_takes_exec_events(&mut self) {}
 
-    /// Starts recording threads or the process; the error is a sentence
-    /// for the user (LLDB's wording where LLDB has one).
-    fn trace_start(&mut self, _request: &TraceStart) -> Result<(), InferiorError> {
-        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
-    }
-
-    /// Stops recording these threads, or everything (`None`).
-    fn trace_stop(&mut self, _threads: Option<&[u64]>) -> Result<(), InferiorError> {
-        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
-    }
-
-    /// What is recorded now.
-    fn trace_state(&self) -> Result<TraceState, InferiorError> {
-        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
-    }
-
-    /// A traced thread's trace: Intel PT, oldest byte first, exactly the
-    /// size [`Self::trace_state`] gives; the same bytes until the program
-    /// runs again.
-    fn trace_data(&mut self, _tid: u64) -> Result<Vec<u8>, InferiorError> {
-        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
-    }
-
-    /// How the traces are being made (`monitor trace status`).
-    fn trace_status(&self) -> Result<TraceStatus, InferiorError> {
-        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
-    }
-
-    /// Chooses the recorder (`monitor trace recorder NAME`): `auto`,
-    /// `branch`, `step` or `intel-pt`.
-    fn trace_recorder(&mut self, _name: &str) -> Result<(), InferiorError> {
-        Err(InferiorError::Unsupported(TRACING_UNSUPPORTED))
+    /// The tracing capability (LLDB's `jLLDBTrace*`, GDB's `Qbtrace`,
+    /// `monitor trace`): `None` where the target records nothing.
+    fn support_tracing(&mut self) -> Option<&mut dyn TraceOps> {
+        None
     }
 
     /// What a client opening `path` (GDB's Host I/O) reads: by default
@@ -444,7 +454,7 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = InferiorError> {
     /// The history capability (`--record`, `--replay`): `None` where the
     /// target has no history (`monitor record status`, `goto` and `history`
     /// are then refused).
-    fn support_history(&mut self) -> Option<&mut dyn HistoryOps> {
+    fn support_history(&mut self) -> Option<Box<dyn HistoryOps + '_>> {
         None
     }
 
@@ -488,12 +498,6 @@ pub trait Inferior: Target<Arch = X86_64Linux, Error = InferiorError> {
     /// it cannot (the session answers the client with the reason).
     fn history_move_refused(&self, _movement: Movement) -> Option<&'static str> {
         None
-    }
-
-    /// The CPU a decoder of this target's traces should assume (its errata
-    /// apply): by default the one software recordings declare.
-    fn trace_cpu(&self) -> CpuInfo {
-        CpuInfo::software_recording()
     }
 }
 

@@ -11,7 +11,6 @@
 
 use retrace_decoder::history::{Cursor, History as DecodedHistory};
 
-use super::replay::{History, Step};
 use crate::arch::Regs;
 
 /// One thread's decoded history.
@@ -351,45 +350,46 @@ impl Timeline {
     }
 }
 
-/// A saved trace's history: instruction addresses only, and the end is
-/// before the last instruction (after it no thread's PC is known).
-impl History for Timeline {
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    fn end(&self) -> u64 {
+/// What the replay engine asks of a saved trace's history (its
+/// [`History`](super::replay::History) is the saved trace's, over this and
+/// any full state): instruction addresses only, and the end is before the
+/// last instruction (after it no thread's PC is known).
+impl Timeline {
+    /// The last position the program can stand at: before the last step.
+    pub fn end(&self) -> u64 {
         self.len.saturating_sub(1)
     }
 
-    fn step(&self, position: u64) -> Option<Step> {
-        self.at(position).map(|i| Step { tid: i.tid, pc: i.ip })
-    }
-
-    fn thread_at(&self, position: u64) -> u64 {
+    /// The thread a stop at `position` is reported for: the one whose step
+    /// is there (the last one's at the end).
+    pub fn thread_at(&self, position: u64) -> u64 {
         self.at(position).or_else(|| self.at(self.len.checked_sub(1)?)).map_or(0, |i| i.tid)
     }
 
-    fn previous_of_thread(&self, tid: u64, before: u64) -> Option<u64> {
-        Timeline::previous_of_thread(self, before, self.thread_of(tid)?)
+    /// Thread `tid`'s latest step before `before`.
+    pub fn previous_of_tid(&self, tid: u64, before: u64) -> Option<u64> {
+        self.previous_of_thread(before, self.thread_of(tid)?)
     }
 
-    fn next_of_thread(&self, tid: u64, from: u64) -> Option<u64> {
+    /// Thread `tid`'s first step at or after `from`.
+    pub fn next_of_tid(&self, tid: u64, from: u64) -> Option<u64> {
         let thread = self.thread_of(tid)?;
         match self.at(from) {
             Some(here) if here.thread == thread => Some(from),
-            _ => Timeline::next_of_thread(self, from, thread),
+            _ => self.next_of_thread(from, thread),
         }
     }
 
-    fn last_pc_before(&self, addresses: &[u64], before: u64) -> Option<u64> {
+    /// The latest step before `before` at one of `addresses` (sorted).
+    pub fn last_pc_before(&self, addresses: &[u64], before: u64) -> Option<u64> {
         if addresses.is_empty() {
             return None;
         }
         self.search_back(before, |ip| addresses.binary_search(&ip).is_ok())
     }
 
-    fn first_pc_from(&self, addresses: &[u64], from: u64) -> Option<u64> {
+    /// The first step at or after `from` at one of `addresses` (sorted).
+    pub fn first_pc_from(&self, addresses: &[u64], from: u64) -> Option<u64> {
         if addresses.is_empty() {
             return None;
         }
@@ -401,7 +401,9 @@ impl History for Timeline {
         }
     }
 
-    fn registers_at(&self, tid: u64, position: u64) -> Option<Regs> {
+    /// Thread `tid`'s registers at `position` as a trace knows them: the
+    /// PC of its next step, all unavailable where it runs no more.
+    pub fn pc_registers_at(&self, tid: u64, position: u64) -> Option<Regs> {
         let thread = self.thread_of(tid)?;
         Some(match self.next_pc_of_thread(position, thread) {
             Some(pc) => Regs::only_pc(pc),
@@ -545,7 +547,7 @@ pub(crate) mod tests {
         assert_eq!((t.previous_of_thread(4, 0), t.previous_of_thread(8, 0), t.next_of_thread(5, 0), t.next_pc_of_thread(3, 0)), (Some(3), Some(7), Some(6), Some(0xa2)));
         assert_eq!(t.search_back(11, |ip| ip == 0xa4 || ip == 0x1003), Some(5));
         assert_eq!(t.search_forward(2, |ip| ip == 0xa2 || ip == 0x1002), Some(4));
-        assert_eq!(History::first_pc_from(&t, &[0xa2], 3), None);
+        assert_eq!(t.first_pc_from(&[0xa2], 3), None);
         let mut seen = 0;
         assert_eq!(t.search_back(11, |_| {
             seen += 1;

@@ -1,5 +1,6 @@
 //! gdbstub's capabilities, offered alike by every inferior: the same
-//! packets reach the same gdbstub parsers whatever is debugged.
+//! packets reach the same gdbstub parsers whatever is debugged. (The crate
+//! root offers them for each target: the protocol names none.)
 
 /// The gdbstub capabilities every target offers — the same for all, so
 /// that a packet reaches the same gdbstub parser whatever is debugged (the
@@ -168,7 +169,4 @@ macro_rules! offer_capabilities {
         }
     };
 }
-
-offer_capabilities!(crate::inferior::inert::InertTarget);
-offer_capabilities!(crate::inferior::saved_trace::SavedTrace);
-offer_capabilities!(crate::inferior::live::ProcessTarget);
+pub(crate) use offer_capabilities;

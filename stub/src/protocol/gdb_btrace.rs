@@ -16,7 +16,7 @@
 //! configuration.
 
 use super::threads::Selection;
-use crate::inferior::{CpuInfo, Inferior, TraceStart};
+use crate::inferior::{tracing_of, CpuInfo, Inferior, TraceStart};
 
 /// The features added to gdbstub's `qSupported` reply.
 pub(crate) const FEATURES: &str = ";Qbtrace:off+;Qbtrace:pt+;Qbtrace-conf:pt:size+;qXfer:btrace:read+;qXfer:btrace-conf:read+";
@@ -103,12 +103,12 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
         return Some(match format {
             "pt" => {
                 let request = TraceStart { threads: Some(vec![tid]), ring_size: ring_size(config.size), process_limit: None, psb_period: None, tsc: true };
-                match target.trace_start(&request) {
+                match tracing_of(target).and_then(|tracing| tracing.trace_start(&request)) {
                     Ok(()) => b"OK".to_vec(),
                     Err(message) => error(&message.to_string()),
                 }
             }
-            "off" => match target.trace_stop(Some(&[tid])) {
+            "off" => match tracing_of(target).and_then(|tracing| tracing.trace_stop(Some(&[tid]))) {
                 Ok(()) => b"OK".to_vec(),
                 Err(message) => error(&message.to_string()),
             },
@@ -118,7 +118,7 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
     }
     if let Some(window_text) = text.strip_prefix("qXfer:btrace-conf:read::") {
         let (offset, length) = offset_length(window_text)?;
-        let traced = thread.and_then(|tid| Some((tid, target.trace_state().ok()?)));
+        let traced = thread.and_then(|tid| Some((tid, tracing_of(target).ok()?.trace_state().ok()?)));
         let size = traced.and_then(|(tid, state)| state.threads.iter().find(|(t, _)| *t == tid).map(|(_, size)| *size));
         let document = match size {
             Some(size) => format!(r#"<btrace-conf version="1.0"><pt size="{size}"/></btrace-conf>"#),
@@ -137,16 +137,17 @@ pub(crate) fn answer(body: &[u8], target: &mut impl Inferior, selection: &Select
         }
         let same_read = config.reading.as_ref().is_some_and(|(t, a, _)| *t == tid && a == annex);
         if offset == 0 || !same_read {
-            let data = match target.trace_data(tid) {
+            let data = match tracing_of(target).and_then(|tracing| Ok((tracing.trace_data(tid)?, tracing.trace_cpu()))) {
                 Ok(data) => data,
                 Err(message) => {
                     config.reading = None;
                     return Some(error(&message.to_string()));
                 }
             };
+            let (data, cpu) = data;
             let digest = digest(&data);
             let unchanged = config.last_read.insert(tid, digest) == Some(digest);
-            let text = if annex == "new" && unchanged { EMPTY_DOCUMENT.to_string() } else { document(&data, &target.trace_cpu()) };
+            let text = if annex == "new" && unchanged { EMPTY_DOCUMENT.to_string() } else { document(&data, &cpu) };
             config.reading = Some((tid, annex.to_string(), text));
         }
         let text = config.reading.as_ref().map_or("", |(.., text)| text.as_str());

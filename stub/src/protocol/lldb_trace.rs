@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::framing::unescape;
 use crate::hex::hex;
-use crate::inferior::{CpuInfo, Inferior, TraceStart};
+use crate::inferior::{tracing_of, CpuInfo, Inferior, TraceStart};
 
 /// The only trace type served.
 pub(super) const TRACE_TYPE: &str = "intel-pt";
@@ -77,7 +77,7 @@ fn check_type(kind: &str) -> Result<(), String> {
 pub(crate) fn answer(body: &[u8], target: &mut impl Inferior) -> Option<Vec<u8>> {
     if body == b"jLLDBTraceSupported" {
         // Probed by lldb-server through the PMU; here the target says.
-        return Some(match target.trace_state() {
+        return Some(match tracing_of(target).and_then(|tracing| tracing.trace_state()) {
             Ok(_) => json!({"description": "Intel PT, recorded in software by retrace-stub", "name": TRACE_TYPE}).to_string().into_bytes(),
             Err(_) => Vec::new(),
         });
@@ -105,7 +105,7 @@ fn start(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     if request.tids.is_none() && request.per_cpu_tracing == Some(true) {
         return Err("Per-cpu tracing is not supported: retrace-stub records each thread in software. Trace the process per thread instead (process trace start without --per-cpu-tracing).".into());
     }
-    target.trace_start(&TraceStart {
+    tracing_of(target)?.trace_start(&TraceStart {
         threads: request.tids,
         ring_size: request.ipt_trace_size,
         process_limit: request.process_buffer_size_limit,
@@ -118,14 +118,15 @@ fn start(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
 fn stop(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     let request: StopRequest = parse("jLLDBTraceStop", json)?;
     check_type(&request.r#type)?;
-    target.trace_stop(request.tids.as_deref())?;
+    tracing_of(target)?.trace_stop(request.tids.as_deref())?;
     Ok(b"OK".to_vec())
 }
 
 fn state(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     let request: StateRequest = parse("jLLDBTraceGetState", json)?;
     check_type(&request.r#type)?;
-    let state = target.trace_state()?;
+    let tracing = tracing_of(target)?;
+    let state = tracing.trace_state()?;
     let threads: Vec<_> = state
         .threads
         .iter()
@@ -136,7 +137,7 @@ fn state(json: &[u8], target: &mut impl Inferior) -> Result<Vec<u8>, String> {
     });
     Ok(json!({
         "tracedThreads": threads,
-        "processBinaryData": [{"kind": "procfsCpuInfo", "size": procfs_cpu_info(&target.trace_cpu()).len()}],
+        "processBinaryData": [{"kind": "procfsCpuInfo", "size": procfs_cpu_info(&tracing.trace_cpu()).len()}],
         "cpus": null,
         "warnings": null,
         "tscPerfZeroConversion": conversion,
@@ -154,10 +155,10 @@ pub(super) fn binary_data(json: &[u8], target: &mut impl Inferior) -> Result<Vec
     }
     match request.kind.as_str() {
         "iptTrace" => match request.tid {
-            Some(tid) => Ok(target.trace_data(tid)?),
+            Some(tid) => Ok(tracing_of(target)?.trace_data(tid)?),
             None => Err("Trace data of kind iptTrace belongs to a thread: the request names none.".into()),
         },
-        "procfsCpuInfo" => Ok(procfs_cpu_info(&target.trace_cpu()).into_bytes()),
+        "procfsCpuInfo" => Ok(procfs_cpu_info(&tracing_of(target)?.trace_cpu()).into_bytes()),
         other => Err(format!("Unsupported trace binary data kind: {other}")),
     }
 }

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::inferior::frames::FrameStep;
-use crate::inferior::{GotoStop, GotoTarget, HistoryOps, HistoryRequest, HistorySource, HistoryStatus, Inferior, TraceStatus};
+use crate::inferior::{tracing_of, GotoStop, GotoTarget, HistoryOps, HistoryRequest, HistorySource, HistoryStatus, Inferior, TraceStatus};
 
 /// A `monitor` command of a target with a history (`--record`, `--replay`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,12 +171,12 @@ fn trace_command(command: &str, target: &mut impl Inferior) -> Option<Result<Str
             Err(_) => return Some(Err(format!("`{tid}` is not a thread id; {USAGE}"))),
         },
         ["trace", "cpuinfo"] => ("procfsCpuInfo", None),
-        ["trace", "status"] => return Some(target.trace_status().map(|status| status_text(&status)).map_err(String::from)),
+        ["trace", "status"] => return Some(tracing_of(target).and_then(|tracing| tracing.trace_status()).map(|status| status_text(&status)).map_err(String::from)),
         ["trace", "status", "--json"] => {
-            return Some(target.trace_status().map(|status| serde_json::to_string(&status).expect("plain data") + "\n").map_err(String::from))
+            return Some(tracing_of(target).and_then(|tracing| tracing.trace_status()).map(|status| serde_json::to_string(&status).expect("plain data") + "\n").map_err(String::from))
         }
         ["trace", "recorder", name] => {
-            return Some(target.trace_recorder(name).and_then(|()| target.trace_status()).map(|status| status_text(&status)).map_err(String::from))
+            return Some(tracing_of(target).and_then(|tracing| tracing.trace_recorder(name).and_then(|()| tracing.trace_status())).map(|status| status_text(&status)).map_err(String::from))
         }
         ["trace", ..] => return Some(Err(USAGE.into())),
         _ => return None,
@@ -213,13 +213,13 @@ pub fn answer(target: &mut impl Inferior, command: &str) -> Result<String, Strin
         return answer;
     }
     let records_when_asked = target.records_history_when_asked();
-    let Some(history) = target.support_history() else {
+    let Some(mut history) = target.support_history() else {
         return Err(match records_when_asked {
             true => format!("unknown monitor command `{command}` (the history commands need retrace-stub --record)"),
             false => format!("unknown monitor command `{command}`: this target has none"),
         });
     };
-    history_command(history, command)
+    history_command(&mut *history, command)
 }
 
 /// A history command over a history.

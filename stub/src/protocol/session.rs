@@ -236,6 +236,16 @@ impl Dialect {
     }
 }
 
+/// A thread's id in a stop reply the protocol writes itself: with the
+/// process id where the client speaks multiprocess.
+fn thread_id_text(dialect: &Dialect, pid: u32, thread: u64) -> String {
+    if dialect.multiprocess {
+        format!("p{pid:x}.{thread:x}")
+    } else {
+        format!("{thread:x}")
+    }
+}
+
 /// LLDB's `p` of a register the target does not know: an error, which LLDB
 /// shows as unavailable (GDB takes gdbstub's `xx…`).
 fn unavailable_register(body: &[u8], target: &mut impl Inferior, selection: &Selection) -> Option<Vec<u8>> {
@@ -266,13 +276,20 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
         _ if body == b"c" || (body.starts_with(b"vCont;") && body.split(|&b| b == b';').any(|action| action.starts_with(b"c"))) => Some(Movement::ForwardContinue),
         _ => None,
     };
-    if let Some(movement) = movement.filter(|_| !dialect.lldb) {
-        // GDB prints the console output, then "Remote failure reply" and
-        // stays where it was (LLDB takes an error reply to a resume for a
-        // lost connection: the target stops it where it stands instead).
-        if let Some(reason) = target.history_move_refused(movement) {
-            return Screened::Answers(vec![format!("O{}", hex(&format!("retrace-stub: {reason}\n"))).into_bytes(), b"E01".to_vec()]);
+    // The one place a move through the history is refused, in the
+    // client's words.
+    if let Some(reason) = movement.and_then(|movement| target.history_move_refused(movement)) {
+        if dialect.lldb {
+            // LLDB takes an error reply to a resume for a lost connection:
+            // a stop where it stands, the reason its description (signal 0
+            // keeps LLDB from taking it for a breakpoint's).
+            let thread = target.any_thread().unwrap_or(u64::from(target.pid()));
+            let note = stop_note_text(&StopNote::Trace(reason.to_string()));
+            return Screened::Answer(format!("T00thread:{};{note}", thread_id_text(dialect, target.pid(), thread)).into_bytes());
         }
+        // GDB prints the console output, then "Remote failure reply" and
+        // stays where it was.
+        return Screened::Answers(vec![format!("O{}", hex(&format!("retrace-stub: {reason}\n"))).into_bytes(), b"E01".to_vec()]);
     }
     if let Some(replies) = super::monitor::trace_packet(body, target) {
         return Screened::Answers(replies);
@@ -280,9 +297,8 @@ fn screen(body: &[u8], target: &mut impl Inferior, selection: &mut Selection, bt
     if body == b"?" {
         // (gdbstub's `?` always says SIGTRAP.)
         if let Some((thread, signal)) = target.standing_signal() {
-            let thread = if dialect.multiprocess { format!("p{:x}.{thread:x}", target.pid()) } else { format!("{thread:x}") };
             let note = stop_note_text(&StopNote::Undeliverable(crate::signals::stop_words(signal)));
-            return Screened::Answer(format!("T{:02x}thread:{thread};{note}", signal.0).into_bytes());
+            return Screened::Answer(format!("T{:02x}thread:{};{note}", signal.0, thread_id_text(dialect, target.pid(), thread)).into_bytes());
         }
     }
     if let Some(reply) = intercept(body, target) {

@@ -18,7 +18,7 @@ use retrace_decoder::leb128;
 use retrace_decoder::symbols::{SymbolContext, Symbolizer};
 use retrace_decoder::x86::{call_effect, ExecMode};
 
-use super::CliError;
+use crate::cli::error::CliError;
 
 mod json;
 mod text;
@@ -47,7 +47,7 @@ type Scope = (Option<Arc<str>>, Option<u64>, Option<u64>);
 pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOptions) -> Result<ExitCode, CliError> {
     let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
     let threads = super::dump::threads_with_tid(&decoded.loaded, tid, trace_json)?;
-    let mut out = super::bulk_stdout();
+    let mut out = crate::cli::output::bulk_stdout();
     write_function_calls(&decoded, threads.as_deref(), format, &mut out)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -55,7 +55,7 @@ pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOpt
 
 /// Writes the call trees of `threads` (positions in the bundle's thread
 /// list; `None`: every thread) to `out`.
-pub fn write_function_calls(decoded: &bundle::DecodedBundle, threads: Option<&[usize]>, format: Format, out: &mut super::BulkOutput) -> Result<(), CliError> {
+pub fn write_function_calls(decoded: &bundle::DecodedBundle, threads: Option<&[usize]>, format: Format, out: &mut crate::cli::output::BulkOutput) -> Result<(), CliError> {
     let loaded = &decoded.loaded;
     for (position, thread) in loaded.threads.iter().enumerate() {
         if threads.is_some_and(|threads| !threads.contains(&position)) {
@@ -717,8 +717,8 @@ mod tests {
         }
         let placements = Placements::default();
 
-        let text = |part: &super::super::Gathered| part.to_bytes();
-        let mut whole = super::super::Gathered::default();
+        let text = |part: &crate::cli::output::Gathered| part.to_bytes();
+        let mut whole = crate::cli::output::Gathered::default();
         let mut one = TextPrinter::new(&chains.chains, &placements);
         for event in events.iter().cloned() {
             one.event(&mut whole, &contexts, event).unwrap();

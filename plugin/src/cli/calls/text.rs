@@ -15,7 +15,7 @@ use super::{CallLog, ContextTable, TreePosition};
 /// time, and gives the chunks' text to `out` in order. At most a few
 /// chunks wait to be written.
 pub(super) fn print_text(
-    out: &mut impl FnMut(crate::cli::Gathered) -> std::io::Result<()>,
+    out: &mut impl FnMut(crate::cli::output::Gathered) -> std::io::Result<()>,
     log: &CallLog,
     chains: &[Vec<u32>],
     placements: &Placements,
@@ -31,7 +31,7 @@ pub(super) fn print_text(
     let written = Mutex::new(0usize);
     let moved = Condvar::new();
     let stop = AtomicBool::new(false);
-    let (done, results) = std::sync::mpsc::channel::<(usize, std::io::Result<crate::cli::Gathered>)>();
+    let (done, results) = std::sync::mpsc::channel::<(usize, std::io::Result<crate::cli::output::Gathered>)>();
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
             let done = done.clone();
@@ -56,7 +56,7 @@ pub(super) fn print_text(
                     return;
                 }
                 let result = log.chunk(k).and_then(|(bytes, state)| {
-                    let mut part = crate::cli::Gathered::default();
+                    let mut part = crate::cli::output::Gathered::default();
                     printer.at = state.at;
                     CallLog::decode(&bytes, state, &mut |event| printer.event(&mut part, contexts, event))?;
                     Ok(part)
@@ -125,7 +125,7 @@ impl<'a> TextPrinter<'a> {
         TextPrinter { chains, placements, at: TreePosition::default(), texts: HashMap::default(), text_bytes: 0 }
     }
 
-    pub(super) fn event(&mut self, out: &mut impl crate::cli::Indented, contexts: &ContextTable, event: CallEvent) -> std::io::Result<()> {
+    pub(super) fn event(&mut self, out: &mut impl crate::cli::output::Indented, contexts: &ContextTable, event: CallEvent) -> std::io::Result<()> {
         self.at.follow(&event);
         match event {
             CallEvent::Tree { .. } => {

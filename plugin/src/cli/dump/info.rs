@@ -10,7 +10,7 @@ use retrace_decoder::history::Extra;
 
 use super::image_heading;
 use crate::bundle;
-use crate::cli::CliError;
+use crate::cli::error::CliError;
 
 /// `retrace dump info`: per thread, LLDB's `thread trace dump info` text
 /// (see [`write_lldb_info`]); `--json`: retrace's summary (trace size,

@@ -13,7 +13,7 @@ use retrace_decoder::symbols::SymbolContext;
 use retrace_decoder::wallclock::WallClock;
 
 use super::llvm_mc;
-use super::CliError;
+use crate::cli::error::CliError;
 
 mod disassembly;
 mod info;
@@ -87,7 +87,7 @@ pub fn threads_with_tid(loaded: &bundle::LoadedBundle, tid: Option<u64>, trace_j
 pub fn instructions(trace_json: &Path, tid: Option<u64>, options: FlowOptions, mut args: InstructionsArgs) -> Result<ExitCode, CliError> {
     let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
     args.threads = threads_with_tid(&decoded.loaded, tid, trace_json)?;
-    let mut out = super::bulk_stdout();
+    let mut out = crate::cli::output::bulk_stdout();
     write_instructions(&decoded, &args, &mut out)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -96,7 +96,7 @@ pub fn instructions(trace_json: &Path, tid: Option<u64>, options: FlowOptions, m
 /// Writes the dump of `args.threads` to `out`, as LLDB's `thread trace dump
 /// instructions` prints it (the image headings of a bundle with several
 /// programs aside), and says where each thread's dump stopped.
-pub fn write_instructions(decoded: &bundle::DecodedBundle, args: &InstructionsArgs, out: &mut super::BulkOutput) -> Result<Vec<DumpedThread>, CliError> {
+pub fn write_instructions(decoded: &bundle::DecodedBundle, args: &InstructionsArgs, out: &mut crate::cli::output::BulkOutput) -> Result<Vec<DumpedThread>, CliError> {
     let loaded = &decoded.loaded;
     let chosen = |position: usize| args.threads.as_ref().is_none_or(|threads| threads.contains(&position));
     // With times: every thread decoded first, as LLDB's time zero is the

@@ -37,7 +37,8 @@ use retrace_collector::blocks::{self, Block, Int3s};
 use retrace_collector::control::Resume;
 use retrace_decoder::x86::{FlowKind, InsnInfo};
 
-use super::{tid_of, DebugSlot, ProcessTarget};
+use super::{tid_of, ProcessTarget};
+use crate::inferior::replay::DebugSlot;
 use crate::inferior::frames::Flow;
 use crate::inferior::StopReason;
 
@@ -102,7 +103,7 @@ impl ProcessTarget {
         if !self.fixed_code(ip) {
             return None;
         }
-        let block = Rc::new(blocks::discover(ip, |at, buf| self.program_memory(at, buf), |at| self.breakpoints.contains_key(&at))?);
+        let block = Rc::new(blocks::discover(ip, |at, buf| self.program_memory(at, buf), |at| self.has_breakpoint(at))?);
         self.blocks.blocks.insert(ip, block.clone());
         Some(block)
     }
@@ -127,10 +128,10 @@ impl ProcessTarget {
     /// A stop due at `now` before its instruction runs: the client's
     /// breakpoint, software or hardware.
     pub(super) fn stop_before(&self, tid: Pid, now: u64) -> Option<StopReason> {
-        if self.breakpoints.contains_key(&now) {
+        if self.has_breakpoint(now) {
             return Some(StopReason::SwBreak(tid_of(tid)));
         }
-        if self.debug_slots.iter().flatten().any(|slot| slot.watch.is_none() && slot.address == now) {
+        if self.session.breakpoints().has_hardware(now) {
             return Some(StopReason::HwBreak(tid_of(tid)));
         }
         None
@@ -166,7 +167,7 @@ impl ProcessTarget {
                 }
             }
             // The client's breakpoint at the end stops it as well as ours.
-            if !self.breakpoints.contains_key(&block.end) && self.blocks.int3s.insert(self.pid, block.end).is_err() {
+            if !self.has_breakpoint(block.end) && self.blocks.int3s.insert(self.pid, block.end).is_err() {
                 return self.single_step(tid, now, moved);
             }
             self.blocks.running = Some((tid, now));
@@ -183,7 +184,7 @@ impl ProcessTarget {
     /// emulated and recorded, returning where it goes; `None` when it is to
     /// be single-stepped (`regs` unchanged).
     fn take_branch(&mut self, tid: Pid, block: &Block, regs: &mut libc::user_regs_struct) -> Option<u64> {
-        let watched = self.debug_slots.iter().flatten().any(|slot| slot.watch.is_some());
+        let watched = self.session.breakpoints().watching();
         let next = blocks::take_branch(tid, block, regs, !watched).ok().flatten()?;
         self.executed_unstepped(tid, block.end, &block.end_insn, next);
         self.ring_pending(tid, next);
@@ -249,7 +250,7 @@ impl ProcessTarget {
         }
         self.block_ran_to(tid, &block, at);
         regs.rip = at;
-        if self.breakpoints.contains_key(&at) {
+        if self.has_breakpoint(at) {
             let _ = ptrace::setregs(tid, regs);
             return Some(StopReason::SwBreak(tid_of(tid)));
         }

@@ -1,7 +1,7 @@
-//! The live process's breakpoints: software ones (an `int3` over the
-//! original byte, which every read of the program's memory hides) and the
-//! four x86 debug registers (hardware breakpoints and watchpoints, loaded
-//! into every thread).
+//! The live process's breakpoints, entries of the session's table made
+//! real: an `int3` over the original byte for a software one (every read
+//! of the program's memory hides it), the four x86 debug registers loaded
+//! into every thread for hardware breakpoints and watchpoints.
 
 use gdbstub::target::ext::breakpoints::{HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind};
 use gdbstub::target::{TargetError, TargetResult};
@@ -10,19 +10,8 @@ use nix::unistd::Pid;
 use retrace_collector::process;
 
 use super::{ProcessTarget, INT3};
-use crate::inferior::replay::{Breakpoints, DEBUG_REGISTERS};
+use crate::inferior::replay::{DebugSlot, DEBUG_REGISTERS};
 use crate::inferior::InferiorError;
-
-/// One of the four x86 debug-address registers in use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DebugSlot {
-    /// Address watched or breakpointed.
-    pub address: u64,
-    /// Length in bytes (1 for execution breakpoints).
-    pub len: u64,
-    /// `None` for an execution breakpoint.
-    pub watch: Option<WatchKind>,
-}
 
 /// Offset of `u_debugreg` in `struct user` (x86-64).
 const DEBUGREG_OFFSET: usize = 848;
@@ -57,21 +46,6 @@ pub fn triggered_slot(tid: Pid) -> Option<usize> {
 }
 
 impl ProcessTarget {
-    /// What can stop a move through the history: the breakpoints (software
-    /// and debug registers) and watchpoints set now.
-    pub(super) fn breakpoint_table(&self) -> Breakpoints {
-        let mut table = Breakpoints { software: self.breakpoints.keys().copied().collect(), ..Default::default() };
-        for slot in self.debug_slots.iter().flatten() {
-            match slot.watch {
-                None => {
-                    table.hardware.insert(slot.address);
-                }
-                Some(kind) => table.watches.push((slot.address..slot.address + slot.len, kind)),
-            }
-        }
-        table
-    }
-
     /// Loads the debug registers of every thread from the slots.
     pub(super) fn apply_debug_registers(&self) -> Result<(), InferiorError> {
         for tid in &self.threads {
@@ -80,24 +54,26 @@ impl ProcessTarget {
             };
             // Disable first: an address may only change while its slot is off.
             write(7, 0).map_err(|errno| InferiorError::Process { what: format!("DR7 of thread {tid}"), errno })?;
-            for (i, slot) in self.debug_slots.iter().enumerate() {
+            let slots = self.session.breakpoints().slots();
+            for (i, slot) in slots.iter().enumerate() {
                 if let Some(slot) = slot {
                     write(i, slot.address).map_err(|errno| InferiorError::Process { what: format!("DR{i} of thread {tid}"), errno })?;
                 }
             }
-            write(7, dr7(&self.debug_slots)).map_err(|errno| InferiorError::Process { what: format!("DR7 of thread {tid}"), errno })?;
+            write(7, dr7(slots)).map_err(|errno| InferiorError::Process { what: format!("DR7 of thread {tid}"), errno })?;
         }
         Ok(())
     }
 
     fn add_slot(&mut self, slot: DebugSlot) -> TargetResult<bool, Self> {
-        if self.debug_slots.contains(&Some(slot)) {
+        if self.session.breakpoints().slots().contains(&Some(slot)) {
             return Ok(true);
         }
-        let Some(free) = self.debug_slots.iter().position(Option::is_none) else { return Ok(false) };
-        self.debug_slots[free] = Some(slot);
+        if self.session.breakpoints_mut().take_slot(slot).is_none() {
+            return Ok(false);
+        }
         if self.apply_debug_registers().is_err() {
-            self.debug_slots[free] = None;
+            self.session.breakpoints_mut().free_slot(slot);
             let _ = self.apply_debug_registers();
             return Ok(false);
         }
@@ -105,8 +81,7 @@ impl ProcessTarget {
     }
 
     fn remove_slot(&mut self, slot: DebugSlot) -> TargetResult<bool, Self> {
-        if let Some(i) = self.debug_slots.iter().position(|s| *s == Some(slot)) {
-            self.debug_slots[i] = None;
+        if self.session.breakpoints_mut().free_slot(slot).is_some() {
             self.apply_debug_registers().map_err(|_| TargetError::NonFatal)?;
         }
         Ok(true)
@@ -114,21 +89,22 @@ impl ProcessTarget {
 
     /// Debug registers of a thread that appeared after they were set.
     pub fn init_thread_debug_registers(&self) {
-        if self.debug_slots.iter().any(Option::is_some) {
+        if self.session.breakpoints().slots().iter().any(Option::is_some) {
             let _ = self.apply_debug_registers();
         }
     }
 
     /// Puts every original byte back (before detaching).
     pub fn remove_all_breakpoints(&mut self) {
-        for (address, original) in std::mem::take(&mut self.breakpoints) {
+        for (address, original) in std::mem::take(&mut self.originals) {
+            self.session.breakpoints_mut().remove_software(address);
             let _ = self.poke(address, &[original]);
         }
     }
 
     /// True when `address` holds one of our breakpoints.
     pub fn has_breakpoint(&self, address: u64) -> bool {
-        self.breakpoints.contains_key(&address)
+        self.session.breakpoints().has_software(address)
     }
 }
 
@@ -158,7 +134,7 @@ impl HwWatchpoint for ProcessTarget {
 
 impl SwBreakpoint for ProcessTarget {
     fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        if self.breakpoints.contains_key(&addr) {
+        if self.has_breakpoint(addr) {
             return Ok(true);
         }
         let mut original = [0u8; 1];
@@ -166,12 +142,14 @@ impl SwBreakpoint for ProcessTarget {
             return Ok(false);
         }
         self.poke(addr, &[INT3]).map_err(TargetError::Io)?;
-        self.breakpoints.insert(addr, original[0]);
+        self.originals.insert(addr, original[0]);
+        self.session.breakpoints_mut().insert_software(addr);
         Ok(true)
     }
 
     fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        match self.breakpoints.remove(&addr) {
+        self.session.breakpoints_mut().remove_software(addr);
+        match self.originals.remove(&addr) {
             Some(original) => {
                 self.poke(addr, &[original]).map_err(TargetError::Io)?;
                 Ok(true)

@@ -32,20 +32,16 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use gdbstub::common::Signal as GdbSignal;
-use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory, Mnemonic, OpAccess};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use retrace_collector::{emulate, process};
 
-use super::{read_all_registers, tid_of, ProcessTarget, ProgramMemory};
-use crate::inferior::InferiorError;
+use super::past::SavedPresent;
+use super::{read_all_registers, ProcessTarget, ProgramMemory};
 use crate::arch::Regs;
 use crate::inferior::frames::Flow;
-use crate::inferior::replay::{self, Breakpoints, Forward, History, Replayer, Step};
 use crate::inferior::state_log::{Overwritten, StateLog};
-use crate::inferior::{GotoStop, GotoTarget, HistoryListing, HistoryOps, HistoryPosition, HistoryRequest, HistorySource, HistoryStatus, StopNote, StopReason};
 
 /// What a recording keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,15 +73,11 @@ const SIGNAL_FRAME_ROOM: u64 = 128 + 16 * 1024;
 /// what the call wrote.
 const SNAPSHOT_LIMIT: u64 = 512 << 20;
 
-/// Why `--record=branch` refuses to run through the past with a watchpoint set.
-const WATCHPOINTS_NEED_FULL: &str =
-    "a watchpoint cannot stop a run in the past in --record=branch mode (it keeps the order of instructions, not what they write): delete the watchpoint to go back, or record with --record=full to watch memory in the past";
-
 /// RFLAGS.TF.
 const TRAP_FLAG: u64 = 0x100;
 
 /// A copy of writable memory, one run per mapping.
-type Snapshot = Vec<Overwritten>;
+pub(super) type Snapshot = Vec<Overwritten>;
 
 /// What is known of a thread's next step before it runs.
 #[derive(Debug)]
@@ -111,43 +103,19 @@ struct Prepared {
     entering_handler: bool,
 }
 
-/// The process put in a past state so that code can run there: an
-/// expression the debugger evaluates (LLDB's breakpoint conditions call
-/// functions), a variable set in the past. It begins with the debugger's
-/// first write in the past and ends at the next resume that moves in the
-/// history (`bc`, `bs`, a `monitor goto`), or at a forward resume once the
-/// thread registers are back as they were there (debuggers restore them
-/// after a call). Then the present is put back; the history is not changed
-/// by it. Memory not mapped at that past position is left as the
-/// diversion leaves it: it is not part of the past state, and it is where
-/// the debugger's own allocations live (LLDB `mmap`s room for its code at
-/// the present and reuses the code it put there).
-#[derive(Debug)]
-struct Diversion {
-    /// The present's bytes of the writable memory mapped at that position.
-    memory: Snapshot,
-    /// Every thread's registers at the present.
-    registers: Vec<(Pid, Regs)>,
-}
-
 /// The recording and where the debugger stands in it.
 #[derive(Debug)]
 pub struct FullRecording {
     /// The process recorded.
-    pid: Pid,
-    mode: RecordMode,
-    log: StateLog,
+    pub(super) pid: Pid,
+    pub(super) mode: RecordMode,
+    pub(super) log: StateLog,
     prepared: HashMap<Pid, Prepared>,
-    /// `None`: the present (the live process).
-    position: Option<u64>,
-    /// The moves through the history (a `monitor goto` waiting for the
-    /// next resume is armed there).
-    replayer: Replayer,
     info: InstructionInfoFactory,
     /// Instruction kinds by address.
     flows: HashMap<u64, Flow>,
     /// Code running in a past state, if any.
-    diversion: Option<Diversion>,
+    pub(super) diversion: Option<SavedPresent>,
 }
 
 impl FullRecording {
@@ -324,7 +292,7 @@ impl FullRecording {
 
     /// Thread `tid`'s registers before step `position` (the PC only in
     /// `branch` mode).
-    fn registers_at(&self, tid: Pid, position: u64) -> Option<Regs> {
+    pub(super) fn registers_at(&self, tid: Pid, position: u64) -> Option<Regs> {
         let regs = self.log.registers_at(tid.as_raw() as u64, position)?;
         Some(match self.mode {
             RecordMode::Full => regs,
@@ -334,7 +302,7 @@ impl FullRecording {
 
     /// Memory before step `position`, read over the process as it is now;
     /// how many bytes are known.
-    fn memory_at(&self, program: &ProgramMemory, position: u64, address: u64, buf: &mut [u8]) -> usize {
+    pub(super) fn memory_at(&self, program: &ProgramMemory, position: u64, address: u64, buf: &mut [u8]) -> usize {
         match self.mode {
             RecordMode::Full => self.log.read_at(position, address, buf, &mut |address, buf| program.read(address, buf)),
             RecordMode::Branch => {
@@ -348,14 +316,14 @@ impl FullRecording {
     }
 
     /// The thread a stop at `position` is reported for.
-    fn thread_at(&self, position: u64) -> u64 {
+    pub(super) fn thread_at(&self, position: u64) -> u64 {
         let log = &self.log;
         log.at(position).or_else(|| log.at(position.saturating_sub(1))).map_or(self.pid.as_raw() as u64, |(tid, _)| tid)
     }
 
     /// An empty recording of `pid` as it is now.
     pub fn new(pid: Pid, mode: RecordMode) -> Self {
-        FullRecording { pid, mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), position: None, replayer: Replayer::default(), info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None }
+        FullRecording { pid, mode, log: StateLog::new(mapped(pid)), prepared: HashMap::new(), info: InstructionInfoFactory::new(), flows: HashMap::new(), diversion: None }
     }
 }
 
@@ -366,20 +334,6 @@ fn current_bytes(pid: Pid, address: u64, len: usize) -> Overwritten {
     let n = process::read_memory(pid, address, &mut old);
     old.truncate(n);
     Overwritten { address, old }
-}
-
-/// Writes `wanted` at `address` where it differs from `now` (what is there).
-fn write_differences(pid: Pid, address: u64, now: &[u8], wanted: &[u8]) {
-    let mut i = 0;
-    while i < now.len() {
-        if now[i] == wanted[i] {
-            i += 1;
-            continue;
-        }
-        let end = (i..now.len()).find(|&j| now[j] == wanted[j]).unwrap_or(now.len());
-        process::write_memory(pid, address + i as u64, &wanted[i..end]);
-        i = end;
-    }
 }
 
 /// Puts `bytes` (an address and the bytes there) into the copy of memory
@@ -404,7 +358,7 @@ fn mapped(pid: Pid) -> Vec<Range<u64>> {
 
 /// All writable, readable memory of `pid` (none past [`SNAPSHOT_LIMIT`]),
 /// and every mapping it has now.
-fn snapshot(pid: Pid) -> Option<(Snapshot, Vec<Range<u64>>)> {
+pub(super) fn snapshot(pid: Pid) -> Option<(Snapshot, Vec<Range<u64>>)> {
     let maps = process::read_maps(pid).ok()?;
     let writable: Vec<_> = maps.iter().filter(|m| m.writable && m.readable).collect();
     if writable.iter().map(|m| m.end - m.start).sum::<u64>() > SNAPSHOT_LIMIT {
@@ -474,119 +428,6 @@ impl ProcessTarget {
         }
     }
 
-    /// Why watchpoints cannot stop runs in the past, if they cannot: a
-    /// `--record=branch` history does not know what its instructions
-    /// wrote, so a run there would go on to the end of the history as
-    /// though nothing wrote the bytes. (Live, forwards, they work.)
-    pub(super) fn past_watchpoints_refused(&self) -> Option<&'static str> {
-        self.full.as_ref().filter(|full| full.mode == RecordMode::Branch).map(|_| WATCHPOINTS_NEED_FULL)
-    }
-
-    /// A move in the history that cannot be made (no recording, or
-    /// watchpoints a branch recording cannot honour): the stop where the
-    /// debugger stands, saying why (LLDB shows the description as the stop reason;
-    /// the signal 0 keeps it from taking the stop for a breakpoint's).
-    pub(super) fn refuse_history_move(&mut self, movement: crate::inferior::Movement) -> Option<StopReason> {
-        use crate::inferior::Inferior as _;
-        let reason = self.history_move_refused(movement)?;
-        let tid = match self.full.as_ref() {
-            Some(full) => Pid::from_raw(self.thread_at(full.position.unwrap_or(full.log.len())) as i32),
-            None => self.threads.first().copied().unwrap_or(self.pid),
-        };
-        self.stop_note = Some(StopNote::Trace(reason.to_string()));
-        Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal(0) })
-    }
-
-    /// Whether the process is recorded for reverse execution.
-    pub(super) fn full_recording(&self) -> bool {
-        self.full.is_some()
-    }
-
-    /// The debugger's position in the history, if it is in the past
-    /// (and not running a diversion from it: then the process is in that
-    /// past state itself).
-    pub(super) fn past(&self) -> Option<u64> {
-        self.full.as_ref().and_then(|full| full.position.filter(|_| full.diversion.is_none()))
-    }
-
-    /// Before the debugger writes registers or memory: in the past, the
-    /// process is first put in that past state (a [`Diversion`]), where the
-    /// write then lands. Refused in `branch` mode, which does not know the
-    /// past state.
-    pub(super) fn divert(&mut self) -> Result<(), InferiorError> {
-        let Some(position) = self.past() else { return Ok(()) };
-        let Some(full) = self.full.as_ref() else { return Ok(()) };
-        if full.mode == RecordMode::Branch {
-            return Err(InferiorError::Refused("the past cannot be changed or run in `--record=branch` mode: only its instruction addresses are recorded".into()));
-        }
-        let Some((writable, _)) = snapshot(self.pid) else { return Err(InferiorError::Refused("the process's writable memory is too large to copy".into())) };
-        let mut memory = Vec::new();
-        let registers: Vec<(Pid, Regs)> = self.threads.iter().filter_map(|&tid| Some((tid, read_all_registers(tid).ok()?))).collect();
-        // Memory as it was then, written where it differs from now.
-        for run in &writable {
-            let start = run.address;
-            let end = start + run.old.len() as u64;
-            let mut present = |address: u64, buf: &mut [u8]| {
-                let from = (address - start) as usize;
-                let n = buf.len().min(run.old.len().saturating_sub(from));
-                buf[..n].copy_from_slice(&run.old[from..from + n]);
-                n
-            };
-            let mut at = start;
-            while at < end {
-                let mut past = vec![0u8; (end - at) as usize];
-                let n = full.log.read_at(position, at, &mut past, &mut present);
-                if n == 0 {
-                    // Not mapped then: as it is.
-                    at = (at / 4096 + 1) * 4096;
-                    continue;
-                }
-                let now = &run.old[(at - start) as usize..(at - start) as usize + n];
-                write_differences(self.pid, at, now, &past[..n]);
-                memory.push(Overwritten { address: at, old: now.to_vec() });
-                at += n as u64;
-            }
-        }
-        for (tid, _) in &registers {
-            if let Some(regs) = full.log.registers_at(tid.as_raw() as u64, position) {
-                let _ = super::write_all_registers(*tid, &regs);
-            }
-        }
-        tracing::debug!(position, "diversion from the past begins");
-        if let Some(full) = self.full.as_mut() {
-            full.diversion = Some(Diversion { memory, registers });
-        }
-        Ok(())
-    }
-
-    /// Ends a diversion before a resume: always before one that moves in
-    /// the history (`forward` false, or a `monitor goto` armed), before a
-    /// forward one once the registers are back as they were in the past.
-    pub(super) fn settle_diversion(&mut self, forward: bool) {
-        let Some(full) = self.full.as_ref() else { return };
-        let (Some(diversion), Some(position)) = (&full.diversion, full.position) else { return };
-        let back = || {
-            diversion.registers.iter().all(|(tid, _)| {
-                let Some(then) = full.log.registers_at(tid.as_raw() as u64, position) else { return true };
-                // What every debugger saves and restores around a call.
-                read_all_registers(*tid).is_ok_and(|now| now.gpr == then.gpr && now.rip == then.rip && now.eflags == then.eflags)
-            })
-        };
-        if forward && !full.replayer.is_armed() && !back() {
-            return;
-        }
-        let Some(diversion) = self.full.as_mut().and_then(|full| full.diversion.take()) else { return };
-        for run in &diversion.memory {
-            let mut now = vec![0u8; run.old.len()];
-            let n = process::read_memory(self.pid, run.address, &mut now);
-            write_differences(self.pid, run.address, &now[..n], &run.old[..n]);
-        }
-        for (tid, regs) in &diversion.registers {
-            let _ = super::write_all_registers(*tid, regs);
-        }
-        tracing::debug!(position, "diversion from the past ends; the present is back");
-    }
-
     /// Tells the full recording, a step observer, that thread `tid` is
     /// about to step (resumed with `signal`).
     pub(super) fn prepare_step(&mut self, tid: Pid, signal: Option<Signal>) {
@@ -619,235 +460,8 @@ impl ProcessTarget {
             full.log.restart(mapped(pid));
             full.diversion = None;
             full.prepared.clear();
-            full.position = None;
-            full.replayer.disarm();
+            self.session.restart();
         }
     }
 
-    /// Registers of `tid` at the past `position`: `None` when the history
-    /// does not change them (a thread that never ran in it).
-    pub(super) fn past_registers(&self, tid: Pid, position: u64) -> Option<Regs> {
-        self.full.as_ref()?.registers_at(tid, position)
-    }
-
-    /// In the past: the threads there, in the order they started — each
-    /// that had run its first instruction by then and had not yet run its
-    /// last (a thread alive now has not run its last), and those alive now
-    /// that ran nothing recorded. (A thread created before that position
-    /// but first run after it is missing.)
-    fn past_threads(&self) -> Option<Vec<u64>> {
-        let position = self.past()?;
-        let log = &self.full.as_ref()?.log;
-        let mut threads: Vec<(u64, u64)> = log
-            .threads()
-            .filter_map(|tid| {
-                let (first, last) = log.span_of_thread(tid)?;
-                let alive_now = self.threads.contains(&Pid::from_raw(tid as i32));
-                (first <= position && (alive_now || position <= last)).then_some((first, tid))
-            })
-            .collect();
-        // Threads alive now that ran nothing recorded (blocked all along)
-        // were there too.
-        threads.extend(self.threads.iter().map(|t| t.as_raw() as u64).filter(|&t| log.span_of_thread(t).is_none()).map(|t| (u64::MAX, t)));
-        threads.sort_unstable();
-        Some(threads.into_iter().map(|(_, tid)| tid).collect())
-    }
-
-    /// The threads the client is shown: in the past those there (some
-    /// gone by now), else the live ones.
-    pub(super) fn client_threads(&self) -> Vec<u64> {
-        self.past_threads().unwrap_or_else(|| self.threads.iter().map(|tid| tid.as_raw() as u64).collect())
-    }
-
-    /// Memory at the past `position`.
-    pub(super) fn past_memory(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
-        let program = program_memory_of!(self);
-        self.full.as_ref().map_or(0, |full| full.memory_at(&program, position, address, buf))
-    }
-
-    fn thread_at(&self, position: u64) -> u64 {
-        self.full.as_ref().map_or(self.pid.as_raw() as u64, |full| full.thread_at(position))
-    }
-
-    /// Runs `action` with the replayer standing where the debugger stands
-    /// (the end of the history at the present), over the recording; the
-    /// debugger stands where it leaves the replayer.
-    /// `None` without a recording.
-    pub(super) fn replay<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
-        let breakpoints = self.breakpoint_table();
-        let program = program_memory_of!(self);
-        let full = self.full.as_mut()?;
-        let mut replayer = std::mem::take(&mut full.replayer);
-        replayer.move_to(full.position.unwrap_or(full.log.len()));
-        let result = action(&mut replayer, &LiveHistory { full, program }, &breakpoints);
-        full.position = (replayer.position() < full.log.len()).then_some(replayer.position());
-        full.replayer = replayer;
-        Some(result)
-    }
-
-    /// See [`crate::inferior::Inferior::take_stood_still`].
-    pub(super) fn take_stood_still(&mut self) -> bool {
-        self.full.as_mut().is_some_and(|full| full.replayer.take_stood_still())
-    }
-
-    /// Forwards in the past: one instruction of `step` (the others running
-    /// along), or on to a breakpoint or watched change. The end of the
-    /// history stops there, or, for a client that expects it (LLDB), gives
-    /// `None`: the live process is to run on.
-    pub(super) fn replay_forwards(&mut self, step: Option<Pid>) -> Option<StopReason> {
-        let step_tid = step.map(|t| t.as_raw() as u64);
-        match self.replay(|replayer, history, breakpoints| replayer.run_forwards(history, breakpoints, step_tid))? {
-            Forward::Stopped(stop) => return Some(stop),
-            Forward::End => {}
-        }
-        let len = self.full.as_ref()?.log.len();
-        if step.is_none() && len > 0 {
-            // Arriving at the present where a breakpoint sits: the thread
-            // that ran last stops there before running it, as on the
-            // processor.
-            let tid = Pid::from_raw(self.thread_at(len - 1) as i32);
-            if super::rip(tid).is_some_and(|pc| self.breakpoints.contains_key(&pc)) {
-                return Some(StopReason::SwBreak(tid_of(tid)));
-            }
-        }
-        if !self.history_end_stops {
-            return None;
-        }
-        self.replay(|_, history, _| replay::boundary(history, len, ReplayLogPosition::End))
-    }
-
-}
-
-impl HistoryOps for FullRecording {
-    fn history_status(&self) -> HistoryStatus {
-        let full = &*self;
-        let len = full.log.len();
-        let index = full.position.unwrap_or(len);
-        let tid = self.thread_at(index);
-        HistoryStatus {
-            source: HistorySource::Recording {
-                mode: match full.mode {
-                    RecordMode::Full => "full",
-                    RecordMode::Branch => "branch",
-                },
-                bytes: full.log.bytes(),
-                watchpoints_refused: (full.mode == RecordMode::Branch).then_some(WATCHPOINTS_NEED_FULL),
-            },
-            instructions: full.log.instructions(),
-            threads: full.log.threads().map(|t| (t, full.log.steps_of_thread_before(t, len))).collect(),
-            position: HistoryPosition {
-                tid,
-                id: full.log.steps_of_thread_before(tid, index),
-                index,
-                pc: full.position.map(|p| full.log.at(p).map_or(0, |(_, pc)| pc)),
-                present: full.position.is_none(),
-            },
-        }
-    }
-
-    /// `goto begin|end|ID [TID] [--hold]`.
-    fn goto(&mut self, target: GotoTarget, hold: bool) -> Result<GotoStop, InferiorError> {
-        let full = &*self;
-        let len = full.log.len();
-        if len == 0 {
-            return Err(InferiorError::Refused("the history is empty: nothing has run since recording started".into()));
-        }
-        let position = match target {
-            GotoTarget::Begin => 0,
-            GotoTarget::End => len,
-            GotoTarget::Instruction { id, tid } => {
-                let tid = tid.unwrap_or_else(|| self.thread_at(full.position.unwrap_or(len)));
-                full.log.position_of_thread_step(tid, id).ok_or_else(|| InferiorError::InvalidRequest(format!("thread {tid} has no instruction {id} in the history")))?
-            }
-        };
-        let pc = full.log.at(position).map(|(_, pc)| pc);
-        self.replayer.arm(position, hold);
-        let tid = self.thread_at(position);
-        let id = self.log.steps_of_thread_before(tid, position);
-        Ok(GotoStop { tid, id, pc })
-    }
-
-    fn history(&self, request: &HistoryRequest) -> Result<HistoryListing, InferiorError> {
-        let full = &*self;
-        let position = full.position.unwrap_or(full.log.len());
-        let tid = request.tid.unwrap_or_else(|| self.thread_at(position));
-        let (id, steps) = match request.before {
-            Some(id) => (id, full.log.frame_history(tid, id, request.max, &request.within, &request.stops)),
-            // From where it stands (a delivery has no number of its own).
-            None => (full.log.steps_of_thread_before(tid, position), full.log.frame_history_at(tid, position, request.max, &request.within, &request.stops)),
-        };
-        Ok(HistoryListing { tid, id, steps })
-    }
-}
-
-/// The live recording as a [`History`]: its state log, read over the
-/// process (at the end of the history, the present).
-struct LiveHistory<'a> {
-    full: &'a FullRecording,
-    program: ProgramMemory<'a>,
-}
-
-impl LiveHistory<'_> {
-    fn log(&self) -> &StateLog {
-        &self.full.log
-    }
-}
-
-impl History for LiveHistory<'_> {
-    fn len(&self) -> u64 {
-        self.log().len()
-    }
-
-    fn step(&self, position: u64) -> Option<Step> {
-        self.log().at(position).map(|(tid, pc)| Step { tid, pc })
-    }
-
-    fn thread_at(&self, position: u64) -> u64 {
-        self.full.thread_at(position)
-    }
-
-    fn previous_of_thread(&self, tid: u64, before: u64) -> Option<u64> {
-        self.log().previous_of_thread(tid, before)
-    }
-
-    fn next_of_thread(&self, tid: u64, from: u64) -> Option<u64> {
-        self.log().next_of_thread(tid, from)
-    }
-
-    fn last_pc_before(&self, addresses: &[u64], before: u64) -> Option<u64> {
-        self.log().last_pc_before(addresses, before)
-    }
-
-    fn first_pc_from(&self, addresses: &[u64], from: u64) -> Option<u64> {
-        self.log().first_pc_from(addresses, from)
-    }
-
-    fn last_write_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
-        self.log().last_write_before(range, before)
-    }
-
-    fn first_write_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
-        self.log().first_write_from(range, from)
-    }
-
-    fn last_read_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
-        self.log().last_read_before(range, before)
-    }
-
-    fn first_read_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
-        self.log().first_read_from(range, from)
-    }
-
-    fn wrote(&self, position: u64, range: &Range<u64>) -> bool {
-        self.log().overwritten_by(position).any(|(at, old)| at < range.end && range.start < at + old.len() as u64)
-    }
-
-    fn registers_at(&self, tid: u64, position: u64) -> Option<Regs> {
-        self.full.registers_at(Pid::from_raw(tid as i32), position)
-    }
-
-    /// (Position `len()` reads the present.)
-    fn memory_at(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
-        self.full.memory_at(&self.program, position, address, buf)
-    }
 }

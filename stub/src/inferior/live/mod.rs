@@ -33,34 +33,30 @@ use retrace_collector::process;
 use crate::inferior::InferiorError;
 use crate::arch::{RegNumber, Regs};
 use crate::inferior::{copy_window, Inferior, MemoryRegion, Movement, StopNote, StopReason};
-use crate::inferior::replay::{Breakpoints, History, Replayer, DEBUG_REGISTERS};
+use crate::inferior::replay::{History, Replay, ReplaySession};
 
 /// The program's memory as [`ProgramMemory`] reads it, from a
 /// `ProcessTarget`'s fields only (so that another of its fields can be
 /// borrowed mutably beside it).
 macro_rules! program_memory_of {
     ($target:expr) => {
-        ProgramMemory { pid: $target.pid, breakpoints: &$target.breakpoints, blocks: &$target.blocks }
+        ProgramMemory { pid: $target.pid, originals: &$target.originals, blocks: &$target.blocks }
     };
 }
 
 mod block_runs;
 mod breakpoints;
 mod full;
-pub(crate) mod registers;
-pub mod libraries;
-pub mod recording;
+mod past;
+pub mod trace_rings;
 pub use full::RecordMode;
-pub use recording::TraceRecorder;
+pub use trace_rings::TraceRecorder;
 mod stops;
 
-pub use breakpoints::{triggered_slot, DebugSlot};
-pub use registers::{read_all_registers, write_all_registers};
+pub use breakpoints::triggered_slot;
+pub use crate::inferior::ptrace_registers::{read_all_registers, write_all_registers};
 
 const INT3: u8 = 0xcc;
-
-/// Why a reverse command is refused without a recording.
-const NO_HISTORY: &str = "this program is not recorded, so it cannot run backwards: start it with retrace-stub --record (every register and byte) or --record=branch (the instructions only); a trace started with `process trace start` or `record btrace pt` is read with the client's own trace commands";
 
 /// What a thread does at the next resume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,8 +79,9 @@ pub struct ProcessTarget {
     /// The program ended while other threads were being stopped: reported
     /// at the next wait.
     ended: Option<StopReason>,
-    /// Breakpoint address → original byte.
-    breakpoints: HashMap<u64, u8>,
+    /// The byte under each `int3` of a software breakpoint of the
+    /// session's table: address → original byte.
+    originals: HashMap<u64, u8>,
     actions: HashMap<Pid, Action>,
     /// Only threads with explicit actions run (e.g. a single step).
     pub scheduler_locked: bool,
@@ -92,22 +89,16 @@ pub struct ProcessTarget {
     pub running: BTreeSet<Pid>,
     /// Threads resumed with a single step.
     pub stepping: BTreeSet<Pid>,
-    /// Debug-register slots: hardware breakpoints and watchpoints.
-    pub debug_slots: [Option<DebugSlot>; DEBUG_REGISTERS],
     /// Threads created since the last stop whose first stop is still due.
     new_threads: BTreeSet<Pid>,
     /// The client asked for a stop (Ctrl-C) that is not reported yet.
     interrupted: bool,
     /// Readable when a child changed state (SIGCHLD, blocked for the session).
     sigchld: Option<SignalFd>,
-    /// A stop to report without waiting (an interrupt while nothing ran).
-    stop_now: Option<StopReason>,
     /// What is recorded ([`recording`]).
-    tracing: recording::Tracing,
+    tracing: trace_rings::Tracing,
     /// Traced threads in a recorded continue (stepped one instruction at a time).
     recording: BTreeSet<Pid>,
-    /// Text to add to the next stop reply (`reason:…;description:…;`).
-    stop_note: Option<StopNote>,
     /// A stop found while resuming (a recorded thread continued onto a
     /// breakpoint): the threads already started are stopped and it is reported.
     pending_stop: Option<StopReason>,
@@ -124,10 +115,10 @@ pub struct ProcessTarget {
     full: Option<full::FullRecording>,
     /// Recorded continues run block by block ([`block_runs`]).
     blocks: block_runs::BlockRuns,
-    /// Forward replay stops at the end of the history (GDB's convention)
-    /// rather than running on live (LLDB's): see
-    /// [`Inferior::client_is_lldb`].
-    history_end_stops: bool,
+    /// The breakpoint table, where the debugger stands in the history,
+    /// a stop to report without waiting (an interrupt while nothing ran,
+    /// a move through the history) and what its reply says.
+    session: ReplaySession,
 }
 
 /// How an exec is reported: by the words of the client's protocol, once
@@ -178,8 +169,8 @@ fn poke_into(pid: Pid, address: u64, bytes: &[u8]) -> std::io::Result<()> {
 struct ProgramMemory<'a> {
     /// The process.
     pid: Pid,
-    /// The stub's software breakpoints: address → original byte.
-    breakpoints: &'a HashMap<u64, u8>,
+    /// The bytes under the stub's `int3`s: address → original byte.
+    originals: &'a HashMap<u64, u8>,
     /// The block runs' own `int3`s.
     blocks: &'a block_runs::BlockRuns,
 }
@@ -190,7 +181,7 @@ impl ProgramMemory<'_> {
         let n = process::read_memory(self.pid, address, buf);
         self.blocks.hide(address, &mut buf[..n]);
         for (i, byte) in buf[..n].iter_mut().enumerate() {
-            if let Some(original) = self.breakpoints.get(&(address + i as u64)) {
+            if let Some(original) = self.originals.get(&(address + i as u64)) {
                 *byte = *original;
             }
         }
@@ -211,26 +202,23 @@ impl ProcessTarget {
             threads: threads.iter().copied().collect(),
             control: TracedProcess::new(pid, threads.iter().copied()),
             ended: None,
-            breakpoints: HashMap::new(),
+            originals: HashMap::new(),
             actions: HashMap::new(),
             scheduler_locked: false,
             running: BTreeSet::new(),
             stepping: BTreeSet::new(),
-            debug_slots: [None; DEBUG_REGISTERS],
             new_threads: BTreeSet::new(),
             interrupted: false,
             sigchld: None,
-            stop_now: None,
-            tracing: recording::Tracing::default(),
+            tracing: trace_rings::Tracing::default(),
             recording: BTreeSet::new(),
             pending_stop: None,
             deferred_signals: BTreeMap::new(),
             exec_stop: None,
             exec_events: ExecEvents::Signal,
-            stop_note: None,
             full: None,
             blocks: block_runs::BlockRuns::default(),
-            history_end_stops: true,
+            session: ReplaySession::new(),
         }
     }
 
@@ -255,7 +243,7 @@ impl ProcessTarget {
         // SAFETY: kcmp only compares two processes' kernel objects.
         let shares_memory = unsafe { libc::syscall(libc::SYS_kcmp, self.pid.as_raw(), child.as_raw(), 1 /* KCMP_VM */, 0, 0) } == 0;
         if !shares_memory {
-            for (&address, &original) in &self.breakpoints {
+            for (&address, &original) in &self.originals {
                 let _ = poke_into(child, address, &[original]);
             }
         }
@@ -351,7 +339,7 @@ impl ProcessTarget {
 
 impl Inferior for ProcessTarget {
     fn client_is_lldb(&mut self) {
-        self.history_end_stops = false;
+        self.session.run_on_at_end();
         self.exec_events = ExecEvents::Lldb;
     }
 
@@ -384,7 +372,7 @@ impl Inferior for ProcessTarget {
     }
 
     fn poll_stop(&mut self) -> Option<StopReason> {
-        if let Some(stop) = self.stop_now.take() {
+        if let Some(stop) = self.session.take_stop() {
             self.interrupted = false;
             return Some(stop);
         }
@@ -408,7 +396,7 @@ impl Inferior for ProcessTarget {
         if self.running.is_empty() {
             // Nothing runs (a resume that started no thread): the stop is now.
             if let Some(&tid) = self.threads.first() {
-                self.stop_now = Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: gdbstub::common::Signal::SIGINT });
+                self.session.report(StopReason::SignalWithThread { tid: tid_of(tid), signal: gdbstub::common::Signal::SIGINT });
             }
         }
         for tid in &self.running {
@@ -437,7 +425,7 @@ impl Inferior for ProcessTarget {
     fn detach(&mut self) {
         self.settle_diversion(false);
         self.remove_all_breakpoints();
-        self.debug_slots = [None; DEBUG_REGISTERS];
+        self.session.breakpoints_mut().free_all_slots();
         if let Err(error) = self.apply_debug_registers() {
             tracing::warn!(%error, "clearing the debug registers before detaching");
         }
@@ -446,40 +434,16 @@ impl Inferior for ProcessTarget {
         }
     }
 
-    fn trace_start(&mut self, request: &crate::inferior::TraceStart) -> Result<(), InferiorError> {
-        self.start_tracing(request)
-    }
-
-    fn trace_stop(&mut self, threads: Option<&[u64]>) -> Result<(), InferiorError> {
-        self.stop_tracing(threads)
-    }
-
-    fn trace_state(&self) -> Result<crate::inferior::TraceState, InferiorError> {
-        Ok(self.tracing_state())
-    }
-
-    fn trace_data(&mut self, tid: u64) -> Result<Vec<u8>, InferiorError> {
-        self.thread_trace(tid)
-    }
-
     fn take_stop_note(&mut self) -> Option<StopNote> {
-        self.stop_note.take()
+        self.session.take_note()
     }
 
     fn take_stood_still(&mut self) -> bool {
         ProcessTarget::take_stood_still(self)
     }
 
-    fn trace_status(&self) -> Result<crate::inferior::TraceStatus, InferiorError> {
-        Ok(self.tracing_status())
-    }
-
-    fn trace_recorder(&mut self, name: &str) -> Result<(), InferiorError> {
-        self.set_trace_recorder(name.parse().map_err(InferiorError::InvalidRequest)?)
-    }
-
-    fn trace_cpu(&self) -> retrace_decoder::bundle::CpuInfo {
-        self.tracing_cpu()
+    fn support_tracing(&mut self) -> Option<&mut dyn crate::inferior::TraceOps> {
+        Some(self)
     }
 
     fn register_available(&mut self, tid: u64, n: usize) -> bool {
@@ -487,8 +451,8 @@ impl Inferior for ProcessTarget {
         self.registers(tid).is_none_or(|regs| regs.is_available(n))
     }
 
-    fn support_history(&mut self) -> Option<&mut dyn crate::inferior::HistoryOps> {
-        self.full.as_mut().map(|full| full as &mut dyn crate::inferior::HistoryOps)
+    fn support_history(&mut self) -> Option<Box<dyn crate::inferior::HistoryOps + '_>> {
+        self.live_replay().map(|replay| Box::new(replay) as Box<dyn crate::inferior::HistoryOps>)
     }
 
     fn records_history_when_asked(&self) -> bool {
@@ -496,18 +460,8 @@ impl Inferior for ProcessTarget {
     }
 
     fn history_move_refused(&self, movement: Movement) -> Option<&'static str> {
-        if !self.full_recording() {
-            return (movement != Movement::ForwardContinue).then_some(NO_HISTORY);
-        }
-        let watching = self.debug_slots.iter().flatten().any(|slot| slot.watch.is_some());
-        let moves = match movement {
-            Movement::ReverseContinue => true,
-            Movement::ForwardContinue => self.past().is_some(),
-            // (One instruction: GDB steps off a breakpoint so, and would
-            // take a refusal for a reason to retry.)
-            Movement::ReverseStep => false,
-        };
-        (watching && moves).then(|| self.past_watchpoints_refused()).flatten()
+        let history = self.live_history();
+        self.session.refusal(movement, history.as_ref().map(|h| h as &dyn History))
     }
 }
 
@@ -543,7 +497,7 @@ impl MultiThreadBase for ProcessTarget {
         // Keep breakpoints in place over written bytes, remembering the new originals.
         let mut bytes = data.to_vec();
         for (i, byte) in bytes.iter_mut().enumerate() {
-            if let Some(original) = self.breakpoints.get_mut(&(start + i as u64)) {
+            if let Some(original) = self.originals.get_mut(&(start + i as u64)) {
                 *original = *byte;
                 *byte = INT3;
             }
@@ -598,18 +552,14 @@ impl MultiThreadResume for ProcessTarget {
     fn resume(&mut self) -> Result<(), Self::Error> {
         self.settle_diversion(true);
         let step = self.actions.iter().find(|(_, action)| matches!(action, Action::Step(_))).map(|(tid, _)| *tid);
-        if let Some(stop) = crate::inferior::replay::take_armed(self, step.is_some()) {
-            self.stop_now = Some(stop);
-            return Ok(());
-        }
-        if let Some(stop) = step.is_none().then(|| self.refuse_history_move(Movement::ForwardContinue)).flatten() {
-            self.stop_now = Some(stop);
+        if let Some(stop) = self.live_replay().and_then(|mut replay| replay.take_armed(step.is_some())) {
+            self.session.report(stop);
             return Ok(());
         }
         if self.past().is_some() {
             match self.replay_forwards(step) {
                 Some(stop) => {
-                    self.stop_now = Some(stop);
+                    self.session.report(stop);
                     return Ok(());
                 }
                 // At the present: the live process runs on, recorded.
@@ -617,7 +567,7 @@ impl MultiThreadResume for ProcessTarget {
             }
         }
         if let Some(stop) = self.take_deferred_signal() {
-            self.stop_now = Some(stop);
+            self.session.report(stop);
             return Ok(());
         }
         self.start_threads().map(|_| ())
@@ -655,24 +605,16 @@ impl MultiThreadResume for ProcessTarget {
 }
 
 impl crate::inferior::replay::TimeTravel for ProcessTarget {
-    fn replay_history<R>(&mut self, action: impl FnOnce(&mut Replayer, &dyn History, &Breakpoints) -> R) -> Option<R> {
-        self.replay(action)
+    fn replay(&mut self) -> Option<Replay<'_>> {
+        self.live_replay()
+    }
+
+    fn session(&mut self) -> &mut ReplaySession {
+        &mut self.session
     }
 
     fn before_move(&mut self) {
         self.settle_diversion(false);
-    }
-
-    fn move_refused(&mut self, movement: Movement) -> Option<StopReason> {
-        self.refuse_history_move(movement)
-    }
-
-    fn note_stop(&mut self, note: StopNote) {
-        self.stop_note = Some(note);
-    }
-
-    fn report_stop(&mut self, stop: StopReason) {
-        self.stop_now = Some(stop);
     }
 }
 
@@ -718,7 +660,7 @@ impl Auxv for ProcessTarget {
 impl LibrariesSvr4 for ProcessTarget {
     fn get_libraries_svr4(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
         let auxv = std::fs::read(format!("/proc/{}/auxv", self.pid)).map_err(TargetError::Io)?;
-        match libraries::library_list(&auxv, &libraries::ProcessMemory(self.pid)) {
+        match crate::inferior::libraries::library_list(&auxv, &crate::inferior::libraries::ProcessMemory(self.pid)) {
             Ok(xml) => Ok(copy_window(xml.as_bytes(), offset, length, buf)),
             Err(error) => {
                 tracing::debug!(%error, "no library list");

@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use retrace_collector::control::{ProcessEvent, Resume, Spawn, Wait};
 
-use super::recording::STEPS_IN_A_ROW;
+use super::trace_rings::STEPS_IN_A_ROW;
 use super::rip;
 use super::{tid_of, triggered_slot, ExecEvents, ProcessTarget};
 use retrace_collector::process;
@@ -201,22 +201,27 @@ impl ProcessTarget {
         self.running.clear();
         self.stepping.clear();
         self.deferred_signals.clear();
-        self.breakpoints.clear();
+        self.originals.clear();
+        self.session.breakpoints_mut().clear_software();
         if self.exec_events == ExecEvents::Signal {
             // The client does not know of the exec and removes what it set.
             self.init_thread_debug_registers();
         } else {
             // The client sets its breakpoints and watchpoints afresh in the
             // new image, removing none (gdbserver forgets them too).
-            self.debug_slots = [None; crate::inferior::replay::DEBUG_REGISTERS];
+            self.session.breakpoints_mut().free_all_slots();
         }
         self.trace_exec(tid, former);
         self.history_restarts();
-        self.stop_note = match self.exec_events {
+        let note = match self.exec_events {
             ExecEvents::Signal => None,
             ExecEvents::Lldb => Some(StopNote::ExecForLldb),
             ExecEvents::Gdb => process::executable_path(tid).map(|path| StopNote::ExecForGdb(path.to_string_lossy().into_owned())),
         };
+        self.session.take_note();
+        if let Some(note) = note {
+            self.session.note(note);
+        }
         StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP }
     }
 
@@ -308,7 +313,7 @@ impl ProcessTarget {
                     // Stepped or run by blocks when the stub records it (a
                     // thread the CPU traces runs freely).
                     let recorded = self.records(tid);
-                    if self.stop_note.is_some() {
+                    if self.session.has_note() {
                         // Over the process's trace limit: stop, as lldb-server does.
                         self.stop_others(None);
                         return Some(StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP });
@@ -332,7 +337,7 @@ impl ProcessTarget {
                 ProcessEvent::Trap(tid) if self.records(tid) => {
                     // (A block's stop reads all registers itself.)
                     let now = if self.in_block(tid) { 0 } else { rip(tid).unwrap_or(0) };
-                    let slot = if self.debug_slots.iter().any(Option::is_some) { triggered_slot(tid).and_then(|i| self.debug_slots[i]) } else { None };
+                    let slot = if self.session.breakpoints().slots().iter().any(Option::is_some) { triggered_slot(tid).and_then(|i| self.session.breakpoints().slots()[i]) } else { None };
                     let reason = if self.recording.contains(&tid) {
                         match self.after_recorded_step(tid, now, slot) {
                             Some(reason) => reason,
@@ -352,7 +357,7 @@ impl ProcessTarget {
                         // The client's single step.
                         self.record_progress(tid, now);
                         match slot {
-                            Some(super::DebugSlot { watch: Some(kind), address, .. }) => StopReason::Watch { tid: tid_of(tid), kind, addr: address },
+                            Some(crate::inferior::replay::DebugSlot { watch: Some(kind), address, .. }) => StopReason::Watch { tid: tid_of(tid), kind, addr: address },
                             Some(_) => StopReason::HwBreak(tid_of(tid)),
                             None => StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP },
                         }
@@ -367,7 +372,7 @@ impl ProcessTarget {
                     let stepped = self.stepping.contains(&tid);
                     self.stop_others(Some(tid));
                     let mut reason = StopReason::SignalWithThread { tid: tid_of(tid), signal: GdbSignal::SIGTRAP };
-                    if let Some(slot) = triggered_slot(tid).and_then(|i| self.debug_slots[i]) {
+                    if let Some(slot) = triggered_slot(tid).and_then(|i| self.session.breakpoints().slots()[i]) {
                         return Some(match slot.watch {
                             Some(kind) => StopReason::Watch { tid: tid_of(tid), kind, addr: slot.address },
                             None => StopReason::HwBreak(tid_of(tid)),

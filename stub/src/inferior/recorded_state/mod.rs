@@ -15,9 +15,9 @@
 //! position, from the checkpoint before it; a byte, from the latest
 //! interval that wrote its word; a watched write or read, from the
 //! intervals that touched the range — never the whole recording. When a
-//! record takes effect on the timeline is the [`Clock`]'s rule. A
-//! [`FullStateHistory`] is the replay engine's [`History`] over the
-//! timeline and the state. A register or byte the recording does not know
+//! record takes effect on the timeline is the [`Clock`]'s rule. The
+//! saved trace's history, over the timeline and the state, is the replay
+//! engine's. A register or byte the recording does not know
 //! is unavailable.
 
 use std::borrow::Cow;
@@ -27,7 +27,6 @@ use std::ops::{ControlFlow, Range};
 use retrace_decoder::full_state::{piece, set_pieces, StateRecord, StateRecords, StreamPosition};
 
 use crate::arch::Regs;
-use crate::inferior::replay::{History, Step};
 use crate::inferior::timeline::Timeline;
 
 pub use stream::{Clock, Releasing, StreamBytes};
@@ -579,73 +578,39 @@ fn reads_from(record: &StateRecord<'_>, range: &Range<u64>) -> bool {
     matches!(*record, StateRecord::Read { address, size, .. } if address < range.end && range.start < address.saturating_add(size))
 }
 
-/// The replay engine's history over a full-state recording: positions,
-/// threads and instruction searches from the timeline; registers, memory
-/// and watched accesses from the recorded state.
-pub struct FullStateHistory<'a> {
-    /// What ran.
-    pub timeline: &'a Timeline,
-    /// What it changed.
-    pub state: &'a RecordedState,
-}
-
-impl History for FullStateHistory<'_> {
-    fn len(&self) -> u64 {
-        self.timeline.len()
+/// The searches for watched accesses a replay makes over a full-state
+/// recording (positions of `timeline`).
+impl RecordedState {
+    /// The latest step before `before` that wrote a byte of `range`.
+    pub fn last_write_before(&self, timeline: &Timeline, range: Range<u64>, before: u64) -> Option<u64> {
+        self.last_before(timeline, &self.writes, &range, before, &|r| writes_to(r, &range))
     }
 
-    fn end(&self) -> u64 {
-        History::end(self.timeline)
+    /// The first step at or after `from` that wrote a byte of `range`.
+    pub fn first_write_from(&self, timeline: &Timeline, range: Range<u64>, from: u64) -> Option<u64> {
+        self.first_from(timeline, &self.writes, &range, from, &|r| writes_to(r, &range))
     }
 
-    fn step(&self, position: u64) -> Option<Step> {
-        self.timeline.step(position)
+    /// The latest step before `before` whose instruction read a byte of
+    /// `range`.
+    pub fn last_read_before(&self, timeline: &Timeline, range: Range<u64>, before: u64) -> Option<u64> {
+        self.last_before(timeline, &self.reads, &range, before, &|r| reads_from(r, &range))
     }
 
-    fn thread_at(&self, position: u64) -> u64 {
-        self.timeline.thread_at(position)
+    /// The first step at or after `from` whose instruction read a byte of
+    /// `range`.
+    pub fn first_read_from(&self, timeline: &Timeline, range: Range<u64>, from: u64) -> Option<u64> {
+        self.first_from(timeline, &self.reads, &range, from, &|r| reads_from(r, &range))
     }
 
-    fn previous_of_thread(&self, tid: u64, before: u64) -> Option<u64> {
-        History::previous_of_thread(self.timeline, tid, before)
-    }
-
-    fn next_of_thread(&self, tid: u64, from: u64) -> Option<u64> {
-        History::next_of_thread(self.timeline, tid, from)
-    }
-
-    fn last_pc_before(&self, addresses: &[u64], before: u64) -> Option<u64> {
-        History::last_pc_before(self.timeline, addresses, before)
-    }
-
-    fn first_pc_from(&self, addresses: &[u64], from: u64) -> Option<u64> {
-        History::first_pc_from(self.timeline, addresses, from)
-    }
-
-    fn last_write_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
-        self.state.last_before(self.timeline, &self.state.writes, &range, before, &|r| writes_to(r, &range))
-    }
-
-    fn first_write_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
-        self.state.first_from(self.timeline, &self.state.writes, &range, from, &|r| writes_to(r, &range))
-    }
-
-    fn last_read_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
-        self.state.last_before(self.timeline, &self.state.reads, &range, before, &|r| reads_from(r, &range))
-    }
-
-    fn first_read_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
-        self.state.first_from(self.timeline, &self.state.reads, &range, from, &|r| reads_from(r, &range))
-    }
-
-    fn wrote(&self, position: u64, range: &Range<u64>) -> bool {
-        let state = self.state;
-        let k = interval_of(position + 1, state.interval);
-        if !state.writes.touches(range, k) {
+    /// Whether step `position` wrote a byte of `range`.
+    pub fn wrote(&self, timeline: &Timeline, position: u64, range: &Range<u64>) -> bool {
+        let k = interval_of(position + 1, self.interval);
+        if !self.writes.touches(range, k) {
             return false;
         }
         let mut wrote = false;
-        state.scan(self.timeline, k, position + 1, &mut |effect, _, record| {
+        self.scan(timeline, k, position + 1, &mut |effect, _, record| {
             wrote |= effect == position + 1 && writes_to(record, range);
             if wrote {
                 ControlFlow::Break(())
@@ -654,14 +619,6 @@ impl History for FullStateHistory<'_> {
             }
         });
         wrote
-    }
-
-    fn registers_at(&self, tid: u64, position: u64) -> Option<Regs> {
-        self.state.registers_at(self.timeline, tid, position)
-    }
-
-    fn memory_at(&self, position: u64, address: u64, buf: &mut [u8]) -> usize {
-        self.state.memory_at(self.timeline, position, address, buf)
     }
 }
 

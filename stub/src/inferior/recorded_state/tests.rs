@@ -157,7 +157,7 @@ fn watched_writes_and_reads_are_found_at_their_steps_both_ways() {
     let (timeline, stream) = one_thread();
     for interval in [1, 3, 16] {
         let state = load(&timeline, &stream, interval);
-        let history = FullStateHistory { timeline: &timeline, state: &state };
+        let history = Searches { timeline: &timeline, state: &state };
         // Word 1 (0x5008) is written by steps 9, 21, 33 (s % 3 == 0 and s % 4 == 1).
         let word1 = 0x5008..0x5010;
         assert_eq!(history.last_write_before(word1.clone(), 40), Some(33), "interval {interval}");
@@ -201,7 +201,7 @@ fn a_record_of_one_thread_takes_effect_where_the_stream_stands_among_the_others(
         b[0]
     };
     assert_eq!((byte(17), byte(18)), (0, 9));
-    let history = FullStateHistory { timeline: &timeline, state: &state };
+    let history = Searches { timeline: &timeline, state: &state };
     assert_eq!(history.last_write_before(0x5000..0x5001, 25), Some(17));
     // Thread 10's rax after its step 11 (position 16), before its step 12.
     assert_eq!(state.registers_at(&timeline, 10, 17).unwrap().gpr[0], 11);
@@ -259,11 +259,35 @@ fn a_signal_delivery_is_a_step_between_the_interrupted_thread_and_its_handler() 
         assert_eq!(state.memory_at(&timeline, 27, 0x5300, &mut frame), 16);
         assert_eq!(frame, [0xbb; 16]);
         // The delivery wrote the frame: a watchpoint there stops before it.
-        let history = FullStateHistory { timeline: &timeline, state: &state };
+        let history = Searches { timeline: &timeline, state: &state };
         assert_eq!(history.last_write_before(0x5308..0x5309, 41), Some(26));
         assert_eq!(history.first_write_from(0x5308..0x5309, 0), Some(26));
         assert!(history.wrote(26, &(0x5300..0x5301)) && !history.wrote(25, &(0x5300..0x5301)));
         // Instruction 26's own records come after the delivery.
         assert_eq!(state.registers_at(&timeline, 7, 28).unwrap().gpr[0], 126);
+    }
+}
+
+/// The watched-access searches over one timeline, as the replay asks them.
+struct Searches<'a> {
+    timeline: &'a Timeline,
+    state: &'a RecordedState,
+}
+
+impl Searches<'_> {
+    fn last_write_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
+        self.state.last_write_before(self.timeline, range, before)
+    }
+    fn first_write_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
+        self.state.first_write_from(self.timeline, range, from)
+    }
+    fn last_read_before(&self, range: Range<u64>, before: u64) -> Option<u64> {
+        self.state.last_read_before(self.timeline, range, before)
+    }
+    fn first_read_from(&self, range: Range<u64>, from: u64) -> Option<u64> {
+        self.state.first_read_from(self.timeline, range, from)
+    }
+    fn wrote(&self, position: u64, range: &Range<u64>) -> bool {
+        self.state.wrote(self.timeline, position, range)
     }
 }
