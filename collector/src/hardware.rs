@@ -50,6 +50,12 @@ pub struct PerfIntelPt {
     budget: MlockBudget,
 }
 
+impl std::fmt::Debug for PerfIntelPt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerfIntelPt").finish_non_exhaustive()
+    }
+}
+
 impl PerfIntelPt {
     /// The PMU described below `sysfs`, configured by `config`, with the
     /// budget of this process's user.

@@ -309,6 +309,12 @@ pub struct ThreadPtEvent {
     aux_len: usize,
 }
 
+impl std::fmt::Debug for ThreadPtEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadPtEvent").field("fd", &self.fd).field("aux_len", &self.aux_len).finish_non_exhaustive()
+    }
+}
+
 // SAFETY: the mappings are owned by this value and only read through it.
 unsafe impl Send for ThreadPtEvent {}
 

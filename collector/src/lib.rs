@@ -28,7 +28,8 @@
 //!
 //! It must never parse trace formats itself: that is the decoder's job.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 pub mod blocks;
 pub mod bundle_writer;

@@ -55,6 +55,12 @@ pub struct RecordOptions {
     pub progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 }
 
+impl std::fmt::Debug for RecordOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordOptions").field("mode", &self.mode).field("max_instructions", &self.max_instructions).field("psb_period", &self.psb_period).finish_non_exhaustive()
+    }
+}
+
 impl Default for RecordOptions {
     fn default() -> Self {
         RecordOptions {

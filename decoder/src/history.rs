@@ -30,7 +30,7 @@ pub struct Block {
 
 /// A fast hasher for code addresses (multiplicative; addresses are not
 /// attacker-chosen keys that need SipHash's protection).
-#[derive(Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy)]
 pub struct AddressHasher(u64);
 
 impl std::hash::Hasher for AddressHasher {

@@ -24,7 +24,8 @@
 //! recorded on Linux can be decoded anywhere.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 pub mod bundle;
 pub mod calls;

@@ -23,6 +23,7 @@ pub fn cores() -> usize {
 /// A loaded bundle and its threads' decoded histories: decoded when first
 /// asked for, then kept (the LLDB shim dumps one bundle many times) or
 /// not (the CLI dumps each thread once, and frees it).
+#[derive(Debug)]
 pub struct DecodedBundle {
     /// The bundle.
     pub loaded: LoadedBundle,

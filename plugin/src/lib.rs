@@ -3,7 +3,8 @@
 //! `retrace` binary and the Python bridge the LLDB shim imports
 //! (`plugin/python`) both call it, so the shim's dumps are the CLI's.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 pub mod bundle;
 pub mod cli;

@@ -10,6 +10,7 @@ use std::num::NonZeroUsize;
 use gdbstub::arch::{Arch, RegId, Registers};
 
 /// The architecture marker for gdbstub.
+#[derive(Debug)]
 pub enum X86_64Linux {}
 
 /// All registers, in GDB's numbering.

@@ -25,7 +25,8 @@
 //! navigated through its history API. This crate never decodes Intel PT
 //! itself and carries no launch code of its own.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 pub mod arch;
 pub mod hex;

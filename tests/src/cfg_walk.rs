@@ -64,6 +64,7 @@ pub struct WalkOptions {
 }
 
 /// A generated trace and the instructions it encodes.
+#[derive(Debug)]
 pub struct Walk {
     /// The Intel PT stream.
     pub trace: Vec<u8>,

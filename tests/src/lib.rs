@@ -8,7 +8,8 @@
 //! of expected values: expectations come from the other tool or from the
 //! specification, never from retrace's own output.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 pub mod bench;
 pub mod bundles;

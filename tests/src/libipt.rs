@@ -91,6 +91,7 @@ pub struct FlatPacket {
 }
 
 /// libipt's packet decoder over a borrowed buffer.
+#[derive(Debug)]
 pub struct LibiptPacketDecoder<'a> {
     raw: *mut RawDecoder,
     _data: &'a [u8],

@@ -368,6 +368,12 @@ pub struct LogConverter {
     rep_records: Option<(u32, Vec<StateRecord<'static>>)>,
 }
 
+impl std::fmt::Debug for LogConverter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogConverter").field("superblocks", &self.superblocks.len()).field("threads", &self.threads.len()).finish_non_exhaustive()
+    }
+}
+
 impl LogConverter {
     /// A converter writing a PSB every `psb_period` bytes; with
     /// `keep_instruction_log`, each thread's instruction addresses are kept.
@@ -948,6 +954,7 @@ impl LogConverter {
 }
 
 /// What [`convert_log`] made of a log.
+#[derive(Debug)]
 pub struct ConvertedLog {
     /// The image's threads and modules.
     pub image: ImageRecording,

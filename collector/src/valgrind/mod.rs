@@ -193,6 +193,12 @@ pub struct ValgrindOptions {
     pub full_state: bool,
 }
 
+impl std::fmt::Debug for ValgrindOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValgrindOptions").field("max_instructions", &self.max_instructions).field("spill_folder", &self.spill_folder).finish_non_exhaustive()
+    }
+}
+
 impl Default for ValgrindOptions {
     fn default() -> Self {
         ValgrindOptions { psb_period: DEFAULT_PSB_PERIOD, keep_instruction_log: false, max_instructions: None, spill_folder: None, stop: Arc::new(AtomicBool::new(false)), progress: None, full_state: false }

@@ -64,6 +64,12 @@ pub struct FlowDecoder<'a, M: Memory> {
     slice_start_blocks: usize,
 }
 
+impl<M: Memory> std::fmt::Debug for FlowDecoder<'_, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowDecoder").field("returns", &self.returns.len()).field("slice_start_blocks", &self.slice_start_blocks).finish_non_exhaustive()
+    }
+}
+
 /// Whether a TIP.PGD with an IP (tracing stopped by an IP filter) takes
 /// effect after an instruction of this kind: after any branch but a direct
 /// jump or call elsewhere than that IP (libipt's rule; a TIP.PGD without IP

@@ -7,7 +7,8 @@
 //! string or, for LLDB's `-F`, to a file. Errors are Python exceptions
 //! carrying the CLI's message.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 use std::path::PathBuf;
 

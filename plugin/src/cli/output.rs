@@ -7,6 +7,7 @@ pub(crate) fn bulk_stdout() -> BulkOutput {
 }
 
 /// Where a [`BulkOutput`] sends its text.
+#[derive(Debug)]
 pub enum Sink {
     /// File descriptor 1.
     Stdout,
@@ -30,6 +31,7 @@ pub(crate) trait Indented: std::io::Write {
 /// deep: most of their bytes are indentation). Rust's `Stdout` is
 /// line-buffered and searches every byte written for a newline; this does
 /// not.
+#[derive(Debug)]
 pub struct BulkOutput {
     gathered: Gathered,
     sink: Sink,
@@ -39,7 +41,7 @@ pub struct BulkOutput {
 /// what [`BulkOutput`] holds until it writes, or a part of the output
 /// made elsewhere (another thread) and appended whole
 /// ([`BulkOutput::append`]).
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Gathered {
     text: Vec<u8>,
     pieces: Vec<Piece>,

@@ -53,6 +53,7 @@ pub enum Mode {
 }
 
 /// What `retrace record` was asked.
+#[derive(Debug)]
 pub struct Args {
     /// Every register and memory change too (else the control flow).
     pub full_state: bool,

@@ -97,6 +97,7 @@ pub trait ReadMemory {
 }
 
 /// A live process's memory.
+#[derive(Debug)]
 pub struct ProcessMemory(pub nix::unistd::Pid);
 
 impl ReadMemory for ProcessMemory {

@@ -11,6 +11,7 @@ use gdbstub::conn::Connection;
 
 /// A connection that buffers replies and sends each in one write on flush
 /// (gdbstub's own TcpStream connection writes every byte separately).
+#[derive(Debug)]
 pub struct BufferedConnection {
     stream: TcpStream,
     out: Vec<u8>,

@@ -24,6 +24,7 @@ use crate::bundle;
 
 /// What `dump instructions` shows: LLDB's options of `thread trace dump
 /// instructions`.
+#[derive(Debug)]
 pub struct InstructionsArgs {
     /// Oldest first (LLDB's `-f`; default newest first).
     pub forwards: bool,

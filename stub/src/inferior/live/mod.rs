@@ -121,6 +121,12 @@ pub struct ProcessTarget {
     session: ReplaySession,
 }
 
+impl std::fmt::Debug for ProcessTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessTarget").field("pid", &self.pid).field("threads", &self.threads).field("session", &self.session).finish_non_exhaustive()
+    }
+}
+
 /// How an exec is reported: by the words of the client's protocol, once
 /// the client is known to take them, else as the bare SIGTRAP the kernel
 /// sends without exec events.

@@ -70,6 +70,12 @@ pub struct Releasing<'a> {
     released: usize,
 }
 
+impl std::fmt::Debug for Releasing<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Releasing").field("released", &self.released).finish_non_exhaustive()
+    }
+}
+
 impl<'a> Releasing<'a> {
     /// Reads `stream` from its start.
     pub fn new(stream: &'a StreamBytes) -> Self {
