@@ -7,9 +7,6 @@ import importlib.util
 import os
 
 
-from .server import RetraceError
-
-
 def native():
     """The `retrace_native` module: importable as is, or the file
     RETRACE_NATIVE names, or the newest libretrace_native.so in this
@@ -33,6 +30,10 @@ def native():
             module = importlib.util.module_from_spec(spec)
             loader.exec_module(module)
             return module
+    # (Imported here: the bridge itself, as the line tables use it, needs
+    # no LLDB.)
+    from .server import RetraceError
+
     raise RetraceError(
         "the native bridge is not built: run `cargo build --release -p retrace-python` in the retrace checkout, "
         "or set RETRACE_NATIVE to the path of libretrace_native.so"

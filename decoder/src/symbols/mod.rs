@@ -14,6 +14,7 @@ use std::sync::Arc;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 mod blocks;
+pub mod gdb_lines;
 
 use blocks::{debug_info_offset, FunctionBlocks};
 

@@ -211,10 +211,42 @@ fn write_trace_json(path: PathBuf, description: &str) -> PyResult<()> {
     std::fs::write(&path, bundle.to_json()).map_err(|e| PyOSError::new_err(format!("writing {}: {e}", path.display())))
 }
 
+/// A module's line tables read as GDB 13 reads them (the decoder's
+/// `symbols::gdb_lines`), for the shim's reverse stepping by GDB's rules.
+#[pyclass(frozen)]
+#[derive(Debug)]
+struct LineTable {
+    table: retrace_decoder::symbols::gdb_lines::GdbLineTable,
+}
+
+#[pymethods]
+impl LineTable {
+    /// The tables of the ELF file at `path` (its `.debug_line`); empty
+    /// where it cannot be read or has none.
+    #[new]
+    fn open(py: Python<'_>, path: PathBuf) -> LineTable {
+        let table = py.detach(|| std::fs::read(&path).map(|data| retrace_decoder::symbols::gdb_lines::GdbLineTable::from_elf(&data)).unwrap_or_default());
+        LineTable { table }
+    }
+
+    /// Whether no line was read.
+    fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// GDB's `find_pc_line` at file address `pc`: (start, end or None,
+    /// file or None, line (0: none), is_stmt).
+    fn find_pc_line(&self, pc: u64) -> (u64, Option<u64>, Option<String>, u64, bool) {
+        let line = self.table.find_pc_line(pc);
+        (line.pc, line.end, line.file, line.line, line.is_stmt)
+    }
+}
+
 /// The module.
 #[pymodule]
 fn retrace_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Bundle>()?;
+    module.add_class::<LineTable>()?;
     module.add_function(wrap_pyfunction!(write_trace_json, module)?)?;
     Ok(())
 }

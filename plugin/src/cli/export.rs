@@ -29,7 +29,7 @@ pub enum Format {
 
 /// Writes the timeline of `input` to `output`.
 pub fn run(_format: Format, input: &Path, output: &Path, binaries: &[PathBuf], options: FlowOptions) -> Result<ExitCode, CliError> {
-    let xray = super::is_xray_log(input);
+    let xray = xray::is_xray_log(input);
     if !xray && !binaries.is_empty() {
         return Err(CliError::Message(format!("{}: not an XRay log (--binary is for XRay logs)", input.display())));
     }

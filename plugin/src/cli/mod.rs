@@ -229,13 +229,6 @@ enum Command {
     },
 }
 
-/// True when `path` starts like an XRay log rather than a trace.json.
-pub(super) fn is_xray_log(path: &std::path::Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 32];
-    std::fs::File::open(path).and_then(|mut file| file.read_exact(&mut head)).is_ok() && xray::looks_like_xray(&head)
-}
-
 #[derive(Debug, Subcommand)]
 enum DumpCommand {
     /// Per thread: trace size, items, instructions, events, errors, decode time.
@@ -419,7 +412,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 (_, true) => calls::Format::PrettyJson,
                 _ => calls::Format::Text,
             };
-            if is_xray_log(&trace_json) {
+            if xray::is_xray_log(&trace_json) {
                 return xray::function_calls(&trace_json, &binaries, tid, format);
             }
             if !binaries.is_empty() {

@@ -337,3 +337,10 @@ pub fn chrome_events(log_path: &Path, binaries: &[PathBuf]) -> Result<Vec<Value>
     }
     Ok(events)
 }
+
+/// True when `path` starts like an XRay log rather than a trace.json.
+pub(crate) fn is_xray_log(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 32];
+    std::fs::File::open(path).and_then(|mut file| file.read_exact(&mut head)).is_ok() && looks_like_xray(&head)
+}

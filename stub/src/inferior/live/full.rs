@@ -37,7 +37,6 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use retrace_collector::{emulate, process};
 
-use super::past::SavedPresent;
 use super::{read_all_registers, ProcessTarget, ProgramMemory};
 use crate::arch::Regs;
 use crate::inferior::frames::Flow;
@@ -101,6 +100,25 @@ struct Prepared {
     /// The resume delivers a signal to a handler: the first stop is the
     /// handler's entry, not an executed instruction.
     entering_handler: bool,
+}
+
+/// The process put in a past state so that code can run there: an
+/// expression the debugger evaluates (LLDB's breakpoint conditions call
+/// functions), a variable set in the past. It begins with the debugger's
+/// first write in the past and ends at the next resume that moves in the
+/// history (`bc`, `bs`, a `monitor goto`), or at a forward resume once the
+/// thread registers are back as they were there (debuggers restore them
+/// after a call). Then the present is put back; the history is not changed
+/// by it. Memory not mapped at that past position is left as the
+/// diversion leaves it: it is not part of the past state, and it is where
+/// the debugger's own allocations live (LLDB `mmap`s room for its code at
+/// the present and reuses the code it put there).
+#[derive(Debug)]
+pub(super) struct SavedPresent {
+    /// The present's bytes of the writable memory mapped at that position.
+    pub(super) memory: Snapshot,
+    /// Every thread's registers at the present.
+    pub(super) registers: Vec<(Pid, Regs)>,
 }
 
 /// The recording and where the debugger stands in it.

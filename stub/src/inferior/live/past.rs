@@ -10,31 +10,12 @@ use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use nix::unistd::Pid;
 use retrace_collector::process;
 
-use super::full::{snapshot, FullRecording, RecordMode, Snapshot};
+use super::full::{snapshot, FullRecording, RecordMode, SavedPresent};
 use super::{read_all_registers, tid_of, ProcessTarget, ProgramMemory};
 use crate::arch::Regs;
 use crate::inferior::replay::{self, Forward, History, HistoryStep, InstructionId, Position, Replay, ThreadId};
 use crate::inferior::state_log::{Overwritten, StateLog};
 use crate::inferior::{HistoryListing, HistoryRequest, HistorySource, InferiorError, StopReason};
-
-/// The process put in a past state so that code can run there: an
-/// expression the debugger evaluates (LLDB's breakpoint conditions call
-/// functions), a variable set in the past. It begins with the debugger's
-/// first write in the past and ends at the next resume that moves in the
-/// history (`bc`, `bs`, a `monitor goto`), or at a forward resume once the
-/// thread registers are back as they were there (debuggers restore them
-/// after a call). Then the present is put back; the history is not changed
-/// by it. Memory not mapped at that past position is left as the
-/// diversion leaves it: it is not part of the past state, and it is where
-/// the debugger's own allocations live (LLDB `mmap`s room for its code at
-/// the present and reuses the code it put there).
-#[derive(Debug)]
-pub(super) struct SavedPresent {
-    /// The present's bytes of the writable memory mapped at that position.
-    memory: Snapshot,
-    /// Every thread's registers at the present.
-    registers: Vec<(Pid, Regs)>,
-}
 
 /// Writes `wanted` at `address` where it differs from `now` (what is there).
 fn write_differences(pid: Pid, address: u64, now: &[u8], wanted: &[u8]) {

@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::path::Path;
 
-use super::{unchanging_bytes, ReadOnlyPages};
+use super::{unchanging_bytes, ReadOnlyPages, SavedTrace};
 use crate::arch::Regs;
 use crate::inferior::frames::{flows_by_address, frame_history, Executed};
 use crate::inferior::recorded_state::RecordedState;
@@ -141,5 +141,14 @@ impl History for SavedHistory<'_> {
             Some(step)
         });
         Ok(HistoryListing { tid, id, steps: frame_history(executed, flows_by_address(|pc, code| unchanging_bytes(self.unchanging, pc, code).unwrap_or(0)), *max, stops) })
+    }
+}
+
+impl SavedTrace {
+    /// The history replayed.
+    pub(super) fn history(&self) -> SavedHistory<'_> {
+        let SavedTrace { timeline, state, bundle, traces, unchanging, .. } = self;
+        let trace_bytes = traces.iter().map(|(_, trace)| trace.len()).sum();
+        SavedHistory { timeline, state: state.as_ref(), bundle, trace_bytes, unchanging }
     }
 }

@@ -13,7 +13,6 @@ use gdbstub::target::ext::base::single_register_access::{SingleRegisterAccess, S
 use gdbstub::target::ext::exec_file::ExecFile;
 use gdbstub::target::ext::libraries::LibrariesSvr4;
 use gdbstub::target::{TargetError, TargetResult};
-use retrace_collector::process::Mapping;
 
 use super::{tid, unchanging_bytes, SavedTrace, RENDEZVOUS_PAGE};
 use crate::arch::{RegNumber, Regs};
@@ -41,17 +40,6 @@ pub(super) fn same_registers(a: &Regs, b: &Regs) -> bool {
     a.gpr == b.gpr && a.rip == b.rip && a.eflags & STATUS_FLAGS == b.eflags & STATUS_FLAGS
 }
 
-/// `mappings` as `/proc/PID/maps` lists them.
-pub(super) fn proc_maps(mappings: &[Mapping]) -> String {
-    let flag = |set: bool, letter: char| if set { letter } else { '-' };
-    mappings
-        .iter()
-        .map(|m| {
-            let line = format!("{:08x}-{:08x} {}{}{}p {:08x} 00:00 0", m.start, m.end, flag(m.readable, 'r'), flag(m.writable, 'w'), flag(m.executable, 'x'), m.offset);
-            if m.path.is_empty() { format!("{line}\n") } else { format!("{line:<72} {}\n", m.path) }
-        })
-        .collect()
-}
 
 impl MultiThreadBase for SavedTrace {
     fn read_registers(&mut self, regs: &mut Regs, thread: Tid) -> TargetResult<(), Self> {

@@ -34,9 +34,6 @@ mod memory;
 mod resume;
 mod trace;
 
-use resume::fatal_signal;
-
-use history::SavedHistory;
 
 /// A module of the saved process, as its ELF file says it was laid out.
 #[derive(Debug, Clone)]
@@ -136,13 +133,6 @@ impl SavedTrace {
         self.session.stand_at(crate::inferior::replay::Position::START);
     }
 
-    /// The history replayed.
-    fn history(&self) -> SavedHistory<'_> {
-        let SavedTrace { timeline, state, bundle, traces, unchanging, .. } = self;
-        let trace_bytes = traces.iter().map(|(_, trace)| trace.len()).sum();
-        SavedHistory { timeline, state: state.as_ref(), bundle, trace_bytes, unchanging }
-    }
-
     /// The program's mappings where the replay stands: a full-state
     /// recording says what was mapped at each position; otherwise the
     /// modules' read-only segments are known.
@@ -181,6 +171,26 @@ impl SavedTrace {
         let tid = self.timeline.at(position).map_or(self.pid as u64, |i| i.tid);
         Tid::new(tid as usize).expect("tids are not 0")
     }
+}
+
+/// The signal that killed the program, for a recording that ended so.
+fn fatal_signal(exit: Option<StopReason>) -> Option<GdbSignal> {
+    match exit? {
+        StopReason::Terminated(signal) => Some(signal),
+        _ => None,
+    }
+}
+
+/// `mappings` as `/proc/PID/maps` lists them.
+fn proc_maps(mappings: &[Mapping]) -> String {
+    let flag = |set: bool, letter: char| if set { letter } else { '-' };
+    mappings
+        .iter()
+        .map(|m| {
+            let line = format!("{:08x}-{:08x} {}{}{}p {:08x} 00:00 0", m.start, m.end, flag(m.readable, 'r'), flag(m.writable, 'w'), flag(m.executable, 'x'), m.offset);
+            if m.path.is_empty() { format!("{line}\n") } else { format!("{line:<72} {}\n", m.path) }
+        })
+        .collect()
 }
 
 /// Reads what cannot have changed (a read-only segment of `pages`, from
@@ -235,7 +245,7 @@ impl Inferior for SavedTrace {
             return TargetFile::Host;
         }
         match file {
-            "maps" => TargetFile::Text(memory::proc_maps(&self.mappings_here()).into_bytes()),
+            "maps" => TargetFile::Text(proc_maps(&self.mappings_here()).into_bytes()),
             _ => TargetFile::Missing,
         }
     }

@@ -9,18 +9,11 @@ use gdbstub::target::ext::base::multithread::{
 use gdbstub::target::ext::base::reverse_exec::{ReplayLogPosition, ReverseContOps, ReverseStepOps};
 
 use super::memory::{past_bytes, same_registers};
-use super::{tid, SavedHistory, SavedTrace};
+use super::history::SavedHistory;
+use super::{fatal_signal, tid, SavedTrace};
 use crate::inferior::diversion::DiversionStop;
 use crate::inferior::replay::{boundary, Forward, Replay, ReplaySession, ThreadId, TimeTravel};
 use crate::inferior::{StopNote, StopReason};
-
-/// The signal that killed the program, for a recording that ended so.
-pub(super) fn fatal_signal(exit: Option<StopReason>) -> Option<GdbSignal> {
-    match exit? {
-        StopReason::Terminated(signal) => Some(signal),
-        _ => None,
-    }
-}
 
 impl SavedTrace {
     /// Runs a diversion the resume continues, if there is one and its

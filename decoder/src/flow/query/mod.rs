@@ -6,10 +6,10 @@
 //! questions at each branch, and it writes the events and errors it meets
 //! into an [`EventLog`].
 //!
-//! One file for one job: these methods share the packet position, the
-//! peeked packet and the read-ahead state, and each rule about *when* a
-//! packet is decoded (at once, ahead of time, or when a branch needs it)
-//! touches several of them; splitting it would scatter that state.
+//! The methods share the packet position, the peeked packet and the
+//! read-ahead state (this file: fetching, TNT bits, events, read-ahead,
+//! branches); [`slices`] holds LLDB's PSB slices and time, [`sync`] the
+//! PSB+, overflows and resynchronisation.
 
 use std::borrow::Cow;
 
@@ -20,6 +20,9 @@ use super::{Flow, FlowOptions, Next};
 use crate::item::{Event, FlowError};
 use crate::packet::{Ip, Packet, PacketDecoder};
 use crate::x86::ExecMode;
+
+mod slices;
+mod sync;
 
 /// Where the query decoder reports the events and errors it meets, at the
 /// current position of the flow (the walker's history).
@@ -184,116 +187,6 @@ impl<'a> QueryDecoder<'a> {
         self.read_ahead()?;
         self.check_next_event(false)?;
         Ok(time)
-    }
-
-    /// Where the next LLDB slice starts when the current one ends here: the
-    /// next PSB (peeked, or the one a packet ran into) and the IP its PSB+
-    /// gives.
-    pub(super) fn next_slice_start(&mut self) -> Option<(usize, u64)> {
-        match self.peek() {
-            Ok(Some((psb, Packet::Psb))) => Some((psb, self.psb_fup_lookahead()?)),
-            // A packet ran into the next slice's PSB: the slice ends before it.
-            Ok(None) if self.slice_cut => {
-                let psb = *self.slice_psbs.get(self.slice_psbs.partition_point(|&psb| psb <= self.packets.offset()))?;
-                let mut ahead = self.packets.clone();
-                ahead.seek(psb);
-                next_packet(&mut ahead).ok()??;
-                Some((psb, Self::header_fup(ahead)?))
-            }
-            _ => None,
-        }
-    }
-
-    /// With LLDB's slices, whether a packet from `offset` to `end` crosses a
-    /// PSB: LLDB's slice ends at that PSB, so for it the packet is cut short
-    /// there.
-    #[inline]
-    pub(super) fn crosses_slice_start(&self, offset: usize, end: usize) -> bool {
-        let next = self.slice_psbs.partition_point(|&psb| psb <= offset);
-        self.slice_psbs.get(next).is_some_and(|&psb| psb < end)
-    }
-
-    #[inline]
-    pub(super) fn at_stop(&mut self, offset: usize) -> bool {
-        let at = self.stop_at == Some(offset);
-        self.stopped |= at;
-        at
-    }
-
-    /// A TSC packet: the time of what follows. It is reported (as a clock
-    /// tick) only with the next event, as LLDB does: libipt stamps each
-    /// event with the time at its packet, and LLDB turns a changed stamp
-    /// into a tick item just before the event.
-    pub(super) fn tick(&mut self, tsc: u64) {
-        self.time = Some(tsc);
-    }
-
-    /// Reports the current time if it changed since the last report (before
-    /// an event, an overflow, a sync point; tracing enabled, CBR and MODE
-    /// are libipt events too, though not items).
-    pub(super) fn notify_time(&mut self, log: &mut impl EventLog) {
-        self.notify_time_at(log, self.time);
-    }
-
-    /// Reports `time`, the time at an event's packet (read before reading
-    /// ahead past it), if it changed since the last report.
-    pub(super) fn notify_time_at(&mut self, log: &mut impl EventLog, time: Option<u64>) {
-        if time.is_none() && self.slice_time_unknown {
-            // LLDB's slice decoder has not met a TSC yet: the event has none.
-            return;
-        }
-        if time.is_none() && self.time.is_none() {
-            // No TSC read yet: when this is a later part of a trace, the
-            // time read before it belongs here (see `History::append`).
-            log.event_before_any_time();
-        }
-        if time != self.notified {
-            if let Some(tsc) = time {
-                log.event(Event::ClockTick(tsc));
-            }
-            self.notified = time;
-        }
-    }
-
-    /// LLDB's TSC of a slice whose PSB+ has none: the time of the first
-    /// event that libipt's query decoder, synchronised afresh at the PSB
-    /// (knowing no time), gives with a TSC — the TSC met before an event
-    /// packet, while the packets on the way are events or status (a TNT, or
-    /// a TIP no FUP waits for, ends the search).
-    pub(super) fn slice_tsc_ahead(&self) -> Option<u64> {
-        let mut ahead = self.packets.clone();
-        let (mut tsc, mut fup_waits) = (None, false);
-        while let Ok(Some((_, packet))) = next_packet(&mut ahead) {
-            match packet {
-                Packet::Tsc(value) => tsc = Some(value),
-                Packet::Mtc(_) | Packet::Cyc(_) | Packet::Tma { .. } | Packet::Pad | Packet::Psb | Packet::Psbend => {}
-                Packet::Fup(_) => fup_waits = true,
-                Packet::TntShort(_) | Packet::TntLong(_) => return None,
-                Packet::Tip(_) if !fup_waits => return None,
-                _ if tsc.is_some() => return tsc,
-                _ => fup_waits = false,
-            }
-        }
-        None
-    }
-
-    /// The FUP IP of the PSB+ that starts at the packet decoder's position
-    /// (the PSB itself already read), without consuming anything.
-    pub(super) fn psb_fup_lookahead(&self) -> Option<u64> {
-        Self::header_fup(self.packets.clone())
-    }
-
-    /// The FUP IP of the PSB+ header `ahead` is in (after its PSB).
-    pub(super) fn header_fup(mut ahead: PacketDecoder<'a>) -> Option<u64> {
-        let mut ip = None;
-        while let Ok(Some((_, packet))) = next_packet(&mut ahead) {
-            match packet {
-                Packet::Psbend => break,
-                Packet::Fup(fup) => ip = fup.ip,
-                _ => {}
-            }
-        }
-        ip
     }
 
     /// The next packet that matters for the flow, handling timing and
@@ -667,107 +560,6 @@ impl<'a> QueryDecoder<'a> {
         }
     }
 
-    /// Reads the PSB+ header after a PSB at `offset`; returns the FUP IP
-    /// (tracing on) or `None` (tracing off).
-    pub(super) fn psb_plus(&mut self, log: &mut impl EventLog, offset: usize) -> Flow<Option<u64>> {
-        self.held_disable = None;
-        // A new slice: whatever ended the last one (also on a path where
-        // tracing stayed off) is behind.
-        self.trace_ends = false;
-        self.slice_ended = false;
-        // The same header checks wherever a PSB+ is met (read ahead, synced
-        // to, or reached while tracing is off).
-        read_psb_header(&mut self.packets.clone(), offset)?;
-        // Nothing crosses a PSB (LLDB decodes each PSB-to-PSB slice with a
-        // fresh decoder): the mode is the header's, or unknown.
-        self.mode = None;
-        self.tip_queue.clear();
-        let mut ip = None;
-        let mut header_tsc = false;
-        loop {
-            let before = self.packets.clone();
-            let packet = match next_packet(&mut self.packets) {
-                Ok(Some((_, packet))) => packet,
-                Ok(None) => return Err((self.packets.offset(), FlowError::Mismatch { expected: "PSBEND before the end of the trace", ip: None })),
-                Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
-            };
-            match packet {
-                Packet::Psbend => break,
-                Packet::Tsc(tsc) => {
-                    self.tick(tsc);
-                    header_tsc = true;
-                }
-                Packet::Fup(fup) => ip = fup.ip,
-                Packet::ModeExec { csl, csd, .. } => self.mode = ExecMode::from_mode_exec(csl, csd),
-                Packet::Ovf => {
-                    // An overflow inside PSB+ ends the header, as PSBEND
-                    // does (libipt's OVF carries its psbend flag): the slice
-                    // is synchronised, then the overflow is decoded as the
-                    // next packet.
-                    self.packets = before;
-                    break;
-                }
-                _ => {}
-            }
-        }
-        if self.options.lldb_psb_slices && !header_tsc {
-            // LLDB decodes the slice with a fresh decoder, which knows no
-            // time until a TSC; it announces the slice's TSC (the first one
-            // an event after the PSB carries) before the sync point.
-            self.slice_time_unknown = false;
-            if let Some(tsc) = self.slice_tsc_ahead() {
-                self.notify_time_at(log, Some(tsc));
-            }
-            self.time = None;
-            self.slice_time_unknown = true;
-        } else {
-            self.slice_time_unknown = false;
-            self.notify_time(log);
-        }
-        log.event(Event::SyncPoint(offset));
-        self.tnt_len = 0;
-        Ok(ip)
-    }
-
-    /// Recovers from an overflow (the OVF at `offset` already consumed), as
-    /// libipt does: an error item; TNT bits and the return stack are gone;
-    /// if a FUP follows with only timing packets between, tracing resumed
-    /// at its IP, otherwise it resumed disabled (a TIP.PGE or PSB+ says
-    /// where it starts again).
-    pub(super) fn overflow(&mut self, log: &mut impl EventLog, offset: usize) -> Flow<Next> {
-        self.notify_time(log);
-        log.error(offset, FlowError::Overflow);
-        self.tnt_len = 0;
-        loop {
-            let Some((at, packet)) = (match next_packet(&mut self.packets) {
-                Ok(item) => item,
-                Err(e) => return Err((e.offset, FlowError::Packet(e.kind, None))),
-            }) else {
-                return Ok(Next::End);
-            };
-            match packet {
-                Packet::Fup(fup) => return Ok(fup.ip.map_or(Next::Disabled, Next::At)),
-                Packet::Tsc(tsc) => self.tick(tsc),
-                // The overflow resolved with tracing off: libipt binds it to
-                // the next TIP.PGE and skips what does not depend on
-                // PacketEn, a TIP.PGD included (LLDB 22 prints nothing for
-                // it, where a TIP.PGD met while disabled is otherwise an
-                // error; seen on corrupted walk 1206).
-                Packet::TipPgd(_) => {}
-                Packet::Pad
-                | Packet::Mnt(_)
-                | Packet::Cbr(_)
-                | Packet::Tma { .. }
-                | Packet::Mtc(_)
-                | Packet::Cyc(_) => {}
-                other => {
-                    self.peeked = Some((at, other));
-                    return Ok(Next::Disabled);
-                }
-            }
-        }
-    }
-
     /// A TIP.PGD without an IP ends only a `far` transfer (SYSCALL, INT,
     /// IRET…); after a near one it does not answer the query.
     pub(super) fn indirect_branch(&mut self, log: &mut impl EventLog, at: u64, far: bool) -> Flow<Branch> {
@@ -833,52 +625,4 @@ impl<'a> QueryDecoder<'a> {
         }
     }
 
-    pub(super) fn resync(&mut self, log: &mut impl EventLog) -> bool {
-        self.slice_cut = false;
-        self.slice_ended = false;
-        self.held_disable = None;
-        self.cut_packet = None;
-        self.tnt_len = 0;
-        self.rejected_event = None;
-        self.trace_ends = false;
-        self.tip_queue.clear();
-        self.mode = None;
-        let synced = match self.peeked.take() {
-            // A PSB already read ahead is the next sync point.
-            Some((offset, Packet::Psb)) => self.packets.sync_set(offset),
-            Some((offset, _)) => {
-                self.packets.seek(offset);
-                self.packets.sync_forward().is_some()
-            }
-            None => self.packets.sync_forward().is_some(),
-        };
-        synced && self.usable_sync_point(log)
-    }
-
-    /// Whether the PSB at the current position starts a usable PSB+ (within
-    /// this decoder's segment). A damaged header is an error item and the
-    /// next PSB is tried: libipt fails to synchronise there and LLDB stops
-    /// decoding the thread, retrace goes on.
-    pub(super) fn usable_sync_point(&mut self, log: &mut impl EventLog) -> bool {
-        loop {
-            let psb = self.packets.offset();
-            if self.at_stop(psb) {
-                return false;
-            }
-            let mut ahead = self.packets.clone();
-            let header = match next_packet(&mut ahead) {
-                Ok(Some((_, Packet::Psb))) => read_psb_header(&mut ahead, psb),
-                _ => Ok(true),
-            };
-            match header {
-                Ok(_) => return true,
-                Err((offset, error)) => {
-                    log.error(offset, error);
-                    if self.packets.sync_forward().is_none() {
-                        return false;
-                    }
-                }
-            }
-        }
-    }
 }
