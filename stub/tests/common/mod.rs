@@ -214,7 +214,8 @@ pub fn read_packet(stream: &mut TcpStream) -> Option<String> {
         }
     }
     let text = String::from_utf8_lossy(&reply).into_owned();
-    Some(text.trim_start_matches('$').rsplit_once('#').map(|(body, _)| body.to_string()).unwrap_or(text))
+    let body = text.trim_start_matches('$').rsplit_once('#').map(|(body, _)| body.to_string()).unwrap_or(text);
+    Some(run_length_decoded(&body))
 }
 
 /// Whether process `pid` exists and has not ended (a zombie has).
