@@ -599,7 +599,7 @@ impl MultiThreadResume for ProcessTarget {
     }
 
     // Offered without a recording too: a client's reverse command then
-    // hears why it cannot go back (`NO_HISTORY`), where GDB would only
+    // hears why it cannot go back (`replay::NOT_RECORDED`), where GDB would only
     // say "Target remote does not support this command".
     fn support_reverse_cont(&mut self) -> Option<ReverseContOps<'_, Tid, Self>> {
         Some(self)

@@ -136,8 +136,7 @@ impl MultiThreadSchedulerLocking for SavedTrace {
 impl TimeTravel for SavedTrace {
     fn replay(&mut self) -> Option<Replay<'_>> {
         let SavedTrace { session, timeline, state, bundle, traces, unchanging, .. } = self;
-        let trace_bytes = traces.iter().map(|(_, trace)| trace.len()).sum();
-        Some(Replay::new(session, Box::new(SavedHistory { timeline, state: state.as_ref(), bundle, trace_bytes, unchanging })))
+        Some(Replay::new(session, Box::new(SavedHistory::of(timeline, state, bundle, traces, unchanging))))
     }
 
     fn session(&mut self) -> &mut ReplaySession {
