@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 trap 'status=$?; echo "tests/run.sh: exit status $status after $((SECONDS / 60)) min $((SECONDS % 60)) s"' EXIT
 
 # Tools the tests use as independent references.
-packages=(libipt-dev lldb-22 python3-lldb-22 gdb gcc clang-22 llvm-22 libclang-rt-22-dev nodejs python3-venv valgrind)
+packages=(libipt-dev lldb-22 python3-lldb-22 gdb gcc clang-22 llvm-22 libclang-rt-22-dev nodejs python3-venv valgrind strace)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

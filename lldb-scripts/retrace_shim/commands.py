@@ -288,15 +288,20 @@ class Load(Command):
     trace: one target per process, its modules loaded where the traced
     process had them, so `image lookup`, `disassemble` and breakpoints
     resolve as in the traced run. Unlike `trace load` it needs no
-    intel-pt plugin in LLDB: the decoding is retrace's."""
+    intel-pt plugin in LLDB: the decoding is retrace's. A bundle is
+    untrusted input: nothing outside its directory is read, unless
+    --allow-outside-bundle (modules named by their paths on this machine,
+    absolute paths, links out)."""
 
-    name, usage = "load", "load FILE"
+    name, usage = "load", "load [--allow-outside-bundle] FILE"
     short = "Load an LLDB trace bundle (trace.json) as the current trace."
 
     def run(self, debugger, args, result):
+        allow_outside = "--allow-outside-bundle" in args
+        args = [a for a in args if a != "--allow-outside-bundle"]
         if len(args) != 1:
             raise RetraceError("usage: retrace " + self.usage)
-        trace = load_bundle(debugger, args[0])
+        trace = load_bundle(debugger, args[0], allow_outside)
         threads = sum(len(p["threads"]) for p in trace.processes)
         result.AppendMessage(
             "loaded %s: %d process%s, %d thread%s"

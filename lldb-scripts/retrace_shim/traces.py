@@ -156,7 +156,8 @@ class LiveTrace(LoadedTrace):
         atexit.register(shutil.rmtree, self.directory, True)
         path = save_live_trace(debugger, self.directory, False)
         try:
-            bundle = native().Bundle(path)
+            # (Written here, naming the modules in place: trusted.)
+            bundle = native().Bundle(path, allow_outside=True)
         except ValueError as error:
             raise RetraceError(str(error))
         LoadedTrace.__init__(self, path, bundle, bundle.processes(), [process.GetTarget()])
@@ -198,14 +199,15 @@ def current_trace(debugger=None):
     return loaded
 
 
-def load_bundle(debugger, path):
+def load_bundle(debugger, path, allow_outside=False):
     """Opens the bundle at `path` (a trace.json, or its directory) and
     creates one target per process with its modules at their load
-    addresses, the first one selected."""
+    addresses, the first one selected. `allow_outside`: read what it names
+    outside its directory too."""
     if os.path.isdir(path):
         path = os.path.join(path, "trace.json")
     try:
-        bundle = native().Bundle(path)
+        bundle = native().Bundle(path, allow_outside=allow_outside)
     except ValueError as error:
         raise RetraceError(str(error))
     processes = bundle.processes()

@@ -4,11 +4,22 @@
 use std::path::Path;
 
 pub use retrace_decoder::bundle::load::{BundleError, LoadedBundle, LoadedModule, LoadedProcess, LoadedThread};
+pub use retrace_decoder::bundle::paths::Reach;
 
-/// Loads `trace_json` and everything it refers to; damaged parts that were
-/// skipped are logged as warnings.
-pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
-    let loaded = retrace_decoder::bundle::load::load(trace_json)?;
+/// How a bundle is opened: how its traces are decoded, and how far the
+/// files it names may be ([`Reach`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOptions {
+    /// The decoder's options.
+    pub flow: retrace_decoder::flow::FlowOptions,
+    /// Where the files the bundle names may be.
+    pub reach: Reach,
+}
+
+/// Loads `trace_json` and everything it refers to, as far as `reach`;
+/// damaged parts that were skipped are logged as warnings.
+pub fn load(trace_json: &Path, reach: Reach) -> Result<LoadedBundle, BundleError> {
+    let loaded = retrace_decoder::bundle::load::load_with(trace_json, reach)?;
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
     }
@@ -33,8 +44,8 @@ pub struct DecodedBundle {
 
 impl DecodedBundle {
     /// Loads `trace_json`; `keep` says whether decoded histories are kept.
-    pub fn open(trace_json: &Path, options: retrace_decoder::flow::FlowOptions, keep: bool) -> Result<DecodedBundle, BundleError> {
-        let loaded = load(trace_json)?;
+    pub fn open(trace_json: &Path, open: OpenOptions, keep: bool) -> Result<DecodedBundle, BundleError> {
+        let (options, loaded) = (open.flow, load(trace_json, open.reach)?);
         let kept = keep.then(|| loaded.threads.iter().map(|_| std::sync::OnceLock::new()).collect());
         Ok(DecodedBundle { loaded, options, kept })
     }

@@ -38,9 +38,12 @@ fn pt_through_jit_code_decodes_with_v8_names() {
 
     let dir = run.dir.join("bundle");
     let trace_json = retrace_tests::bundles::write_generated_bundle(&dir, &walked.trace, &[]);
-    // List the jitdump in the process (retrace's extra key).
+    // List the jitdump in the process (retrace's extra key), copied into
+    // the bundle (a bundle names no file outside itself).
+    let dump_name = run.dump_path.file_name().unwrap().to_str().unwrap();
+    std::fs::copy(&run.dump_path, dir.join(dump_name)).unwrap();
     let mut description: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace_json).unwrap()).unwrap();
-    description["processes"][0]["jitdumps"] = serde_json::json!([run.dump_path.to_str().unwrap()]);
+    description["processes"][0]["jitdumps"] = serde_json::json!([dump_name]);
     std::fs::write(&trace_json, serde_json::to_vec_pretty(&description).unwrap()).unwrap();
 
     let output = Command::new(env!("CARGO_BIN_EXE_retrace"))

@@ -7,6 +7,7 @@ use clap::Parser;
 use retrace_collector::process::{attach, launch, LaunchOptions};
 use retrace_stub::protocol::session::{serve, SessionEnd};
 use retrace_stub::inferior::live::{ProcessTarget, RecordMode, TraceRecorder};
+use retrace_decoder::bundle::paths::Reach;
 use retrace_stub::inferior::saved_trace::SavedTrace;
 
 /// A gdb-remote server for LLDB and GDB.
@@ -115,6 +116,13 @@ struct Args {
     /// run forwards as it ran: VS Code's replay launch).
     #[arg(long, value_name = "WHERE", value_enum, default_value = "end", requires = "replay")]
     replay_from: ReplayFrom,
+    /// With --replay: read the files the bundle names wherever they are
+    /// (absolute paths, `..`, links out of its directory, modules it holds
+    /// no copy of at their paths here), as LLDB's `trace load` does. By
+    /// default a bundle is untrusted input: nothing outside its directory
+    /// is read.
+    #[arg(long, requires = "replay")]
+    allow_outside_bundle: bool,
     /// The program and its arguments (after `--`, or after the options:
     /// everything from the program on is its own).
     #[arg(required_unless_present_any = ["attach", "replay"], trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
@@ -161,7 +169,8 @@ fn main() -> ExitCode {
         );
     }
     if let Some(trace_json) = &args.replay {
-        return replay(&listener, trace_json, args.replay_from);
+        let reach = if args.allow_outside_bundle { Reach::Anywhere } else { Reach::Inside };
+        return replay(&listener, trace_json, args.replay_from, reach);
     }
     let (tracee, threads) = if let Some(pid) = args.attach {
         match attach(nix::unistd::Pid::from_raw(pid)) {
@@ -215,8 +224,8 @@ fn main() -> ExitCode {
 }
 
 /// Serves a saved trace until the debugger leaves.
-fn replay(listener: &TcpListener, trace_json: &std::path::Path, from: ReplayFrom) -> ExitCode {
-    let mut saved = match SavedTrace::open(trace_json) {
+fn replay(listener: &TcpListener, trace_json: &std::path::Path, from: ReplayFrom, reach: Reach) -> ExitCode {
+    let mut saved = match SavedTrace::open(trace_json, reach) {
         Ok(saved) => saved,
         Err(e) => {
             eprintln!("retrace-stub: cannot replay {}: {e}", trace_json.display());

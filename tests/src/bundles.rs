@@ -37,9 +37,10 @@ pub fn cpu(bundle: &LoadedBundle) -> (u32, u32) {
 }
 
 /// Writes a one-thread bundle (tid 1, pid 1) around `trace` into `dir`:
-/// `threads/1.intelpt_trace` and a trace.json naming `modules` (system path,
-/// load address) in place, with the software-recording CPU. Returns the
-/// trace.json path.
+/// `threads/1.intelpt_trace`, a copy of each of `modules` (system path,
+/// load address) under `modules/` as LLDB's `trace save` lays them out
+/// (a bundle names no file outside itself), and a trace.json, with the
+/// software-recording CPU. Returns the trace.json path.
 pub fn write_generated_bundle(dir: &Path, trace: &[u8], modules: &[(&str, u64)]) -> std::path::PathBuf {
     use retrace_decoder::bundle::{BundleModule, BundleProcess, BundleThread, CpuInfo, LoadAddress};
     std::fs::create_dir_all(dir.join("threads")).unwrap();
@@ -53,7 +54,12 @@ pub fn write_generated_bundle(dir: &Path, trace: &[u8], modules: &[(&str, u64)])
             threads: vec![BundleThread { tid: 1, ipt_trace: Some("threads/1.intelpt_trace".into()) }],
             modules: modules
                 .iter()
-                .map(|(path, load)| BundleModule { system_path: path.to_string(), file: None, load_address: LoadAddress(*load), uuid: None })
+                .map(|(path, load)| {
+                    let copy = format!("modules/{}", path.trim_start_matches('/'));
+                    std::fs::create_dir_all(dir.join(&copy).parent().unwrap()).unwrap();
+                    std::fs::copy(path, dir.join(&copy)).unwrap();
+                    BundleModule { system_path: path.to_string(), file: Some(copy), load_address: LoadAddress(*load), uuid: None }
+                })
                 .collect(),
             jitdumps: Vec::new(),
         }],

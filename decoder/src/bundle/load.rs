@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::paths::{BundleDir, OutsideBundle, Reach};
 use super::TraceBundle;
 use crate::image::Image;
 use crate::jitdump::{CodeRegions, Jitdump};
@@ -39,6 +40,14 @@ pub enum BundleError {
     /// A module file is not ELF.
     #[error("{0}")]
     Image(#[from] crate::image::ImageError),
+    /// The bundle names a file outside its directory (see [`super::paths`]).
+    #[error("{path}: {source}: {hint}", hint = super::paths::ALLOW_HINT)]
+    Outside {
+        /// The description file.
+        path: PathBuf,
+        /// What it names, and why that is refused.
+        source: OutsideBundle,
+    },
     /// A listed jitdump file is not one.
     #[error("{path}: not a readable jitdump: {reason}")]
     Jitdump {
@@ -157,14 +166,21 @@ pub fn trace_json_of(path: &Path) -> std::path::PathBuf {
 /// the process exec'd (`retrace.execImages`), as further processes.
 ///
 /// A directory stands for the `trace.json` in it (the bundle directory
-/// `retrace record -o` and LLDB's `trace save` write).
+/// `retrace record -o` and LLDB's `trace save` write). Every file it names
+/// is inside its directory ([`Reach::Inside`]; [`load_with`] for more).
 pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
+    load_with(trace_json, Reach::Inside)
+}
+
+/// [`load`], with the files the bundle names read as far as `reach`.
+pub fn load_with(trace_json: &Path, reach: Reach) -> Result<LoadedBundle, BundleError> {
     let trace_json = &trace_json_of(trace_json);
-    let mut bundle = load_one(trace_json)?;
+    let dir = BundleDir::of_trace_json(trace_json, reach);
+    let mut bundle = load_one(trace_json, &dir)?;
     let images = bundle.description.retrace.as_ref().map(|r| r.exec_images.clone()).unwrap_or_default();
-    let base = trace_json.parent().unwrap_or(Path::new("."));
     for relative in images {
-        let next = load_one(&base.join(&relative))?;
+        let (path, nested) = dir.nested(&relative).map_err(|source| BundleError::Outside { path: trace_json.clone(), source })?;
+        let next = load_one(&path, &nested)?;
         let offset = bundle.processes.len();
         bundle.threads.extend(next.threads.into_iter().map(|t| LoadedThread { process: t.process + offset, ..t }));
         bundle.processes.extend(next.processes);
@@ -173,7 +189,7 @@ pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
     Ok(bundle)
 }
 
-fn load_one(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
+fn load_one(trace_json: &Path, dir: &BundleDir) -> Result<LoadedBundle, BundleError> {
     let text = read(trace_json)?;
     let value: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| BundleError::Schema { path: trace_json.to_path_buf(), reason: e.to_string() })?;
@@ -188,8 +204,8 @@ fn load_one(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
             reason: format!("type is {:?}, expected \"intel-pt\"", description.kind),
         });
     }
-    let base = trace_json.parent().unwrap_or(Path::new("."));
-    let resolve = |relative: &str| base.join(relative);
+    let outside = |source| BundleError::Outside { path: trace_json.to_path_buf(), source };
+    let resolve = |relative: &str| dir.file(relative).map_err(outside);
     let mut threads = Vec::new();
     let mut processes = Vec::new();
     let mut warnings = Vec::new();
@@ -198,7 +214,7 @@ fn load_one(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
         let mut symbols = Symbolizer::new();
         let mut modules = Vec::new();
         for module in &process.modules {
-            let path = resolve(module.file.as_deref().unwrap_or(&module.system_path));
+            let path = dir.module(module.file.as_deref(), &module.system_path).map_err(outside)?;
             modules.push(LoadedModule {
                 path: path.clone(),
                 system_path: module.system_path.clone(),
@@ -213,7 +229,7 @@ fn load_one(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
         // Generated code: each function at its latest address (a MOVE wins
         // over its LOAD), named in the module `jit-<pid>.dump`.
         for listed in &process.jitdumps {
-            let path = resolve(listed);
+            let path = resolve(listed)?;
             let bytes = read(&path)?;
             let dump = Jitdump::parse(&bytes).map_err(|e| BundleError::Jitdump { path: path.clone(), reason: e.to_string() })?;
             let regions = CodeRegions::from_dump(&dump);
@@ -224,7 +240,7 @@ fn load_one(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
         }
         for thread in &process.threads {
             let trace = match &thread.ipt_trace {
-                Some(file) => read(&resolve(file))?,
+                Some(file) => read(&resolve(file)?)?,
                 None => Vec::new(),
             };
             threads.push(LoadedThread { tid: thread.tid, trace, process: processes.len() });

@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod load;
+pub mod paths;
 
 /// The CPU the trace claims to come from; LLDB hands it to libipt, which
 /// enables errata workarounds for it and refuses CPUs it does not know.

@@ -79,11 +79,14 @@ impl Bundle {
 #[pymethods]
 impl Bundle {
     /// Opens `trace_json`. `lldb_quirks=False` leaves out LLDB 22's
-    /// artifacts (see `retrace dump --help`).
+    /// artifacts (see `retrace dump --help`); `allow_outside=True` reads
+    /// the files it names outside its directory too (a bundle one wrote
+    /// oneself that names modules in place).
     #[new]
-    #[pyo3(signature = (trace_json, lldb_quirks = true))]
-    fn open(py: Python<'_>, trace_json: PathBuf, lldb_quirks: bool) -> PyResult<Bundle> {
-        let options = retrace_decoder::flow::FlowOptions { lldb_psb_slices: lldb_quirks };
+    #[pyo3(signature = (trace_json, lldb_quirks = true, allow_outside = false))]
+    fn open(py: Python<'_>, trace_json: PathBuf, lldb_quirks: bool, allow_outside: bool) -> PyResult<Bundle> {
+        let reach = if allow_outside { retrace_plugin::bundle::Reach::Anywhere } else { retrace_plugin::bundle::Reach::Inside };
+        let options = retrace_plugin::bundle::OpenOptions { flow: retrace_decoder::flow::FlowOptions { lldb_psb_slices: lldb_quirks }, reach };
         let decoded = py.detach(|| DecodedBundle::open(&trace_json, options, true)).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(Bundle { decoded: std::sync::Mutex::new(decoded) })
     }

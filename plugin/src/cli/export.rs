@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use retrace_decoder::calls::CallEvent;
-use retrace_decoder::flow::FlowOptions;
 use retrace_decoder::history::History;
 use retrace_decoder::wallclock::WallClock;
 use serde_json::{json, Value};
@@ -28,7 +27,7 @@ pub enum Format {
 }
 
 /// Writes the timeline of `input` to `output`.
-pub fn run(_format: Format, input: &Path, output: &Path, binaries: &[PathBuf], options: FlowOptions) -> Result<ExitCode, CliError> {
+pub fn run(_format: Format, input: &Path, output: &Path, binaries: &[PathBuf], options: bundle::OpenOptions) -> Result<ExitCode, CliError> {
     let xray = xray::is_xray_log(input);
     if !xray && !binaries.is_empty() {
         return Err(CliError::Message(format!("{}: not an XRay log (--binary is for XRay logs)", input.display())));
@@ -77,7 +76,7 @@ impl<W: Write> EventWriter<W> {
 /// the first item of its untraced prefix), written as the calls end. Times
 /// are LLDB's (`dump instructions -t`) in µs when the bundle has timing;
 /// otherwise the item id is the time in µs.
-fn pt_events(trace_json: &Path, options: FlowOptions, out: &mut EventWriter<impl Write>) -> Result<(), CliError> {
+fn pt_events(trace_json: &Path, options: bundle::OpenOptions, out: &mut EventWriter<impl Write>) -> Result<(), CliError> {
     let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
     let loaded = &decoded.loaded;
     let histories: Vec<std::borrow::Cow<'_, History>> = (0..loaded.threads.len()).map(|position| decoded.history(position)).collect();

@@ -181,6 +181,12 @@ enum Command {
         /// Passed to the debugger after the commands that connect it (after `--`).
         #[arg(last = true, value_name = "DEBUGGER ARGS")]
         debugger_args: Vec<std::ffi::OsString>,
+        /// Read the files the bundle names wherever they are (absolute
+        /// paths, `..`, links out, modules it holds no copy of at their
+        /// paths here). By default a bundle is untrusted input: nothing
+        /// outside its directory is read.
+        #[arg(long)]
+        allow_outside_bundle: bool,
     },
     /// Decode a trace bundle and show what it recorded.
     #[command(subcommand)]
@@ -367,12 +373,20 @@ pub struct DecodeFlags {
     /// packets past the boundary, though nothing is missing there.
     #[arg(long)]
     pub no_lldb_quirks: bool,
+    /// Read the files the bundle names wherever they are: absolute paths,
+    /// `..`, links out of its directory, and modules it holds no copy of
+    /// at their paths on this machine (as LLDB's `trace load` does). By
+    /// default a bundle is untrusted input: nothing outside its directory
+    /// is read.
+    #[arg(long)]
+    pub allow_outside_bundle: bool,
 }
 
 impl DecodeFlags {
-    /// The decoder options these flags ask for.
-    pub fn options(self) -> retrace_decoder::flow::FlowOptions {
-        retrace_decoder::flow::FlowOptions { lldb_psb_slices: !self.no_lldb_quirks }
+    /// How these flags ask for a bundle to be opened.
+    pub fn options(self) -> crate::bundle::OpenOptions {
+        let reach = if self.allow_outside_bundle { crate::bundle::Reach::Anywhere } else { crate::bundle::Reach::Inside };
+        crate::bundle::OpenOptions { flow: retrace_decoder::flow::FlowOptions { lldb_psb_slices: !self.no_lldb_quirks }, reach }
     }
 }
 
@@ -421,7 +435,10 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
             calls::run(&trace_json, tid, format, decode.options())
         }
         Command::Export { format, input, output, binaries, decode } => export::run(format, &input, &output, &binaries, decode.options()),
-        Command::Replay { bundle, gdb, debugger, stub, debugger_args } => replay::run(replay::Args { bundle, gdb, debugger, stub, debugger_args }),
+        Command::Replay { bundle, gdb, debugger, stub, debugger_args, allow_outside_bundle } => {
+            let reach = if allow_outside_bundle { crate::bundle::Reach::Anywhere } else { crate::bundle::Reach::Inside };
+            replay::run(replay::Args { bundle, gdb, debugger, stub, debugger_args, reach })
+        }
         Command::Record { full_state, backend, ptrace_stops, mode, output, max_insns, aslr, insn_log, json, force, command } => {
             let (full_state, ptrace_stops) = match mode {
                 Some(record::Mode::Full) => (true, None),

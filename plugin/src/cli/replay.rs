@@ -8,6 +8,7 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 
+use retrace_decoder::bundle::paths::{BundleDir, Reach, ALLOW_HINT};
 use retrace_decoder::bundle::TraceBundle;
 
 use crate::cli::error::CliError;
@@ -25,6 +26,8 @@ pub struct Args {
     pub stub: Option<PathBuf>,
     /// Passed on to the debugger, after the commands that connect it.
     pub debugger_args: Vec<OsString>,
+    /// Where the files the bundle names may be (passed on to the stub).
+    pub reach: Reach,
 }
 
 /// The bundle described by `trace_json`.
@@ -33,16 +36,22 @@ fn read_bundle(trace_json: &Path) -> Result<TraceBundle, CliError> {
     TraceBundle::from_json(&text).map_err(|e| CliError::Message(format!("{}: {e}", trace_json.display())))
 }
 
-/// The program the bundle recorded: its own file if it is still there,
-/// else the bundle's copy.
-fn program_of(trace_json: &Path, bundle: &TraceBundle) -> Result<PathBuf, CliError> {
+/// The program the bundle recorded, for the debugger to read: the
+/// bundle's copy (with [`Reach::Anywhere`], its own file first if it is
+/// still there, as before bundles were untrusted).
+fn program_of(trace_json: &Path, bundle: &TraceBundle, reach: Reach) -> Result<PathBuf, CliError> {
     let module = bundle.processes.first().and_then(|p| p.modules.first()).ok_or_else(|| CliError::Message(format!("{}: the bundle names no program", trace_json.display())))?;
     let own = PathBuf::from(&module.system_path);
-    if own.is_file() {
+    if reach == Reach::Anywhere && own.is_file() {
         return Ok(own);
     }
-    let copy = module.file.as_ref().map(|f| trace_json.parent().unwrap_or(Path::new(".")).join(f));
-    copy.filter(|c| c.is_file()).ok_or_else(|| CliError::Message(format!("{}: neither the program {} nor the bundle's copy of it is there", trace_json.display(), module.system_path)))
+    let copy = BundleDir::of_trace_json(trace_json, reach)
+        .module(module.file.as_deref(), &module.system_path)
+        .map_err(|e| CliError::Message(format!("{}: {e}: {ALLOW_HINT}", trace_json.display())))?;
+    if !copy.is_file() {
+        return Err(CliError::Message(format!("{}: the bundle's copy of the program {} is not there ({})", trace_json.display(), module.system_path, copy.display())));
+    }
+    Ok(copy)
 }
 
 /// GDB's settings that make it read the modules from the bundle's copies
@@ -72,7 +81,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         return Err(CliError::Message(format!("{}: no trace.json there (give the directory `retrace record -o` wrote, or its trace.json)", args.bundle.display())));
     }
     let bundle = read_bundle(&trace_json)?;
-    let program = program_of(&trace_json, &bundle)?;
+    let program = program_of(&trace_json, &bundle, args.reach)?;
     let stub = args.stub.clone().or_else(|| env_path("RETRACE_STUB")).unwrap_or_else(|| beside_this_program("retrace-stub"));
     if !stub.is_file() {
         return Err(CliError::Message(format!("{}: no retrace-stub there: build it (cargo build -p retrace-stub) or give --stub PATH", stub.display())));
@@ -86,6 +95,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     let mut server = std::process::Command::new(&stub)
         .args(["--listen", "127.0.0.1:0", "--replay"])
         .arg(&trace_json)
+        .args((args.reach == Reach::Anywhere).then_some("--allow-outside-bundle"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

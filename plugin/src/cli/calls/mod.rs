@@ -9,7 +9,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use retrace_decoder::calls::{CallEffect, CallEvent, CallTracker, Segment, Site};
-use retrace_decoder::flow::FlowOptions;
 use retrace_decoder::history::{AddressHasher, BlockTable, Extra, History, Step};
 use std::hash::BuildHasherDefault;
 use serde_json::ser::{CompactFormatter, PrettyFormatter};
@@ -44,7 +43,7 @@ pub enum Format {
 type Scope = (Option<Arc<str>>, Option<u64>, Option<u64>);
 
 /// Prints the call trees of every thread (or of `tid`).
-pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: FlowOptions) -> Result<ExitCode, CliError> {
+pub fn run(trace_json: &Path, tid: Option<u64>, format: Format, options: bundle::OpenOptions) -> Result<ExitCode, CliError> {
     let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
     let threads = super::dump::threads_with_tid(&decoded.loaded, tid, trace_json)?;
     let mut out = crate::cli::output::bulk_stdout();

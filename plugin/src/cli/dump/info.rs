@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use retrace_decoder::flow::FlowOptions;
 use retrace_decoder::history::Extra;
 
 use super::image_heading;
@@ -15,7 +14,7 @@ use crate::cli::error::CliError;
 /// `retrace dump info`: per thread, LLDB's `thread trace dump info` text
 /// (see [`write_lldb_info`]); `--json`: retrace's summary (trace size,
 /// items, instructions, events, errors, decode time per thread).
-pub fn info(trace_json: &Path, json: bool, options: FlowOptions) -> Result<ExitCode, CliError> {
+pub fn info(trace_json: &Path, json: bool, options: bundle::OpenOptions) -> Result<ExitCode, CliError> {
     let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
     let loaded = &decoded.loaded;
     let stdout = std::io::stdout();

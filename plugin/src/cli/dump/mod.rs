@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use std::collections::HashMap;
 
-use retrace_decoder::flow::{FlowOptions, Item};
+use retrace_decoder::flow::Item;
 use retrace_decoder::history::History;
 use retrace_decoder::symbols::SymbolContext;
 use retrace_decoder::wallclock::WallClock;
@@ -85,7 +85,7 @@ pub fn threads_with_tid(loaded: &bundle::LoadedBundle, tid: Option<u64>, trace_j
 }
 
 /// `retrace dump instructions`.
-pub fn instructions(trace_json: &Path, tid: Option<u64>, options: FlowOptions, mut args: InstructionsArgs) -> Result<ExitCode, CliError> {
+pub fn instructions(trace_json: &Path, tid: Option<u64>, options: bundle::OpenOptions, mut args: InstructionsArgs) -> Result<ExitCode, CliError> {
     let decoded = bundle::DecodedBundle::open(trace_json, options, false).map_err(|e| CliError::Message(e.to_string()))?;
     args.threads = threads_with_tid(&decoded.loaded, tid, trace_json)?;
     let mut out = crate::cli::output::bulk_stdout();

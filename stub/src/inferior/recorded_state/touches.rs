@@ -31,7 +31,8 @@ pub struct Touches {
 fn word_bits(page: u64, range: &Range<u64>) -> impl Iterator<Item = usize> {
     let base = page * PAGE;
     let first = ((range.start.max(base) - base) / 8) as usize;
-    let last = ((range.end.min(base + PAGE) - 1 - base) / 8) as usize;
+    // (The last page's end is 2^64: past u64.)
+    let last = ((range.end.min(base.saturating_add(PAGE)) - 1 - base) / 8) as usize;
     first..=last
 }
 
@@ -150,5 +151,17 @@ mod tests {
         assert_eq!(touches.earliest(&(0x18_0000..0x18_0008), 0), Some(7));
         // A range over two words: the later of their intervals.
         assert_eq!(touches.latest(&(0x1008..0x1018), 9), Some(2));
+    }
+
+    /// A write at the top of the address space (a hostile full-state
+    /// stream's; hostile_bundles.rs found the overflow): its page ends at
+    /// 2^64.
+    #[test]
+    fn the_last_page_of_the_address_space() {
+        let mut touches = Touches::default();
+        touches.touch(3, u64::MAX - 3..u64::MAX);
+        assert_eq!(touches.latest(&(u64::MAX - 1..u64::MAX), 9), Some(3));
+        assert_eq!(touches.earliest(&(u64::MAX - 8..u64::MAX), 0), Some(3));
+        assert_eq!(touches.latest(&(u64::MAX - 4096..u64::MAX - 8), 9), None);
     }
 }

@@ -3,7 +3,7 @@
 //! read-only pages, the auxiliary vector and library list made from them,
 //! and its full state indexed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use libc::{AT_BASE, AT_ENTRY, AT_NULL, AT_PAGESZ, AT_PHDR, AT_PHENT, AT_PHNUM};
@@ -11,6 +11,7 @@ use object::elf::{PF_R, PF_W, PF_X};
 use object::{Object, ObjectSegment};
 use retrace_collector::process::Mapping;
 use retrace_decoder::bundle::load::LoadedBundle;
+use retrace_decoder::bundle::paths::{BundleDir, Reach, ALLOW_HINT};
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 
 use super::{Module, ReadOnlyPages, SavedTrace, RENDEZVOUS_PAGE};
@@ -47,11 +48,8 @@ fn rendezvous_page(linker: &Module, first_link_map: u64) -> Vec<u8> {
 }
 
 /// Reads the layout of one module file: the module and its read-only pages.
-fn module(bundle_dir: &Path, entry: &retrace_decoder::bundle::BundleModule) -> Result<(Module, Vec<ReadOnlyPages>), InferiorError> {
-    let path = match &entry.file {
-        Some(file) => bundle_dir.join(file),
-        None => PathBuf::from(&entry.system_path),
-    };
+fn module(bundle_dir: &BundleDir, entry: &retrace_decoder::bundle::BundleModule) -> Result<(Module, Vec<ReadOnlyPages>), InferiorError> {
+    let path = bundle_dir.module(entry.file.as_deref(), &entry.system_path).map_err(|e| InferiorError::Bundle(format!("{e}: {ALLOW_HINT}")))?;
     let bytes = std::fs::read(&path).map_err(|e| InferiorError::Bundle(format!("{}: {e}", path.display())))?;
     let file = object::File::parse(&*bytes).map_err(|e| InferiorError::Bundle(format!("{}: not a readable ELF file: {e}", path.display())))?;
     let lowest = file.segments().map(|s| s.address()).min().ok_or_else(|| InferiorError::Bundle(format!("{}: no loadable segments", path.display())))?;
@@ -141,6 +139,27 @@ fn exit_stop(exit: retrace_decoder::bundle::RecordedExit) -> Option<StopReason> 
     }
 }
 
+/// Refuses a full-state stream none of whose scheduled threads is one of
+/// the trace's: another recording's (another program's, or another run's:
+/// thread ids differ between runs), whose values would be wrong at every
+/// position.
+fn refuse_a_stranger_stream(trace_json: &Path, threads: &[RecordedThread], runs: &[(u32, u64, Option<u64>)]) -> Result<(), InferiorError> {
+    let ours = |tid: u32| threads.iter().any(|t| t.tid == u64::from(tid));
+    if runs.is_empty() || runs.iter().any(|&(tid, _, _)| ours(tid)) {
+        return Ok(());
+    }
+    let mut theirs: Vec<u32> = runs.iter().map(|&(tid, _, _)| tid).collect();
+    theirs.sort_unstable();
+    theirs.dedup();
+    let list = |ids: Vec<String>| ids.join(", ");
+    Err(InferiorError::Bundle(format!(
+        "{}: the full-state stream is another recording's: its threads ({}) are none of the trace's ({}); open the bundle it was recorded with, or record again",
+        trace_json.display(),
+        list(theirs.iter().take(8).map(u32::to_string).collect()),
+        list(threads.iter().take(8).map(|t| t.tid.to_string()).collect()),
+    )))
+}
+
 /// The threads' runs in the order a full-state stream's schedule gives
 /// (tid, first step, count or to the end), as timeline slices; a run that
 /// does not follow its thread's last is left out, and what the schedule
@@ -173,11 +192,8 @@ fn scheduled_slices(threads: &[RecordedThread], runs: &[(u32, u64, Option<u64>)]
 
 /// Loads a bundle's full-state `stream` (in `dir`) over `timeline`:
 /// mapped files are read from the bundle's copies (`modules/<path>`).
-fn load_full_state(dir: &Path, stream: StreamBytes, timeline: &Timeline) -> Result<RecordedState, String> {
-    let mut file = |path: &[u8]| {
-        let relative = String::from_utf8_lossy(path).trim_start_matches('/').to_string();
-        std::fs::read(dir.join("modules").join(relative)).ok()
-    };
+fn load_full_state(dir: &BundleDir, stream: StreamBytes, timeline: &Timeline) -> Result<RecordedState, String> {
+    let mut file = |path: &[u8]| std::fs::read(dir.copy_of_mapped(&String::from_utf8_lossy(path))?).ok();
     let (started, bytes) = (std::time::Instant::now(), stream.bytes().len());
     let state = RecordedState::load(timeline, stream, &mut file)?;
     tracing::info!(bytes, seconds = started.elapsed().as_secs_f64(), "full state indexed");
@@ -185,11 +201,12 @@ fn load_full_state(dir: &Path, stream: StreamBytes, timeline: &Timeline) -> Resu
 }
 
 impl SavedTrace {
-    /// Loads and decodes the bundle described by `trace_json`. The error is
-    /// a sentence for the user.
-    pub fn open(trace_json: &Path) -> Result<Self, InferiorError> {
+    /// Loads and decodes the bundle described by `trace_json`, reading the
+    /// files it names as far as `reach` ([`Reach::Inside`]: nothing outside
+    /// its directory). The error is a sentence for the user.
+    pub fn open(trace_json: &Path, reach: Reach) -> Result<Self, InferiorError> {
         let trace_json = &retrace_decoder::bundle::load::trace_json_of(trace_json);
-        let loaded: LoadedBundle = retrace_decoder::bundle::load::load(trace_json).map_err(|e| InferiorError::Bundle(e.to_string()))?;
+        let loaded: LoadedBundle = retrace_decoder::bundle::load::load_with(trace_json, reach).map_err(|e| InferiorError::Bundle(e.to_string()))?;
         for warning in &loaded.warnings {
             tracing::warn!("{warning}");
         }
@@ -216,10 +233,10 @@ impl SavedTrace {
         if threads.iter().all(|t| t.history.instructions() == 0) {
             return Err(InferiorError::Bundle(format!("{}: the trace holds no instructions", trace_json.display())));
         }
-        let dir = trace_json.parent().unwrap_or(Path::new("."));
+        let dir = BundleDir::of_trace_json(trace_json, reach);
         let full_state = match loaded.description.retrace.as_ref().and_then(|r| r.full_state.as_ref()) {
             Some(name) => {
-                let path = dir.join(name);
+                let path = dir.file(name).map_err(|e| InferiorError::Bundle(format!("{}: the full-state stream: {e}: {ALLOW_HINT}", trace_json.display())))?;
                 Some(StreamBytes::open(&path).map_err(|e| InferiorError::Bundle(format!("{}: the full-state stream {}: {e}", trace_json.display(), path.display())))?)
             }
             None => None,
@@ -236,6 +253,7 @@ impl SavedTrace {
                 let schedule = retrace_decoder::full_state::schedule_of(reading.take_while(|item| item.as_ref().map_or_else(|e| e.offset == 0, |_| true)))
                     .map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?;
                 tracing::info!(seconds = started.elapsed().as_secs_f64(), runs = schedule.runs.len(), deliveries = schedule.deliveries.len(), "full-state schedule read");
+                refuse_a_stranger_stream(trace_json, &threads, &schedule.runs)?;
                 let slices = scheduled_slices(&threads, &schedule.runs);
                 let deliveries = schedule
                     .deliveries
@@ -252,7 +270,7 @@ impl SavedTrace {
             if entry.system_path.starts_with('[') && entry.file.is_none() {
                 continue; // [vdso] without a copy
             }
-            match module(dir, entry) {
+            match module(&dir, entry) {
                 Ok((module, pages)) => {
                     modules.push(module);
                     unchanging.extend(pages);
@@ -293,7 +311,7 @@ impl SavedTrace {
             _ => None,
         };
         let state = match full_state {
-            Some(stream) => Some(load_full_state(dir, stream, &timeline).map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?),
+            Some(stream) => Some(load_full_state(&dir, stream, &timeline).map_err(|e| InferiorError::Bundle(format!("{}: {e}", trace_json.display())))?),
             None => None,
         };
         let tsc_conversion = loaded.description.tsc_perf_zero_conversion.as_ref().and_then(|c| {
