@@ -68,8 +68,13 @@ impl Image {
     /// Adds the loadable segments of an ELF file whose lowest segment is
     /// loaded at `load_address` (LLDB's `loadAddress` semantics).
     pub fn add_elf(&mut self, name: &str, file: Vec<u8>, load_address: u64) -> Result<(), ImageError> {
+        self.add_shared_elf(name, file.into(), load_address)
+    }
+
+    /// [`Image::add_elf`] of bytes held elsewhere too (one file's bytes
+    /// shared by every image that maps it).
+    pub fn add_shared_elf(&mut self, name: &str, bytes: Arc<[u8]>, load_address: u64) -> Result<(), ImageError> {
         let bad = |reason: String| ImageError::BadElf { name: name.to_string(), reason };
-        let bytes: Arc<[u8]> = file.into();
         let object = object::File::parse(&*bytes).map_err(|e| bad(e.to_string()))?;
         let segments: Vec<_> = object.segments().collect();
         let lowest = segments.iter().map(|s| s.address()).min().ok_or_else(|| bad("no loadable segments".into()))?;

@@ -20,6 +20,7 @@ mod common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use retrace_decoder::full_state::{state_records, StateRecord, StateWriter};
@@ -150,9 +151,22 @@ fn hostile_bundles(dir: &Path, good: &Path, other: &Path, outside: &Path) -> Vec
         v["processes"][0]["threads"][0]["tid"] = (1u64 << 40).into();
         v["processes"][0]["modules"][1]["loadAddress"] = "0xfffffffffffff000".into();
     });
-    make("duplicate-thread-ids", None, true, &|_, v| {
+    make("duplicate-thread-ids", Some("is listed twice"), true, &|_, v| {
         let thread = v["processes"][0]["threads"][0].clone();
         v["processes"][0]["threads"].as_array_mut().unwrap().extend([thread.clone(), thread]);
+    });
+    make("one-trace-for-10000-threads", Some("is listed twice"), true, &|_, v| {
+        let thread = v["processes"][0]["threads"][0].clone();
+        let threads = (1..=10_000u64).map(|tid| serde_json::json!({"tid": tid, "iptTrace": thread["iptTrace"]})).collect();
+        v["processes"][0]["threads"] = serde_json::Value::Array(threads);
+    });
+    make("one-module-10000-times", Some("is listed twice"), true, &|_, v| {
+        let module = v["processes"][0]["modules"][1].clone();
+        v["processes"][0]["modules"].as_array_mut().unwrap().extend(std::iter::repeat_n(module, 10_000));
+    });
+    make("10000-processes", Some("retrace reads at most 64"), true, &|_, v| {
+        let process = v["processes"][0].clone();
+        v["processes"] = serde_json::Value::Array(std::iter::repeat_n(process, 10_000).collect());
     });
     make("stream-of-another-program", Some("is another recording's"), false, &|b, _| {
         std::fs::copy(other.join("state.rtstate"), b.join("state.rtstate")).unwrap();
@@ -179,22 +193,34 @@ struct Ran {
     peak_kib: i64,
 }
 
-/// Runs `command` to its end (stdin closed, output to a file) and takes
-/// its peak resident memory from `wait4`.
-fn run_measured(mut command: Command, out: &Path) -> Ran {
-    let file = std::fs::File::create(out).unwrap();
-    let child = command.stdin(Stdio::null()).stdout(file.try_clone().unwrap()).stderr(file).spawn().unwrap();
-    let (ok, peak_kib) = wait_measured(child.id() as i32);
-    Ran { ok, said: std::fs::read_to_string(out).unwrap_or_default(), peak_kib }
+/// A Python parent that runs its arguments after the first, and writes
+/// their peak resident memory (KiB) to the file the first names. (A child
+/// spawned by this test would count the test's own memory at the spawn,
+/// which Linux carries into the child's peak across `exec`.)
+const MEASURE: &str = "import resource, subprocess, sys\n\
+    ran = subprocess.run(sys.argv[2:])\n\
+    open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n\
+    sys.exit(ran.returncode)\n";
+
+/// `command` under [`MEASURE`], writing its peak to `peak`.
+fn measured(command: &Command, peak: &Path) -> Command {
+    let mut measured = Command::new("python3");
+    measured.arg("-c").arg(MEASURE).arg(peak).arg(command.get_program()).args(command.get_args());
+    measured.envs(command.get_envs().filter_map(|(k, v)| Some((k, v?)))).env_remove("PYTHONPATH");
+    measured
 }
 
-fn wait_measured(pid: i32) -> (bool, i64) {
-    let mut status = 0;
-    // SAFETY: `rusage` is plain data the kernel fills in; `pid` is a child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(waited, pid);
-    (libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, usage.ru_maxrss)
+fn peak_in(peak: &Path) -> i64 {
+    std::fs::read_to_string(peak).ok().and_then(|text| text.trim().parse().ok()).expect("the peak was written")
+}
+
+/// Runs `command` to its end (stdin closed, output to the file `out`): its
+/// outcome, what it said, its peak memory.
+fn run_measured(command: Command, out: &Path) -> Ran {
+    let peak = out.with_extension("peak");
+    let file = std::fs::File::create(out).unwrap();
+    let status = measured(&command, &peak).stdin(Stdio::null()).stdout(file.try_clone().unwrap()).stderr(file).status().unwrap();
+    Ran { ok: status.success(), said: std::fs::read_to_string(out).unwrap_or_default(), peak_kib: peak_in(&peak) }
 }
 
 /// `strace -f` of `command`: what it did and the system calls it made on
@@ -250,14 +276,10 @@ fn reaching_out(log: &str, bundle: &Path, outside: &Path) -> Vec<String> {
 /// outcome and the stub's peak RSS.
 fn stub_with_gdb(stub: &Path, bundle: &Path, out: &Path) -> Ran {
     let log = std::fs::File::create(out).unwrap();
-    let mut server = Command::new(stub)
-        .args(["--listen", "127.0.0.1:0", "--replay"])
-        .arg(bundle.join("trace.json"))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let peak = out.with_extension("peak");
+    let mut command = Command::new(stub);
+    command.args(["--listen", "127.0.0.1:0", "--replay"]).arg(bundle.join("trace.json"));
+    let mut server = measured(&command, &peak).process_group(0).stdin(Stdio::null()).stdout(log).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = server.stderr.take().unwrap();
     let mut said = Vec::new();
     let mut byte = [0u8];
@@ -269,17 +291,27 @@ fn stub_with_gdb(stub: &Path, bundle: &Path, out: &Path) -> Ran {
     let Some((_, address)) = first.rsplit_once("listening on ") else {
         let mut rest = String::new();
         let _ = stderr.read_to_string(&mut rest);
-        let (_, peak_kib) = wait_measured(server.id() as i32);
-        return Ran { ok: false, said: first + "\n" + &rest, peak_kib };
+        let _ = server.wait();
+        return Ran { ok: false, said: first + "\n" + &rest, peak_kib: peak_in(&peak) };
     };
     let gdb = Command::new("timeout")
         .args(["120", "gdb", "-nx", "-batch", "-ex", &format!("target remote {}", address.trim()), "-ex", "info registers rip", "-ex", "reverse-continue", "-ex", "info registers rip", "-ex", "kill"])
         .output()
         .unwrap();
-    let _ = server.kill();
-    let (_, peak_kib) = wait_measured(server.id() as i32);
+    // The stub ends with the session GDB's kill ends; if not, it is ended.
+    let started = std::time::Instant::now();
+    while server.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            // SAFETY: signals the process group this test made.
+            unsafe { libc::kill(-(server.id() as i32), libc::SIGTERM) };
+            let _ = server.wait();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let mut rest = String::new();
     let _ = stderr.read_to_string(&mut rest);
+    let peak_kib = std::fs::read_to_string(&peak).ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0);
     Ran { ok: true, said: format!("{first}\n{rest}\n{}{}", String::from_utf8_lossy(&gdb.stdout), String::from_utf8_lossy(&gdb.stderr)), peak_kib }
 }
 

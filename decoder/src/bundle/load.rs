@@ -4,7 +4,9 @@
 //! names. The decoder's only file I/O, at its edge: the decoding layers
 //! below take the bytes this hands them.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::paths::{BundleDir, OutsideBundle, Reach};
 use super::TraceBundle;
@@ -63,8 +65,8 @@ pub enum BundleError {
 pub struct LoadedThread {
     /// Thread id.
     pub tid: u64,
-    /// Its raw Intel PT.
-    pub trace: Vec<u8>,
+    /// Its raw Intel PT (shared with any other reading of the same file).
+    pub trace: Arc<[u8]>,
     /// Index of its process entry in [`LoadedBundle::processes`].
     pub process: usize,
 }
@@ -151,6 +153,31 @@ fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
     std::fs::read(path).map_err(|source| BundleError::Read { path: path.to_path_buf(), source })
 }
 
+/// The most program images (process entries, exec'd images included) one
+/// load reads: each parses its modules' symbols, so a bundle that lists
+/// one module in a million processes would make that much of it.
+pub const MAX_PROCESSES: usize = 64;
+
+/// The files one load has read, each once: a file a bundle names many
+/// times (a module every exec'd image maps, or a hostile list) is held
+/// once however often it is named.
+#[derive(Default)]
+struct Reads {
+    files: HashMap<PathBuf, Arc<[u8]>>,
+}
+
+impl Reads {
+    fn read(&mut self, path: &Path) -> Result<Arc<[u8]>, BundleError> {
+        let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        if let Some(bytes) = self.files.get(&key) {
+            return Ok(bytes.clone());
+        }
+        let bytes: Arc<[u8]> = read(path)?.into();
+        self.files.insert(key, bytes.clone());
+        Ok(bytes)
+    }
+}
+
 /// The bundle's `trace.json` for a path given as the bundle: the file
 /// itself, or a directory holding it.
 pub fn trace_json_of(path: &Path) -> std::path::PathBuf {
@@ -176,11 +203,19 @@ pub fn load(trace_json: &Path) -> Result<LoadedBundle, BundleError> {
 pub fn load_with(trace_json: &Path, reach: Reach) -> Result<LoadedBundle, BundleError> {
     let trace_json = &trace_json_of(trace_json);
     let dir = BundleDir::of_trace_json(trace_json, reach);
-    let mut bundle = load_one(trace_json, &dir)?;
+    let mut reads = Reads::default();
+    let mut bundle = load_one(trace_json, &dir, &mut reads)?;
     let images = bundle.description.retrace.as_ref().map(|r| r.exec_images.clone()).unwrap_or_default();
+    let mut seen = HashSet::new();
     for relative in images {
         let (path, nested) = dir.nested(&relative).map_err(|source| BundleError::Outside { path: trace_json.clone(), source })?;
-        let next = load_one(&path, &nested)?;
+        if !seen.insert(path.clone()) {
+            return Err(BundleError::Schema { path: trace_json.clone(), reason: format!("the exec'd image {relative:?} is listed twice") });
+        }
+        if bundle.processes.len() >= MAX_PROCESSES {
+            return Err(BundleError::Schema { path: trace_json.clone(), reason: format!("more than {MAX_PROCESSES} program images (exec'd images included); retrace reads at most {MAX_PROCESSES}") });
+        }
+        let next = load_one(&path, &nested, &mut reads)?;
         let offset = bundle.processes.len();
         bundle.threads.extend(next.threads.into_iter().map(|t| LoadedThread { process: t.process + offset, ..t }));
         bundle.processes.extend(next.processes);
@@ -189,7 +224,7 @@ pub fn load_with(trace_json: &Path, reach: Reach) -> Result<LoadedBundle, Bundle
     Ok(bundle)
 }
 
-fn load_one(trace_json: &Path, dir: &BundleDir) -> Result<LoadedBundle, BundleError> {
+fn load_one(trace_json: &Path, dir: &BundleDir, reads: &mut Reads) -> Result<LoadedBundle, BundleError> {
     let text = read(trace_json)?;
     let value: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| BundleError::Schema { path: trace_json.to_path_buf(), reason: e.to_string() })?;
@@ -206,6 +241,10 @@ fn load_one(trace_json: &Path, dir: &BundleDir) -> Result<LoadedBundle, BundleEr
     }
     let outside = |source| BundleError::Outside { path: trace_json.to_path_buf(), source };
     let resolve = |relative: &str| dir.file(relative).map_err(outside);
+    let twice = |what: String| BundleError::Schema { path: trace_json.to_path_buf(), reason: format!("{what} is listed twice") };
+    if description.processes.len() > MAX_PROCESSES {
+        return Err(BundleError::Schema { path: trace_json.to_path_buf(), reason: format!("{} processes; retrace reads at most {MAX_PROCESSES}", description.processes.len()) });
+    }
     let mut threads = Vec::new();
     let mut processes = Vec::new();
     let mut warnings = Vec::new();
@@ -213,24 +252,32 @@ fn load_one(trace_json: &Path, dir: &BundleDir) -> Result<LoadedBundle, BundleEr
         let mut image = Image::new();
         let mut symbols = Symbolizer::new();
         let mut modules = Vec::new();
+        let mut listed = HashSet::new();
         for module in &process.modules {
             let path = dir.module(module.file.as_deref(), &module.system_path).map_err(outside)?;
+            if !listed.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
+                return Err(twice(format!("in process {}, the module file {}", process.pid, path.display())));
+            }
             modules.push(LoadedModule {
                 path: path.clone(),
                 system_path: module.system_path.clone(),
                 load_address: module.load_address.0,
                 uuid: module.uuid.clone(),
             });
-            let bytes = read(&path)?;
+            let bytes = reads.read(&path)?;
             let debug = separate_debug_file(&bytes);
             symbols.add_module(&path.to_string_lossy(), &bytes, module.load_address.0, debug.as_deref());
-            image.add_elf(&path.to_string_lossy(), bytes, module.load_address.0)?;
+            image.add_shared_elf(&path.to_string_lossy(), bytes, module.load_address.0)?;
         }
         // Generated code: each function at its latest address (a MOVE wins
         // over its LOAD), named in the module `jit-<pid>.dump`.
+        let mut dumps = HashSet::new();
         for listed in &process.jitdumps {
             let path = resolve(listed)?;
-            let bytes = read(&path)?;
+            if !dumps.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
+                return Err(twice(format!("in process {}, the jitdump {listed:?}", process.pid)));
+            }
+            let bytes = reads.read(&path)?;
             let dump = Jitdump::parse(&bytes).map_err(|e| BundleError::Jitdump { path: path.clone(), reason: e.to_string() })?;
             let regions = CodeRegions::from_dump(&dump);
             warnings.extend(regions.errors().iter().map(|error| format!("{}: damaged jitdump record: {error}", path.display())));
@@ -238,10 +285,23 @@ fn load_one(trace_json: &Path, dir: &BundleDir) -> Result<LoadedBundle, BundleEr
             regions.add_to_image(&mut image, None);
             regions.add_to_symbolizer(&mut symbols, &module, None);
         }
+        let (mut tids, mut traces) = (HashSet::new(), HashSet::new());
         for thread in &process.threads {
+            if !tids.insert(thread.tid) {
+                return Err(twice(format!("in process {}, thread {}", process.pid, thread.tid)));
+            }
             let trace = match &thread.ipt_trace {
-                Some(file) => read(&resolve(file)?)?,
-                None => Vec::new(),
+                Some(file) => {
+                    // (Each thread its own trace: a thread's history is
+                    // decoded and kept, so a million threads naming one
+                    // file would make a million.)
+                    let path = resolve(file)?;
+                    if !traces.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
+                        return Err(twice(format!("in process {}, the trace file {file:?}", process.pid)));
+                    }
+                    reads.read(&path)?
+                }
+                None => Arc::from(Vec::new()),
             };
             threads.push(LoadedThread { tid: thread.tid, trace, process: processes.len() });
         }

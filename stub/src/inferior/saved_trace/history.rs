@@ -147,7 +147,7 @@ impl History for SavedHistory<'_> {
 impl<'a> SavedHistory<'a> {
     /// The history of a saved trace's parts (borrowed apart from its
     /// session, which moves through it).
-    pub(super) fn of(timeline: &'a Timeline, state: &'a Option<RecordedState>, bundle: &'a Path, traces: &[(u64, Vec<u8>)], unchanging: &'a [ReadOnlyPages]) -> Self {
+    pub(super) fn of(timeline: &'a Timeline, state: &'a Option<RecordedState>, bundle: &'a Path, traces: &[(u64, std::sync::Arc<[u8]>)], unchanging: &'a [ReadOnlyPages]) -> Self {
         let trace_bytes = traces.iter().map(|(_, trace)| trace.len()).sum();
         SavedHistory { timeline, state: state.as_ref(), bundle, trace_bytes, unchanging }
     }

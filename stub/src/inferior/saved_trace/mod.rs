@@ -72,7 +72,7 @@ pub struct SavedTrace {
     timeline: Timeline,
     /// Each thread's raw trace, served to clients that decode it themselves
     /// (LLDB's `thread trace dump`, GDB's `record instruction-history`).
-    traces: Vec<(u64, Vec<u8>)>,
+    traces: Vec<(u64, std::sync::Arc<[u8]>)>,
     /// The client asked for the trace (`process trace start`, `record
     /// btrace pt`): until then none is offered, or GDB 13 would switch to
     /// replaying it itself (it turns `record btrace` on by itself when

@@ -39,7 +39,7 @@ impl TraceOps for SavedTrace {
     }
 
     fn trace_data(&mut self, tid: u64) -> Result<Vec<u8>, InferiorError> {
-        self.traces.iter().find(|(t, _)| *t == tid).map(|(_, trace)| trace.clone()).ok_or_else(|| InferiorError::InvalidRequest(format!("Thread {tid} not traced")))
+        self.traces.iter().find(|(t, _)| *t == tid).map(|(_, trace)| trace.to_vec()).ok_or_else(|| InferiorError::InvalidRequest(format!("Thread {tid} not traced")))
     }
 
     fn trace_cpu(&self) -> CpuInfo {
