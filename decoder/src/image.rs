@@ -30,7 +30,7 @@ pub struct Section {
 
 impl Section {
     fn end(&self) -> u64 {
-        self.start + self.len as u64
+        self.start.saturating_add(self.len as u64)
     }
 }
 

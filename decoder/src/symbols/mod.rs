@@ -225,9 +225,9 @@ fn symbol_ranges_by(mut symbols: Vec<SymbolEntry>, by: impl Fn(u64, u64) -> std:
         .enumerate()
         .map(|(i, (start, size, _, section_end, name))| {
             let end = if size > 0 {
-                start + size
+                start.saturating_add(size)
             } else {
-                starts.get(i + 1).copied().unwrap_or(u64::MAX).min(section_end).max(start + 1)
+                starts.get(i + 1).copied().unwrap_or(u64::MAX).min(section_end).max(start.saturating_add(1))
             };
             (start, end, name)
         })
@@ -311,7 +311,7 @@ fn unnamed_unwind_functions(file: &object::File, named: &std::collections::HashS
     let code_sections: Vec<(u64, u64)> = file
         .sections()
         .filter(|s| matches!(s.flags(), object::SectionFlags::Elf { sh_flags } if sh_flags & 0x4 != 0) && s.size() > 0)
-        .map(|s| (s.address(), s.address() + s.size()))
+        .map(|s| (s.address(), s.address().saturating_add(s.size())))
         .collect();
     let mut unnamed = Vec::new();
     let mut entries = eh_frame.entries(&bases);
@@ -366,7 +366,7 @@ impl Symbolizer {
     pub fn add_module(&mut self, path: &str, image: &[u8], load_address: u64, debug: Option<&[u8]>) {
         let Ok(file) = object::File::parse(image) else { return };
         let lowest = file.segments().map(|s| s.address()).min().unwrap_or(0);
-        let highest = file.segments().map(|s| s.address() + s.size()).max().unwrap_or(0);
+        let highest = file.segments().map(|s| s.address().saturating_add(s.size())).max().unwrap_or(0);
         let slide = load_address.wrapping_sub(lowest & !0xfff);
         let debug_file = debug.and_then(|bytes| object::File::parse(bytes).ok());
         let mut functions = Vec::new();
@@ -390,7 +390,7 @@ impl Symbolizer {
                     _ => 0,
                 };
                 let section = symbol.section_index().and_then(|index| source.section_by_index(index).ok());
-                let section_end = section.as_ref().map(|s| s.address() + s.size()).unwrap_or(u64::MAX);
+                let section_end = section.as_ref().map(|s| s.address().saturating_add(s.size())).unwrap_or(u64::MAX);
                 let in_code = section
                     .as_ref()
                     .is_some_and(|section| matches!(section.flags(), object::SectionFlags::Elf { sh_flags } if sh_flags & 0x4 != 0));
@@ -421,8 +421,8 @@ impl Symbolizer {
         let data = data_ranges(data);
         let dwarf_files = (Arc::<[u8]>::from(image), debug.map(Arc::<[u8]>::from));
         let name = path.rsplit('/').next().unwrap_or(path).into();
-        let segments = file.segments().map(|s| (s.address(), s.address() + s.size())).collect();
-        let sections = file.sections().filter(|s| s.address() != 0 && s.size() != 0).map(|s| (s.address(), s.address() + s.size())).collect();
+        let segments = file.segments().map(|s| (s.address(), s.address().saturating_add(s.size()))).collect();
+        let sections = file.sections().filter(|s| s.address() != 0 && s.size() != 0).map(|s| (s.address(), s.address().saturating_add(s.size()))).collect();
         placed_symbols.sort_unstable();
         placed_symbols.dedup();
         self.modules.push(Module {
@@ -518,7 +518,7 @@ impl Symbolizer {
         }
         let below = module.placed_symbols.partition_point(|s| s.0 <= probe).checked_sub(1)?;
         let (symbol, size) = module.placed_symbols[below];
-        if size != 0 && symbol + size <= probe {
+        if size != 0 && symbol.saturating_add(size) <= probe {
             return None;
         }
         let (index, (start, _)) = module.segments.iter().enumerate().find(|(_, &(start, end))| start <= probe && probe < end)?;
@@ -584,8 +584,8 @@ impl Symbolizer {
             None => (None, None),
         };
         let line_range = module.lines().and_then(|lines| {
-            let (start, len, _) = lines.find_location_range(probe, probe + 1).ok()?.next()?;
-            Some((start.wrapping_add(module.slide), (start + len).wrapping_add(module.slide)))
+            let (start, len, _) = lines.find_location_range(probe, probe.saturating_add(1)).ok()?.next()?;
+            Some((start.wrapping_add(module.slide), start.wrapping_add(len).wrapping_add(module.slide)))
         });
         let address_range = line_range.or(symbol_range);
         SymbolContext { module: Some(module.name.clone()), function, debug_function, function_ranges, function_entry, line, source, inlined, inlined_block, address_range }
