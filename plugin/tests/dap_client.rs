@@ -66,9 +66,9 @@ fn run_dap_client(program: &Path, trace_json: &Path, full_state: bool) {
     let report = String::from_utf8_lossy(&out.stdout);
     println!("{report}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the DAP client test failed (report above)");
-    // All cases ran: the four, and with a full-state replay the launch
+    // All cases ran: the five, and with a full-state replay the launch
     // recorded under Valgrind (skipped otherwise).
-    let (passing, skipped) = if full_state { ("# pass 6", "# skipped 0") } else { ("# pass 5", "# skipped 1") };
+    let (passing, skipped) = if full_state { ("# pass 7", "# skipped 0") } else { ("# pass 6", "# skipped 1") };
     assert!(report.contains(passing) && report.contains(skipped), "expected {passing}, {skipped}: {report}");
 }
 

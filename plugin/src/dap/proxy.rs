@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 
+use retrace_decoder::bundle::paths::{BundleDir, Reach};
 use serde_json::{json, Map, Value};
 
 use super::stub::{dies_with_parent, StubEnvironment, StubError, StubProcess, StubRun};
@@ -286,12 +287,15 @@ impl Session {
         let run = match text("replay") {
             Some(trace_json) => {
                 let trace_json = relative_to(cwd.as_deref(), Path::new(&trace_json));
+                // A saved trace is untrusted input, read inside its folder
+                // unless the configuration says `"allowOutsideBundle": true`.
+                let reach = if given.get("allowOutsideBundle").and_then(Value::as_bool) == Some(true) { Reach::Anywhere } else { Reach::Inside };
                 let program = match text("program") {
                     Some(program) => relative_to(cwd.as_deref(), Path::new(&program)),
-                    None => bundle_program(&trace_json)?,
+                    None => bundle_program(&trace_json, reach)?,
                 };
                 arguments.insert("program".into(), Value::String(program.to_string_lossy().into_owned()));
-                StubRun::Replay { trace_json }
+                StubRun::Replay { trace_json, reach }
             }
             None => {
                 let program = text("program").ok_or("launch needs `program` (or `replay`: a saved trace's trace.json)")?;
@@ -319,7 +323,7 @@ impl Session {
                     Recorder::Ptrace(mode) => StubRun::Record { mode: mode.to_string(), program, args },
                     whole_run => {
                         let env = environment(arguments.get("env"))?;
-                        StubRun::Replay { trace_json: self.record_whole_run(whole_run, &program, &args, cwd.as_deref(), &env)? }
+                        StubRun::Replay { trace_json: self.record_whole_run(whole_run, &program, &args, cwd.as_deref(), &env)?, reach: Reach::Inside }
                     }
                 }
             }
@@ -341,7 +345,7 @@ impl Session {
                 StubError::Refused(said) => said,
                 e => e.to_string(),
             })?;
-        for key in ["args", "env", "record", "replay", "launchCommands", "runInTerminal", "console", "disableASLR", "shellExpandArguments", "detachOnError"] {
+        for key in ["args", "env", "record", "replay", "allowOutsideBundle", "launchCommands", "runInTerminal", "console", "disableASLR", "shellExpandArguments", "detachOnError"] {
             arguments.remove(key);
         }
         arguments.insert("gdb-remote-port".into(), json!(stub.port));
@@ -676,25 +680,26 @@ fn environment(env: Option<&Value>) -> Result<Vec<(OsString, OsString)>, String>
 }
 
 /// The traced program of a saved trace: the first module of its first
-/// process (the bundle's copy if it has one, else the path it was traced at).
-fn bundle_program(trace_json: &Path) -> Result<PathBuf, String> {
+/// process (the bundle's copy; with [`Reach::Anywhere`], else the path it
+/// was traced at).
+fn bundle_program(trace_json: &Path, reach: Reach) -> Result<PathBuf, String> {
     let text = std::fs::read_to_string(trace_json).map_err(|e| format!("cannot read {}: {e}", trace_json.display()))?;
     let bundle: Value = serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", trace_json.display()))?;
     let module = bundle
         .pointer("/processes/0/modules/0")
         .ok_or_else(|| format!("{} lists no module to debug: give `program`", trace_json.display()))?;
-    let directory = trace_json.parent().unwrap_or(Path::new("."));
-    if let Some(file) = module.get("file").and_then(Value::as_str) {
-        let copy = directory.join(file);
-        if copy.exists() {
-            return Ok(copy);
-        }
+    let system_path = module.get("systemPath").and_then(Value::as_str).unwrap_or_default();
+    let bundle = BundleDir::of_trace_json(trace_json, reach);
+    let copy = bundle.module(module.get("file").and_then(Value::as_str), system_path).map_err(|e| {
+        format!("{}: {e}: retrace reads no file outside a bundle's directory unless told; if you trust this bundle, add \"allowOutsideBundle\": true to the launch configuration", trace_json.display())
+    })?;
+    if copy.exists() || reach == Reach::Inside {
+        return Ok(copy);
     }
-    module
-        .get("systemPath")
-        .and_then(Value::as_str)
-        .map(PathBuf::from)
-        .ok_or_else(|| format!("{}'s first module has no path: give `program`", trace_json.display()))
+    if system_path.is_empty() {
+        return Err(format!("{}'s first module has no path: give `program`", trace_json.display()));
+    }
+    Ok(PathBuf::from(system_path))
 }
 
 /// A `stopped` event naming no thread and no reason: lldb-dap 22 reports

@@ -26,6 +26,8 @@ pub enum StubRun {
     Replay {
         /// The bundle's `trace.json`.
         trace_json: PathBuf,
+        /// Where the files it names may be (`--allow-outside-bundle`).
+        reach: retrace_decoder::bundle::paths::Reach,
     },
 }
 
@@ -90,8 +92,11 @@ impl StubProcess {
             StubRun::Record { mode, program, args } => {
                 command.arg(format!("--record={mode}")).arg("--").arg(program).args(args);
             }
-            StubRun::Replay { trace_json } => {
+            StubRun::Replay { trace_json, reach } => {
                 command.arg("--replay").arg(trace_json).arg("--replay-from").arg("start");
+                if *reach == retrace_decoder::bundle::paths::Reach::Anywhere {
+                    command.arg("--allow-outside-bundle");
+                }
             }
         }
         if let Some(cwd) = &environment.cwd {

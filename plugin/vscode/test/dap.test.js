@@ -319,6 +319,33 @@ test("replay of a saved trace: breakpoints, reverseContinue, stepBack", { skip: 
   }
 });
 
+test("replay of a saved trace that names a file outside its folder is refused with the reason, and nothing starts", async () => {
+  const fs = require("node:fs");
+  const os = require("node:os");
+  const path = require("node:path");
+  // A trace from someone else, naming the program by its absolute path.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "retrace-hostile-"));
+  const traceJson = path.join(dir, "trace.json");
+  const bundle = {
+    type: "intel-pt",
+    cpuInfo: { vendor: "GenuineIntel", family: 6, model: 85, stepping: 4 },
+    processes: [{ pid: 1, threads: [{ tid: 1, iptTrace: "threads/1.intelpt_trace" }], modules: [{ systemPath: PROGRAM, file: PROGRAM, loadAddress: "0x400000" }] }],
+  };
+  fs.writeFileSync(traceJson, JSON.stringify(bundle));
+  const { dc } = await client("retrace");
+  try {
+    await assert.rejects(dc.launchRequest({ replay: traceJson }), (error) => {
+      assert.match(error.message, /is an absolute path/);
+      assert.match(error.message, /"allowOutsideBundle": true/);
+      return true;
+    });
+    assert.deepEqual(sessionProcesses(dc).filter((p) => !p.name.startsWith("lldb-dap")), [], "no stub was started");
+  } finally {
+    dc.stopAdapter();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test("launch with the best recorder, Valgrind here: breakpoints with locals, reverseContinue, stepBack", { skip: !FULL_STATE && "RETRACE_DAP_FULL_STATE not set" }, async () => {
   assert.ok(truth, "the forward truth ran");
   const { dc } = await client("retrace");
