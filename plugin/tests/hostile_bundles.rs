@@ -133,6 +133,16 @@ fn hostile_bundles(dir: &Path, good: &Path, other: &Path, outside: &Path) -> Vec
         module.as_object_mut().unwrap().remove("file");
         module["systemPath"] = canary_text.clone().into();
     });
+    make("modules-folder-a-link-out-unused", None, true, &|b, v| {
+        // The copies moved to mods/, modules/ a link out that no name of
+        // the bundle goes through (GDB must not be pointed at it).
+        std::fs::rename(b.join("modules"), b.join("mods")).unwrap();
+        std::os::unix::fs::symlink(canary.parent().unwrap(), b.join("modules")).unwrap();
+        for module in v["processes"][0]["modules"].as_array_mut().unwrap() {
+            let file = module["file"].as_str().unwrap().replacen("modules/", "mods/", 1);
+            module["file"] = file.into();
+        }
+    });
     make("exec-image-outside", Some("climbs out of the bundle"), true, &|_, v| v["retrace"]["execImages"] = serde_json::json!(["../outside/trace.json"]));
     make("stream-absolute", Some("is an absolute path"), false, &|_, v| v["retrace"]["fullState"] = canary_text.clone().into());
     make("stream-and-trace-cut-short", None, true, &|b, v| {
@@ -160,9 +170,13 @@ fn hostile_bundles(dir: &Path, good: &Path, other: &Path, outside: &Path) -> Vec
         let threads = (1..=10_000u64).map(|tid| serde_json::json!({"tid": tid, "iptTrace": thread["iptTrace"]})).collect();
         v["processes"][0]["threads"] = serde_json::Value::Array(threads);
     });
-    make("one-module-10000-times", Some("is listed twice"), true, &|_, v| {
+    make("one-module-10000-times", Some("retrace reads at most 4096"), true, &|_, v| {
         let module = v["processes"][0]["modules"][1].clone();
         v["processes"][0]["modules"].as_array_mut().unwrap().extend(std::iter::repeat_n(module, 10_000));
+    });
+    make("one-module-twice-at-one-address", Some("is listed twice"), true, &|_, v| {
+        let module = v["processes"][0]["modules"][1].clone();
+        v["processes"][0]["modules"].as_array_mut().unwrap().push(module);
     });
     make("10000-processes", Some("retrace reads at most 64"), true, &|_, v| {
         let process = v["processes"][0].clone();
@@ -228,7 +242,9 @@ fn run_measured(command: Command, out: &Path) -> Ran {
 fn traced(command: &Command, log: &Path, out: &Path) -> (Ran, String) {
     let mut strace = Command::new("strace");
     strace
-        .args(["-f", "-qq", "-s", "512", "-e", "trace=%file", "-o"])
+        // (-y: each descriptor a call returns with the path it resolved
+        // to, links and `..` followed.)
+        .args(["-f", "-qq", "-y", "-s", "512", "-e", "trace=%file", "-o"])
         .arg(log)
         .arg(command.get_program())
         .args(command.get_args())
@@ -237,33 +253,52 @@ fn traced(command: &Command, log: &Path, out: &Path) -> (Ran, String) {
     (ran, std::fs::read_to_string(log).unwrap())
 }
 
+/// `path` (absolute, or relative to `cwd`) with `.` and `..` taken away.
+fn lexical(cwd: &Path, path: &str) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in cwd.join(path).components() {
+        match component {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// The file system calls in `log` that reach outside `bundle`: any that
-/// opens or runs a file of `outside` (resolving a link to see where it
+/// opens or runs a file of `outside`, by the path it names or the one the
+/// kernel resolved it to (strace -y; resolving a link to see where it
 /// leads names its target, by readlink and stat, never an open), and any
 /// that writes, creates, renames or removes a file elsewhere than in
-/// `bundle` (or `/dev`, `/proc`).
+/// `bundle` (or `/dev`, `/proc`), `..` taken away.
 fn reaching_out(log: &str, bundle: &Path, outside: &Path) -> Vec<String> {
     const OPENS: [&str; 6] = ["open", "openat", "openat2", "execve", "execveat", "creat"];
     const CHANGES: [&str; 22] = [
         "creat", "rename", "renameat", "renameat2", "unlink", "unlinkat", "mkdir", "mkdirat", "rmdir", "symlink", "symlinkat", "link", "linkat", "truncate",
         "chmod", "fchmodat", "chown", "fchownat", "lchown", "utimensat", "mknod", "mknodat",
     ];
-    let bundle = bundle.to_str().unwrap();
-    let outside = outside.to_str().unwrap();
+    let cwd = std::env::current_dir().unwrap();
+    let bundle = bundle.canonicalize().unwrap();
+    let outside = outside.canonicalize().unwrap();
     let mut found = Vec::new();
     for line in log.lines() {
-        // "PID name(args) = result"
+        // "PID name(args) = result", with -y "= 3</resolved/path>"
         let call = line.split_once(' ').map_or(line, |(_, rest)| rest.trim_start());
         let name = call.split('(').next().unwrap_or("");
-        if OPENS.contains(&name) && line.contains(outside) {
+        let named = lexical(&cwd, line.split('"').nth(1).unwrap_or(""));
+        let resolved = line.rsplit_once(" = ").and_then(|(_, result)| Some(PathBuf::from(result.split_once('<')?.1.strip_suffix('>')?)));
+        let paths: Vec<&Path> = [Some(named.as_path()), resolved.as_deref()].into_iter().flatten().collect();
+        if OPENS.contains(&name) && paths.iter().any(|p| p.starts_with(&outside)) {
             found.push(line.to_string());
             continue;
         }
         let writes = CHANGES.contains(&name) || (OPENS.contains(&name) && ["O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC"].iter().any(|flag| line.contains(flag)));
         if writes && !line.contains(" = -1 ") {
-            let path = line.split('"').nth(1).unwrap_or("");
-            let elsewhere = !path.starts_with(bundle) && !path.starts_with("/dev/") && !path.starts_with("/proc/");
-            if elsewhere {
+            let elsewhere = |path: &&Path| !path.starts_with(&bundle) && !path.starts_with("/dev") && !path.starts_with("/proc");
+            if paths.iter().any(|p| elsewhere(p)) {
                 found.push(line.to_string());
             }
         }
@@ -311,7 +346,8 @@ fn stub_with_gdb(stub: &Path, bundle: &Path, out: &Path) -> Ran {
     }
     let mut rest = String::new();
     let _ = stderr.read_to_string(&mut rest);
-    let peak_kib = std::fs::read_to_string(&peak).ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0);
+    // (Ended by the signal, it wrote no peak: that is a failure, not 0.)
+    let peak_kib = std::fs::read_to_string(&peak).ok().and_then(|text| text.trim().parse().ok()).unwrap_or(i64::MAX);
     Ran { ok: true, said: format!("{first}\n{rest}\n{}{}", String::from_utf8_lossy(&gdb.stdout), String::from_utf8_lossy(&gdb.stderr)), peak_kib }
 }
 
@@ -390,12 +426,16 @@ fn hostile_bundles_are_refused_or_served_in_bounds_and_nothing_outside_is_touche
     }
     // The checks can fail: told to trust a bundle, retrace dump reads the
     // canary (strace sees it), and the good bundle is served by all.
-    let trusting = dir.join("absolute-module.logs");
-    let mut dump = common::retrace();
-    dump.args(["dump", "info", "--allow-outside-bundle"]).arg(dir.join("absolute-module"));
-    let (_, calls) = traced(&dump, &trusting.join("trusting.strace"), &trusting.join("trusting.out"));
-    let seen = reaching_out(&calls, &dir.join("absolute-module"), &outside);
-    assert!(seen.iter().any(|call| call.contains("openat(") && call.contains("/outside/canary")), "strace shows no read of the canary:\n{calls}");
+    // (By an absolute path, by `..`, and through a link: what strace shows
+    // of each is told apart.)
+    for name in ["absolute-module", "dotdot-module", "module-link-out"] {
+        let trusting = dir.join(format!("{name}.logs"));
+        let mut dump = common::retrace();
+        dump.args(["dump", "info", "--allow-outside-bundle"]).arg(dir.join(name));
+        let (_, calls) = traced(&dump, &trusting.join("trusting.strace"), &trusting.join("trusting.out"));
+        let seen = reaching_out(&calls, &dir.join(name), &outside);
+        assert!(seen.iter().any(|call| call.contains("openat(") && call.contains("canary")), "{name}: strace shows no read of the canary:\n{calls}");
+    }
     let mut dump = common::retrace();
     dump.args(["dump", "info"]).arg(&good);
     assert!(run_measured(dump, &dir.join("good-dump.out")).ok);

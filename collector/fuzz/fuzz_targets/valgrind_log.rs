@@ -4,6 +4,9 @@
 //! threads, traces and warnings.
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use libfuzzer_sys::fuzz_target;
 use retrace_collector::valgrind::{convert_log, convert_stream, LogConverter, LOG_MAGIC};
 

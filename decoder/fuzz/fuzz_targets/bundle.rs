@@ -6,6 +6,9 @@
 //! bundle (every module and thread it gives back comes from there).
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 

@@ -6,6 +6,9 @@
 //! resolved. Must never panic.
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 

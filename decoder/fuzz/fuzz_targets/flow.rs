@@ -8,6 +8,9 @@
 //! neither panics nor hangs is checked.)
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use libfuzzer_sys::fuzz_target;
 use retrace_decoder::calls::{CallEffect, CallForest, Site};
 use retrace_decoder::flow::{decode_parallel_with, FlowDecoder, FlowOptions, Item};

@@ -5,6 +5,9 @@
 //! records; the machine must read back the bytes a write record gave.
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use libfuzzer_sys::fuzz_target;
 use retrace_decoder::full_state::{state_records, StateMachine, StateRecord, StateWriter, STATE_MAGIC};
 

@@ -7,6 +7,9 @@
 //! found by `region_at` must cover the address at that time.
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use libfuzzer_sys::fuzz_target;
 use retrace_decoder::image::Image;
 use retrace_decoder::jitdump::{CodeRegions, Jitdump, MAGIC};

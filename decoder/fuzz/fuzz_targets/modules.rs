@@ -5,6 +5,9 @@
 //! looked up at addresses around its segments. Must never panic.
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use libfuzzer_sys::fuzz_target;
 use retrace_decoder::image::Image;
 use retrace_decoder::symbols::gdb_lines::GdbLineTable;

@@ -1,6 +1,9 @@
 //! Fuzzes the packet-script parser and encoder: no input may panic.
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use libfuzzer_sys::fuzz_target;
 use retrace_decoder::packet::script;
 

@@ -2,6 +2,9 @@
 //! listing every packet, and re-encoding every decoded packet byte-exactly.
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use libfuzzer_sys::fuzz_target;
 use retrace_decoder::packet::{listing, PacketDecoder, PacketEncoder};
 

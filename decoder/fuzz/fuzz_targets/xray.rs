@@ -4,6 +4,9 @@
 //! in record bodies; the rest is the log body.
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use libfuzzer_sys::fuzz_target;
 use retrace_decoder::xray::fdr::RawRecords;
 use retrace_decoder::xray::instr_map::InstrMap;

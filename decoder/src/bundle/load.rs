@@ -139,11 +139,16 @@ impl LoadedBundle {
 }
 
 /// The separate debug file of an ELF image, found by its GNU build id under
-/// `/usr/lib/debug/.build-id/` (as LLDB and GDB look for it).
+/// `/usr/lib/debug/.build-id/` (as LLDB and GDB look for it: the one place
+/// outside a bundle its content leads to, a fixed folder and a name of hex
+/// digits).
 fn separate_debug_file(image: &[u8]) -> Option<Vec<u8>> {
     use object::Object;
     let file = object::File::parse(image).ok()?;
     let id = file.build_id().ok()??;
+    if id.len() < 2 {
+        return None; // (A hostile module's empty or one-byte id.)
+    }
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     let path = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
     std::fs::read(path).ok()
@@ -157,6 +162,9 @@ fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
 /// load reads: each parses its modules' symbols, so a bundle that lists
 /// one module in a million processes would make that much of it.
 pub const MAX_PROCESSES: usize = 64;
+
+/// The most modules one process entry lists (each is parsed for symbols).
+pub const MAX_MODULES: usize = 4096;
 
 /// The files one load has read, each once: a file a bundle names many
 /// times (a module every exec'd image maps, or a hostile list) is held
@@ -206,16 +214,17 @@ pub fn load_with(trace_json: &Path, reach: Reach) -> Result<LoadedBundle, Bundle
     let mut reads = Reads::default();
     let mut bundle = load_one(trace_json, &dir, &mut reads)?;
     let images = bundle.description.retrace.as_ref().map(|r| r.exec_images.clone()).unwrap_or_default();
-    let mut seen = HashSet::new();
+    let real = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let mut seen = HashSet::from([real(trace_json)]);
     for relative in images {
         let (path, nested) = dir.nested(&relative).map_err(|source| BundleError::Outside { path: trace_json.clone(), source })?;
-        if !seen.insert(path.clone()) {
-            return Err(BundleError::Schema { path: trace_json.clone(), reason: format!("the exec'd image {relative:?} is listed twice") });
-        }
-        if bundle.processes.len() >= MAX_PROCESSES {
-            return Err(BundleError::Schema { path: trace_json.clone(), reason: format!("more than {MAX_PROCESSES} program images (exec'd images included); retrace reads at most {MAX_PROCESSES}") });
+        if !seen.insert(real(&path)) {
+            return Err(BundleError::Schema { path: trace_json.clone(), reason: format!("the exec'd image {relative:?} is listed twice (or is this bundle)") });
         }
         let next = load_one(&path, &nested, &mut reads)?;
+        if bundle.processes.len() + next.processes.len() > MAX_PROCESSES {
+            return Err(BundleError::Schema { path: trace_json.clone(), reason: format!("more than {MAX_PROCESSES} program images (exec'd images included); retrace reads at most {MAX_PROCESSES}") });
+        }
         let offset = bundle.processes.len();
         bundle.threads.extend(next.threads.into_iter().map(|t| LoadedThread { process: t.process + offset, ..t }));
         bundle.processes.extend(next.processes);
@@ -245,6 +254,12 @@ fn load_one(trace_json: &Path, dir: &BundleDir, reads: &mut Reads) -> Result<Loa
     if description.processes.len() > MAX_PROCESSES {
         return Err(BundleError::Schema { path: trace_json.to_path_buf(), reason: format!("{} processes; retrace reads at most {MAX_PROCESSES}", description.processes.len()) });
     }
+    if let Some(process) = description.processes.iter().find(|p| p.modules.len() > MAX_MODULES) {
+        return Err(BundleError::Schema {
+            path: trace_json.to_path_buf(),
+            reason: format!("process {} lists {} modules; retrace reads at most {MAX_MODULES}", process.pid, process.modules.len()),
+        });
+    }
     let mut threads = Vec::new();
     let mut processes = Vec::new();
     let mut warnings = Vec::new();
@@ -255,8 +270,10 @@ fn load_one(trace_json: &Path, dir: &BundleDir, reads: &mut Reads) -> Result<Loa
         let mut listed = HashSet::new();
         for module in &process.modules {
             let path = dir.module(module.file.as_deref(), &module.system_path).map_err(outside)?;
-            if !listed.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
-                return Err(twice(format!("in process {}, the module file {}", process.pid, path.display())));
+            // (One file at two addresses is a library unloaded and loaded
+            // again; at one address twice, a list made to be read twice.)
+            if !listed.insert((path.canonicalize().unwrap_or_else(|_| path.clone()), module.load_address.0)) {
+                return Err(twice(format!("in process {}, the module file {} at {:#x}", process.pid, path.display(), module.load_address.0)));
             }
             modules.push(LoadedModule {
                 path: path.clone(),
@@ -311,4 +328,64 @@ fn load_one(trace_json: &Path, dir: &BundleDir, reads: &mut Reads) -> Result<Loa
         processes.push(LoadedProcess { pid: 0, image: Image::new(), symbols: Symbolizer::new(), modules: Vec::new() });
     }
     Ok(LoadedBundle { description, threads, processes, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use object::{Object, ObjectSection};
+
+    /// This test program's own file with its build-id note's id cut to
+    /// `length` bytes (the note then claims that length).
+    fn with_build_id_of(length: u32) -> Vec<u8> {
+        let mut bytes = std::fs::read("/proc/self/exe").unwrap();
+        let offset = {
+            let file = object::File::parse(&*bytes).unwrap();
+            let note = file.section_by_name(".note.gnu.build-id").expect("the test program has a build id");
+            note.file_range().unwrap().0 as usize
+        };
+        // namesz, descsz, type, "GNU\0", the id.
+        bytes[offset + 4..offset + 8].copy_from_slice(&length.to_le_bytes());
+        bytes
+    }
+
+    /// A hostile module whose build id is empty or one byte long is read
+    /// without a separate debug file (it made the lookup slice past the
+    /// id's end), and a whole id is looked up.
+    #[test]
+    fn a_build_id_too_short_for_a_debug_file_name_has_none() {
+        for length in [0, 1] {
+            let bytes = with_build_id_of(length);
+            let parsed = object::File::parse(&*bytes).unwrap().build_id().unwrap().map(<[u8]>::len);
+            assert_eq!(parsed, Some(length as usize));
+            assert!(super::separate_debug_file(&bytes).is_none());
+        }
+    }
+
+    /// A library unloaded and loaded again is listed twice at two
+    /// addresses (the recorder writes it so) and loads; twice at one
+    /// address is refused, as is a process with more modules than
+    /// [`super::MAX_MODULES`].
+    #[test]
+    fn a_module_twice_loads_at_two_addresses_only() {
+        let dir = std::env::temp_dir().join(format!("retrace-load-twice-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("modules")).unwrap();
+        std::fs::copy("/proc/self/exe", dir.join("modules/lib.so")).unwrap();
+        let bundle = |addresses: &[u64]| {
+            let modules: Vec<String> = addresses.iter().map(|a| format!(r#"{{"systemPath":"/lib.so","file":"modules/lib.so","loadAddress":"{a:#x}"}}"#)).collect();
+            let text = format!(
+                r#"{{"type":"intel-pt","cpuInfo":{{"vendor":"GenuineIntel","family":6,"model":85,"stepping":4}},"processes":[{{"pid":7,"threads":[],"modules":[{}]}}]}}"#,
+                modules.join(",")
+            );
+            std::fs::write(dir.join("trace.json"), text).unwrap();
+            super::load(&dir.join("trace.json"))
+        };
+        let loaded = bundle(&[0x10_0000_0000, 0x20_0000_0000]).unwrap();
+        assert_eq!(loaded.processes[0].modules.len(), 2);
+        let error = bundle(&[0x10_0000_0000, 0x10_0000_0000]).unwrap_err().to_string();
+        assert!(error.contains("is listed twice"), "{error}");
+        let many: Vec<u64> = (0..=super::MAX_MODULES as u64).map(|i| 0x10_0000_0000 + i * 0x100_0000).collect();
+        let error = bundle(&many).unwrap_err().to_string();
+        assert!(error.contains("retrace reads at most 4096"), "{error}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -90,7 +90,10 @@ impl BundleDir {
     /// `retrace.execImages`) is read within the whole bundle, `DIR`.
     pub fn of_trace_json(trace_json: &Path, reach: Reach) -> BundleDir {
         let dir = trace_json.parent().unwrap_or(Path::new("."));
-        if let (Some(name), Some(parent)) = (dir.file_name().and_then(|n| n.to_str()), dir.parent()) {
+        // (Only a folder named as the recorder names them, `exec<N>`: the
+        // folder above any other bundle is not looked at.)
+        let exec_folder = |name: &&str| name.strip_prefix("exec").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if let (Some(name), Some(parent)) = (dir.file_name().and_then(|n| n.to_str()).filter(exec_folder), dir.parent()) {
             let listed = std::fs::read(parent.join("trace.json"))
                 .ok()
                 .and_then(|text| serde_json::from_slice::<serde_json::Value>(&text).ok())

@@ -4,6 +4,9 @@
 //! from the input; writing it back frames the same bytes.
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use libfuzzer_sys::fuzz_target;
 use retrace_plugin::dap::wire::{read_message, write_message, MAX_MESSAGE_BYTES};
 

@@ -61,11 +61,13 @@ fn program_of(trace_json: &Path, bundle: &TraceBundle, reach: Reach) -> Result<P
 /// interpreter by a path, `/lib64/ld-linux-x86-64.so.2`, that is a link to
 /// the file copied). None when the bundle holds no copies.
 fn gdb_local_files(trace_json: &Path, bundle: &TraceBundle) -> Vec<String> {
-    let bundle_dir = trace_json.parent().unwrap_or(Path::new("."));
-    let Ok(modules) = bundle_dir.join("modules").canonicalize() else { return Vec::new() };
+    // (Inside the bundle whatever the reach: GDB is pointed at no folder
+    // out of it.)
+    let bundle_dir = BundleDir::of_trace_json(trace_json, Reach::Inside);
+    let Some(modules) = bundle_dir.file("modules").ok().and_then(|m| m.canonicalize().ok()) else { return Vec::new() };
     let mut folders: Vec<PathBuf> = Vec::new();
     for module in bundle.processes.iter().flat_map(|p| &p.modules) {
-        let Some(folder) = module.file.as_ref().and_then(|f| bundle_dir.join(f).parent()?.canonicalize().ok()) else { continue };
+        let Some(folder) = module.file.as_ref().and_then(|f| bundle_dir.file(f).ok()?.parent()?.canonicalize().ok()) else { continue };
         if folder.starts_with(&modules) && !folders.contains(&folder) {
             folders.push(folder);
         }

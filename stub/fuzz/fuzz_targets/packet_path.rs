@@ -12,6 +12,9 @@
 //! packets).
 #![no_main]
 
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 

@@ -6,8 +6,11 @@
 //! the stub answers is asked at every position: registers, memory around
 //! the addresses the stream names, mappings, the last and first writes and
 //! reads. Must never panic, and a stream claiming huge sizes is indexed
-//! in bounded memory (libFuzzer's -malloc_limit_mb).
+//! in bounded memory (no allocation over 256 MiB: allocation_limit).
 #![no_main]
+
+#[path = "../../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
 
 use libfuzzer_sys::fuzz_target;
 use retrace_decoder::flow::{decode_parallel_with, FlowOptions};

@@ -76,8 +76,8 @@ fn module(bundle_dir: &BundleDir, entry: &retrace_decoder::bundle::BundleModule)
                     interpreter = ph.data(endian, &*bytes).ok().map(|d| String::from_utf8_lossy(d.split(|&b| b == 0).next().unwrap_or(&[])).into_owned())
                 }
                 object::elf::PT_LOAD => {
-                    if program_headers.is_none() && ph.p_offset(endian) <= phoff && phoff < ph.p_offset(endian) + ph.p_filesz(endian) {
-                        program_headers = Some((vaddr + (phoff - ph.p_offset(endian)) + bias, phnum));
+                    if program_headers.is_none() && ph.p_offset(endian) <= phoff && phoff < ph.p_offset(endian).saturating_add(ph.p_filesz(endian)) {
+                        program_headers = Some((vaddr.wrapping_add(phoff - ph.p_offset(endian)).wrapping_add(bias), phnum));
                     }
                     if flags & PF_W == 0 {
                         // Mapped in whole pages, as the kernel maps it: the
@@ -86,11 +86,11 @@ fn module(bundle_dir: &BundleDir, entry: &retrace_decoder::bundle::BundleModule)
                         let page = start & !0xfff;
                         unchanging.push(Mapping {
                             start: page,
-                            end: (start.wrapping_add(memsz) + 0xfff) & !0xfff,
+                            end: start.wrapping_add(memsz).wrapping_add(0xfff) & !0xfff,
                             readable: flags & PF_R != 0,
                             writable: false,
                             executable: flags & PF_X != 0,
-                            offset: ph.p_offset(endian).saturating_sub(start - page),
+                            offset: ph.p_offset(endian).saturating_sub(start.wrapping_sub(page)),
                             path: entry.system_path.clone(),
                         });
                     }

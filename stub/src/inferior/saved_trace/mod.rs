@@ -233,13 +233,30 @@ impl Inferior for SavedTrace {
         self.session.take_note()
     }
 
-    /// The recorded process's `/proc` files: its mappings at the position
-    /// (a full-state recording says them; GDB's `info proc mappings`), and
-    /// no other: the recorded pid is another process's here, or none's.
+    /// The files of the recorded machine a client asks for (`vFile:open`):
+    /// a module by the path it had there, from the bundle's copy; the
+    /// bundle's own files and separate debug files
+    /// (`/usr/lib/debug/.build-id/`, as the decoder looks for them) as they
+    /// are here; the recorded process's `/proc` files: its mappings at the
+    /// position (a full-state recording says them; GDB's `info proc
+    /// mappings`), and no other (the recorded pid is another process's
+    /// here, or none's). Nothing else of this machine: the bundle names
+    /// the paths a client asks for, and a bundle is untrusted input.
     fn target_file(&self, path: &[u8]) -> crate::inferior::host_files::TargetFile {
         use crate::inferior::host_files::TargetFile;
         let path = String::from_utf8_lossy(path);
-        let Some(rest) = path.strip_prefix("/proc/") else { return TargetFile::Host };
+        if let Some(module) = self.modules.iter().find(|m| m.system_path == path) {
+            return std::fs::read(&module.path).map_or(TargetFile::Missing, TargetFile::Text);
+        }
+        let inside = |folder: &std::path::Path| {
+            let real = std::path::Path::new(&*path).canonicalize();
+            folder.canonicalize().is_ok_and(|folder| real.is_ok_and(|real| real.starts_with(folder)))
+        };
+        let bundle_dir = self.bundle.parent().unwrap_or(std::path::Path::new("."));
+        if inside(bundle_dir) || inside(std::path::Path::new("/usr/lib/debug/.build-id")) {
+            return TargetFile::Host;
+        }
+        let Some(rest) = path.strip_prefix("/proc/") else { return TargetFile::Missing };
         let (process, file) = rest.split_once('/').unwrap_or((rest, ""));
         if process != self.pid.to_string() && process != "self" {
             return TargetFile::Host;
