@@ -67,9 +67,9 @@ export RETRACE_WORKSPACE_BUILT=1
 # (--no-fail-fast: every failing test binary is reported, not the first.)
 status=0
 cargo test --workspace --locked --no-fail-fast || status=$?
-# Every cargo-fuzz target, 30 s each on its corpus, four at a time, built
+# Every cargo-fuzz target, 30 s each on its corpus, all at once, built
 # without optimization (the build is most of it): a target that no longer
 # builds, or an input that fails one, fails the run. (The long runs:
 # docs/fuzzing.md.)
-RETRACE_FUZZ_BUILD=dev RETRACE_FUZZ_JOBS=4 bash tests/fuzz.sh 30 || status=1
+RETRACE_FUZZ_BUILD=dev RETRACE_FUZZ_JOBS=16 bash tests/fuzz.sh 30 || status=1
 exit $status
