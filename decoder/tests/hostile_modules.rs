@@ -1,7 +1,11 @@
 //! Module files from a hostile bundle that made the decoder panic, found
 //! by the `modules` fuzz target (decoder/fuzz), read as that target reads
 //! them: placed in an image, read for symbols and GDB's line table, looked
-//! up around their segments. Each must be read without a panic.
+//! up around their segments. Each must be read without a panic, and with
+//! no allocation over 256 MiB (the fuzz targets' allocator, which aborts).
+
+#[path = "../../tests/fuzz/allocation_limit.rs"]
+mod allocation_limit;
 
 use retrace_decoder::image::Image;
 use retrace_decoder::symbols::gdb_lines::GdbLineTable;
@@ -13,6 +17,8 @@ const LOAD: u64 = 0x5555_5555_4000;
 const FOUND: &[(&str, &[u8])] = &[
     // A segment whose address + size passes 2^64 (symbols::add_module).
     ("segment end past 2^64", include_bytes!("data/module-segment-end-overflow-1471825c.bin")),
+    // A compressed debug section claiming 64 GiB (symbols::debug_section_data).
+    ("compressed section of 64 GiB", include_bytes!("data/module-compressed-section-64gib-f04b8cdc.bin")),
 ];
 
 #[test]

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use gimli::{AttributeValue, DebugLine, DebugLineOffset, DebugLineStr, DebugStr, EndianSlice, LineInstruction, RunTimeEndian};
-use object::{Object, ObjectSection};
+use object::Object;
 
 type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 
@@ -303,7 +303,7 @@ impl GdbLineTable {
         let mut table = GdbLineTable::default();
         let Ok(file) = object::File::parse(data) else { return table };
         let endian = if file.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
-        let section = |name: &str| file.section_by_name(name).and_then(|s| s.uncompressed_data().ok()).unwrap_or_default();
+        let section = |name: &str| file.section_by_name(name).and_then(|s| super::debug_section_data(&s)).unwrap_or_default();
         let (line, str, line_str) = (section(".debug_line"), section(".debug_str"), section(".debug_line_str"));
         let debug_line = DebugLine::new(&line, endian);
         let strings = Strings { str: DebugStr::new(&str, endian), line_str: DebugLineStr::new(&line_str, endian) };

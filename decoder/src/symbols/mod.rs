@@ -346,7 +346,7 @@ fn load_dwarf(file: &object::File) -> Option<addr2line::Context<Reader>> {
     let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
         let data = file
             .section_by_name(id.name())
-            .and_then(|section| section.uncompressed_data().ok())
+            .and_then(|section| debug_section_data(&section))
             .map(|data| Arc::<[u8]>::from(&*data))
             .unwrap_or_else(|| Arc::from(&[][..]));
         Ok(gimli::EndianArcSlice::new(data, endian))
@@ -590,6 +590,25 @@ impl Symbolizer {
         let address_range = line_range.or(symbol_range);
         SymbolContext { module: Some(module.name.clone()), function, debug_function, function_ranges, function_entry, line, source, inlined, inlined_block, address_range }
     }
+}
+
+/// How many times larger than its compressed bytes a debug section may
+/// claim to be. DWARF compresses 3-10x; zlib's limit is about 1000x, which
+/// a hostile module's section would use to make gigabytes of a few
+/// megabytes (a "zlib bomb"; the `modules` fuzz target found one claiming
+/// 64 GiB).
+const MAX_EXPANSION: u64 = 64;
+
+/// A debug section's bytes, decompressed; `None` when they cannot be read,
+/// or when the section claims more than [`MAX_EXPANSION`] times its
+/// compressed size (plus 1 MiB).
+pub(crate) fn debug_section_data<'data>(section: &object::Section<'data, '_>) -> Option<std::borrow::Cow<'data, [u8]>> {
+    use object::ObjectSection;
+    let compressed = section.compressed_data().ok()?;
+    if compressed.format != object::CompressionFormat::None && compressed.uncompressed_size > (compressed.data.len() as u64).saturating_mul(MAX_EXPANSION).saturating_add(1 << 20) {
+        return None;
+    }
+    compressed.decompress().ok()
 }
 
 /// LLDB's offset of `address` from `base` after a name: ` + N`, ` - N`
