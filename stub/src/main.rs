@@ -169,7 +169,7 @@ fn main() -> ExitCode {
         );
     }
     if let Some(trace_json) = &args.replay {
-        let reach = if args.allow_outside_bundle { Reach::Anywhere } else { Reach::Inside };
+        let reach = Reach::allowing_outside(args.allow_outside_bundle);
         return replay(&listener, trace_json, args.replay_from, reach);
     }
     let (tracee, threads) = if let Some(pid) = args.attach {

@@ -166,6 +166,12 @@ pub const MAX_PROCESSES: usize = 64;
 /// The most modules one process entry lists (each is parsed for symbols).
 pub const MAX_MODULES: usize = 4096;
 
+/// `path` with its links resolved (itself when it is not there): one file
+/// however a bundle names it.
+fn real_path(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+}
+
 /// The files one load has read, each once: a file a bundle names many
 /// times (a module every exec'd image maps, or a hostile list) is held
 /// once however often it is named.
@@ -176,7 +182,7 @@ struct Reads {
 
 impl Reads {
     fn read(&mut self, path: &Path) -> Result<Arc<[u8]>, BundleError> {
-        let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        let key = real_path(path);
         if let Some(bytes) = self.files.get(&key) {
             return Ok(bytes.clone());
         }
@@ -214,11 +220,10 @@ pub fn load_with(trace_json: &Path, reach: Reach) -> Result<LoadedBundle, Bundle
     let mut reads = Reads::default();
     let mut bundle = load_one(trace_json, &dir, &mut reads)?;
     let images = bundle.description.retrace.as_ref().map(|r| r.exec_images.clone()).unwrap_or_default();
-    let real = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    let mut seen = HashSet::from([real(trace_json)]);
+    let mut seen = HashSet::from([real_path(trace_json)]);
     for relative in images {
         let (path, nested) = dir.nested(&relative).map_err(|source| BundleError::Outside { path: trace_json.clone(), source })?;
-        if !seen.insert(real(&path)) {
+        if !seen.insert(real_path(&path)) {
             return Err(BundleError::Schema { path: trace_json.clone(), reason: format!("the exec'd image {relative:?} is listed twice (or is this bundle)") });
         }
         let next = load_one(&path, &nested, &mut reads)?;
@@ -272,7 +277,7 @@ fn load_one(trace_json: &Path, dir: &BundleDir, reads: &mut Reads) -> Result<Loa
             let path = dir.module(module.file.as_deref(), &module.system_path).map_err(outside)?;
             // (One file at two addresses is a library unloaded and loaded
             // again; at one address twice, a list made to be read twice.)
-            if !listed.insert((path.canonicalize().unwrap_or_else(|_| path.clone()), module.load_address.0)) {
+            if !listed.insert((real_path(&path), module.load_address.0)) {
                 return Err(twice(format!("in process {}, the module file {} at {:#x}", process.pid, path.display(), module.load_address.0)));
             }
             modules.push(LoadedModule {
@@ -291,7 +296,7 @@ fn load_one(trace_json: &Path, dir: &BundleDir, reads: &mut Reads) -> Result<Loa
         let mut dumps = HashSet::new();
         for listed in &process.jitdumps {
             let path = resolve(listed)?;
-            if !dumps.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
+            if !dumps.insert(real_path(&path)) {
                 return Err(twice(format!("in process {}, the jitdump {listed:?}", process.pid)));
             }
             let bytes = reads.read(&path)?;
@@ -313,7 +318,7 @@ fn load_one(trace_json: &Path, dir: &BundleDir, reads: &mut Reads) -> Result<Loa
                     // decoded and kept, so a million threads naming one
                     // file would make a million.)
                     let path = resolve(file)?;
-                    if !traces.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
+                    if !traces.insert(real_path(&path)) {
                         return Err(twice(format!("in process {}, the trace file {file:?}", process.pid)));
                     }
                     reads.read(&path)?

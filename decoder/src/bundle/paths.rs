@@ -25,6 +25,24 @@ pub enum Reach {
     Anywhere,
 }
 
+impl Reach {
+    /// The reach a user's `--allow-outside-bundle` (or a configuration's
+    /// `allowOutsideBundle`) asks for.
+    pub fn allowing_outside(allowed: bool) -> Reach {
+        if allowed {
+            Reach::Anywhere
+        } else {
+            Reach::Inside
+        }
+    }
+
+    /// The option that asks another retrace program (the stub) for this
+    /// reach; `None` for the default.
+    pub fn option(self) -> Option<&'static str> {
+        (self == Reach::Anywhere).then_some("--allow-outside-bundle")
+    }
+}
+
 /// Why a name a bundle holds was not followed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutsideBundle {

@@ -85,7 +85,7 @@ impl Bundle {
     #[new]
     #[pyo3(signature = (trace_json, lldb_quirks = true, allow_outside = false))]
     fn open(py: Python<'_>, trace_json: PathBuf, lldb_quirks: bool, allow_outside: bool) -> PyResult<Bundle> {
-        let reach = if allow_outside { retrace_plugin::bundle::Reach::Anywhere } else { retrace_plugin::bundle::Reach::Inside };
+        let reach = retrace_plugin::bundle::Reach::allowing_outside(allow_outside);
         let options = retrace_plugin::bundle::OpenOptions { flow: retrace_decoder::flow::FlowOptions { lldb_psb_slices: lldb_quirks }, reach };
         let decoded = py.detach(|| DecodedBundle::open(&trace_json, options, true)).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(Bundle { decoded: std::sync::Mutex::new(decoded) })

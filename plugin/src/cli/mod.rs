@@ -385,7 +385,7 @@ pub struct DecodeFlags {
 impl DecodeFlags {
     /// How these flags ask for a bundle to be opened.
     pub fn options(self) -> crate::bundle::OpenOptions {
-        let reach = if self.allow_outside_bundle { crate::bundle::Reach::Anywhere } else { crate::bundle::Reach::Inside };
+        let reach = crate::bundle::Reach::allowing_outside(self.allow_outside_bundle);
         crate::bundle::OpenOptions { flow: retrace_decoder::flow::FlowOptions { lldb_psb_slices: !self.no_lldb_quirks }, reach }
     }
 }
@@ -436,8 +436,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Export { format, input, output, binaries, decode } => export::run(format, &input, &output, &binaries, decode.options()),
         Command::Replay { bundle, gdb, debugger, stub, debugger_args, allow_outside_bundle } => {
-            let reach = if allow_outside_bundle { crate::bundle::Reach::Anywhere } else { crate::bundle::Reach::Inside };
-            replay::run(replay::Args { bundle, gdb, debugger, stub, debugger_args, reach })
+            replay::run(replay::Args { bundle, gdb, debugger, stub, debugger_args, reach: crate::bundle::Reach::allowing_outside(allow_outside_bundle) })
         }
         Command::Record { full_state, backend, ptrace_stops, mode, output, max_insns, aslr, insn_log, json, force, command } => {
             let (full_state, ptrace_stops) = match mode {

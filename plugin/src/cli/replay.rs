@@ -97,7 +97,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     let mut server = std::process::Command::new(&stub)
         .args(["--listen", "127.0.0.1:0", "--replay"])
         .arg(&trace_json)
-        .args((args.reach == Reach::Anywhere).then_some("--allow-outside-bundle"))
+        .args(args.reach.option())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -289,7 +289,7 @@ impl Session {
                 let trace_json = relative_to(cwd.as_deref(), Path::new(&trace_json));
                 // A saved trace is untrusted input, read inside its folder
                 // unless the configuration says `"allowOutsideBundle": true`.
-                let reach = if given.get("allowOutsideBundle").and_then(Value::as_bool) == Some(true) { Reach::Anywhere } else { Reach::Inside };
+                let reach = Reach::allowing_outside(given.get("allowOutsideBundle").and_then(Value::as_bool) == Some(true));
                 let program = match text("program") {
                     Some(program) => relative_to(cwd.as_deref(), Path::new(&program)),
                     None => bundle_program(&trace_json, reach)?,

@@ -93,10 +93,7 @@ impl StubProcess {
                 command.arg(format!("--record={mode}")).arg("--").arg(program).args(args);
             }
             StubRun::Replay { trace_json, reach } => {
-                command.arg("--replay").arg(trace_json).arg("--replay-from").arg("start");
-                if *reach == retrace_decoder::bundle::paths::Reach::Anywhere {
-                    command.arg("--allow-outside-bundle");
-                }
+                command.arg("--replay").arg(trace_json).arg("--replay-from").arg("start").args(reach.option());
             }
         }
         if let Some(cwd) = &environment.cwd {

@@ -13,29 +13,12 @@
 mod allocation_limit;
 
 use libfuzzer_sys::fuzz_target;
-use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
 use retrace_decoder::full_state::{state_records, StateRecord, STATE_MAGIC};
-use retrace_decoder::image::Image;
-use retrace_decoder::packet::{IpPacketKind, Packet, PacketEncoder};
 use retrace_stub::inferior::recorded_state::{RecordedState, StreamBytes};
-use retrace_stub::inferior::timeline::{RecordedThread, Timeline};
-
-/// `count` one-byte nops at `start`, decoded from a genuine trace of them.
-fn nops(start: u64, count: usize) -> retrace_decoder::history::History {
-    let mut image = Image::new();
-    image.add_raw("code", start, vec![0x90u8; count + 1]);
-    let mut trace = PacketEncoder::new();
-    trace.encode(&Packet::Psb).unwrap();
-    trace.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
-    trace.encode(&Packet::Psbend).unwrap();
-    trace.encode_ip(IpPacketKind::TipPge, Some(start));
-    trace.encode_ip(IpPacketKind::Fup, Some(start + count as u64));
-    trace.encode_ip(IpPacketKind::TipPgd, None);
-    decode_parallel_with(trace.bytes(), &image, 1, FlowOptions::default())
-}
+use retrace_stub::inferior::timeline::{straight_line_history, RecordedThread, Timeline};
 
 fuzz_target!(|data: &[u8]| {
-    let threads = vec![RecordedThread { tid: 7, history: nops(0x1000, 64) }, RecordedThread { tid: 8, history: nops(0x2000, 32) }];
+    let threads = vec![RecordedThread { tid: 7, history: straight_line_history(0x1000, 64) }, RecordedThread { tid: 8, history: straight_line_history(0x2000, 32) }];
     let timeline = Timeline::scheduled(threads, vec![(0, 0, 20), (1, 0, 32), (0, 20, 44)], Vec::new());
     let mut stream = STATE_MAGIC.to_vec();
     stream.extend_from_slice(data);

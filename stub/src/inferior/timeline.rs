@@ -413,29 +413,32 @@ impl Timeline {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
+/// A history of straight-line code: `count` one-byte `nop`s at `start`,
+/// decoded by the decoder from a genuine trace of them. For the tests and
+/// the fuzz targets that need a timeline without a recording.
+pub fn straight_line_history(start: u64, count: usize) -> DecodedHistory {
     use retrace_decoder::flow::{decode_parallel_with, FlowOptions};
     use retrace_decoder::image::Image;
     use retrace_decoder::packet::{IpPacketKind, Packet, PacketEncoder};
+    let mut image = Image::new();
+    image.add_raw("code", start, vec![0x90u8; count + 1]);
+    let mut trace = PacketEncoder::new();
+    trace.encode(&Packet::Psb).expect("a PSB encodes");
+    trace.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).expect("a MODE.Exec encodes");
+    trace.encode(&Packet::Psbend).expect("a PSBEND encodes");
+    trace.encode_ip(IpPacketKind::TipPge, Some(start));
+    trace.encode_ip(IpPacketKind::Fup, Some(start.wrapping_add(count as u64)));
+    trace.encode_ip(IpPacketKind::TipPgd, None);
+    let history = decode_parallel_with(trace.bytes(), &image, 1, FlowOptions::default());
+    assert_eq!(history.instructions(), count as u64, "a straight line's trace decodes");
+    history
+}
 
-    /// A history of straight-line code: `count` one-byte `nop`s at `start`,
-    /// decoded by the decoder from a genuine trace of them.
-    pub(crate) fn nops(start: u64, count: usize) -> DecodedHistory {
-        let mut image = Image::new();
-        image.add_raw("code", start, vec![0x90u8; count + 1]);
-        let mut trace = PacketEncoder::new();
-        trace.encode(&Packet::Psb).unwrap();
-        trace.encode(&Packet::ModeExec { csl: true, csd: false, iflag: false }).unwrap();
-        trace.encode(&Packet::Psbend).unwrap();
-        trace.encode_ip(IpPacketKind::TipPge, Some(start));
-        trace.encode_ip(IpPacketKind::Fup, Some(start + count as u64));
-        trace.encode_ip(IpPacketKind::TipPgd, None);
-        let history = decode_parallel_with(trace.bytes(), &image, 1, FlowOptions::default());
-        assert_eq!(history.instructions(), count as u64, "the test's trace decodes");
-        history
-    }
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) use super::straight_line_history as nops;
 
     fn two_threads() -> Timeline {
         let threads = vec![
